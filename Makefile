@@ -1,0 +1,33 @@
+# tenon: every target sets itself up; a fresh clone needs only Python 3.11 and make.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: setup test lint schemas bench run clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test]'
+	touch $@
+
+setup: $(STAMP)
+
+test: setup
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check services shared proto tests bench
+	$(VENV)/bin/mypy
+
+schemas: setup
+	$(PY) -m proto.export
+
+bench: setup
+	$(PY) -m bench $(BENCH_ARGS)
+
+run: setup
+	$(VENV)/bin/tenon up
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
