@@ -1,0 +1,307 @@
+"""Event contracts: every fact tenon's services tell each other, as immutable msgspec Structs.
+
+Design
+------
+The event log is the only thing services share, so these types are the system's public API. Three rules make
+the log something a person can audit and a program can replay:
+
+* **Every event is self-describing.** The JSON carries ``type`` (the tag of the tagged union, equal to the class
+  name) and ``schema`` (a per-type version, a ``Literal`` so that a version this build does not know fails to
+  decode and is dead-lettered instead of being half-understood).
+* **Every event can be followed.** ``id`` is unique and deterministic (see :mod:`proto.ids`), ``decidedAt`` is
+  when the producer decided, ``producer`` names the service, ``causationId`` is the id of the event this one
+  answers (``None`` for observations of the outside world) and ``correlationId`` is carried unchanged along a
+  chain (the PendingBatch id, the NodeClaim name) so ``tenon tap`` and ``tenon explain`` can pull a whole story.
+* **Inputs are recorded whole.** Observations carry the Kubernetes object as the producer saw it (minus
+  ``managedFields``), so a decision can be recomputed offline from the log alone.
+
+Field names are snake_case in Python and camelCase on the wire, like the Kubernetes objects they sit beside.
+Evolving a type: add optional fields freely; anything that changes meaning bumps ``schema`` to a new Literal
+(``Literal[1, 2]``) and the consumer handles both.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar, Literal
+
+import msgspec
+
+KubeObject = dict[str, Any]
+"""A Kubernetes object as JSON (``apiVersion``, ``kind``, ``metadata``, ...)."""
+
+ObservedChange = Literal["added", "changed", "removed"]
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", rename="camel"):
+    """Envelope fields shared by every event."""
+
+    id: str
+    decided_at: datetime
+    producer: str
+    causation_id: str | None = None
+    correlation_id: str | None = None
+
+    subject_hint: ClassVar[str] = ""
+    """The subject family the event is published on (documentation; see :mod:`proto.subjects`)."""
+
+
+# --- observations of the cluster (written by pod-watcher, launchers) ---------------------------------------
+
+
+class PendingBatch(Event, frozen=True, kw_only=True, tag=True):
+    """Pods the kube-scheduler could not place, collected over one batching window."""
+
+    schema: Literal[1] = 1
+    batch_id: str
+    pods: tuple[KubeObject, ...]
+    window_opened_at: datetime
+    window_closed_by: Literal["idle", "max-duration", "shutdown"]
+
+
+class NodeObserved(Event, frozen=True, kw_only=True, tag=True):
+    """A Node was added, changed in a way scheduling cares about, or removed."""
+
+    schema: Literal[1] = 1
+    change: ObservedChange
+    node: KubeObject
+
+
+class BoundPodObserved(Event, frozen=True, kw_only=True, tag=True):
+    """A pod bound to a node (``spec.nodeName`` set) was added, changed or removed."""
+
+    schema: Literal[1] = 1
+    change: ObservedChange
+    pod: KubeObject
+
+
+class NodePoolsSnapshot(Event, frozen=True, kw_only=True, tag=True):
+    """Every NodePool as it is now; the latest snapshot replaces all earlier ones."""
+
+    schema: Literal[1] = 1
+    nodepools: tuple[KubeObject, ...]
+
+
+class NodeClassesSnapshot(Event, frozen=True, kw_only=True, tag=True):
+    """Every NodeClass (ClusterAPINodeClass, EC2NodeClass) as it is now."""
+
+    schema: Literal[1] = 1
+    nodeclasses: tuple[KubeObject, ...]
+
+
+class SkippedSource(msgspec.Struct, frozen=True, rename="camel"):
+    """An object a catalog could not use, and why (e.g. a MachineDeployment with a bad annotation)."""
+
+    kind: str
+    name: str
+    reason: str
+    namespace: str | None = None
+
+
+class CatalogSnapshot(Event, frozen=True, kw_only=True, tag=True):
+    """The instance types a NodeClass offers, with prices, as a launcher reads them from its provider.
+
+    ``instance_types`` use the InstanceCatalog format (``spec.instanceTypes`` entries: name, capacity, overhead,
+    labels, offerings). ``sources`` keeps the provider objects they were derived from (MachineDeployments on
+    Cluster API) so a replay can re-derive them.
+    """
+
+    schema: Literal[1] = 1
+    provider: Literal["cluster-api", "aws", "static"]
+    node_class: str
+    instance_types: tuple[KubeObject, ...]
+    sources: tuple[KubeObject, ...] = ()
+    skipped: tuple[SkippedSource, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+# --- the NodeClaim lifecycle (subject per claim: tenon.nodeclaim.<name>) --------------------------------------
+
+
+class NodeClaimEvent(Event, frozen=True, kw_only=True):
+    """An event on one NodeClaim's aggregate subject."""
+
+    nodeclaim: str
+
+
+class InstanceChoice(msgspec.Struct, frozen=True, rename="camel"):
+    """One instance type a claim may be launched as, cheapest first."""
+
+    instance_type: str
+    zone: str | None
+    capacity_type: str
+    price_per_hour: float
+    price_estimated: bool = False
+
+
+class NodeClaimPlanned(NodeClaimEvent, frozen=True, kw_only=True, tag=True):
+    """The scheduler decided to buy a machine for these pods."""
+
+    schema: Literal[1] = 1
+    nodepool: str
+    node_class: str
+    choice: InstanceChoice
+    fallbacks: tuple[InstanceChoice, ...]
+    pods: tuple[str, ...]
+    requirements: tuple[KubeObject, ...]
+    labels: dict[str, str]
+    taints: tuple[KubeObject, ...] = ()
+    startup_taints: tuple[KubeObject, ...] = ()
+    batch_id: str | None = None
+    explanation: KubeObject = msgspec.field(default_factory=dict)
+
+
+class NodeClaimLaunched(NodeClaimEvent, frozen=True, kw_only=True, tag=True):
+    """The provider created the machine; ``provider_id`` is how its Node will be recognised."""
+
+    schema: Literal[1] = 1
+    provider_id: str
+    instance_type: str
+    zone: str | None = None
+    capacity_type: str | None = None
+    machine: str | None = None
+    """Provider-side name (the Cluster API Machine, the EC2 instance id)."""
+
+
+class NodeClaimLaunchFailed(NodeClaimEvent, frozen=True, kw_only=True, tag=True):
+    """The provider could not create this instance type; ``retryable`` says whether a fallback may follow."""
+
+    schema: Literal[1] = 1
+    instance_type: str
+    reason: str
+    retryable: bool = True
+
+
+class NodeClaimRegistered(NodeClaimEvent, frozen=True, kw_only=True, tag=True):
+    """A Node with the claim's providerID joined; labels and taints were synced."""
+
+    schema: Literal[1] = 1
+    node: str
+    provider_id: str
+
+
+class NodeClaimInitialized(NodeClaimEvent, frozen=True, kw_only=True, tag=True):
+    """The Node is Ready and its startup taints are gone: pods may land."""
+
+    schema: Literal[1] = 1
+    node: str
+
+
+class NodeClaimAbandoned(NodeClaimEvent, frozen=True, kw_only=True, tag=True):
+    """A claim that did not launch or register in time; its machine is removed and its pods rescheduled."""
+
+    schema: Literal[1] = 1
+    reason: str
+    pods: tuple[str, ...] = ()
+
+
+class DisruptionRequested(NodeClaimEvent, frozen=True, kw_only=True, tag=True):
+    """Termination of this claim's node begins (by a disruption method or a user's delete)."""
+
+    schema: Literal[1] = 1
+    method: str
+    reason: str
+    node: str | None = None
+    decision_id: str | None = None
+
+
+class NodeClaimDrained(NodeClaimEvent, frozen=True, kw_only=True, tag=True):
+    """Every evictable pod left the node (or the termination grace period ran out)."""
+
+    schema: Literal[1] = 1
+    node: str | None
+    evicted: tuple[str, ...] = ()
+    grace_period_expired: bool = False
+
+
+class NodeClaimTerminated(NodeClaimEvent, frozen=True, kw_only=True, tag=True):
+    """The machine is gone and the Node deleted; the claim's life is over."""
+
+    schema: Literal[1] = 1
+    reason: str
+    machine: str | None = None
+
+
+# --- disruption and interruption ------------------------------------------------------------------------------
+
+
+class InterruptionNotice(Event, frozen=True, kw_only=True, tag=True):
+    """A provider says a machine will go away (spot interruption, rebalance, scheduled maintenance)."""
+
+    schema: Literal[1] = 1
+    provider_id: str
+    kind: Literal["spot-interruption", "rebalance-recommendation", "scheduled-change", "state-change"]
+    deadline: datetime | None = None
+    detail: KubeObject = msgspec.field(default_factory=dict)
+
+
+class DisruptionCandidate(msgspec.Struct, frozen=True, rename="camel"):
+    nodeclaim: str
+    node: str | None
+    nodepool: str
+    reason: str
+
+
+class BlockedCandidate(msgspec.Struct, frozen=True, rename="camel"):
+    nodeclaim: str
+    node: str | None
+    blocked_by: str
+
+
+class DisruptionDecision(Event, frozen=True, kw_only=True, tag=True):
+    """The disruption service chose nodes to remove or replace, and says why and under which budget."""
+
+    schema: Literal[1] = 1
+    method: Literal["emptiness", "consolidation", "drift", "expiration", "interruption"]
+    candidates: tuple[DisruptionCandidate, ...]
+    reason: str
+    budget: str
+    blocked: tuple[BlockedCandidate, ...] = ()
+    replacements: tuple[str, ...] = ()
+
+
+# --- faults -------------------------------------------------------------------------------------------------------
+
+
+class DeadLetter(Event, frozen=True, kw_only=True, tag=True):
+    """A message a consumer could not handle; it was acked so the consumer could go on, and kept here.
+
+    ``data`` holds the original payload: UTF-8 text when it decodes as such, else base64 (``data_encoding``).
+    """
+
+    schema: Literal[1] = 1
+    stream: str
+    consumer: str
+    original_subject: str
+    original_sequence: int
+    delivery_count: int
+    error: str
+    headers: dict[str, str]
+    data: str
+    data_encoding: Literal["utf-8", "base64"] = "utf-8"
+
+
+AnyEvent = (
+    PendingBatch
+    | NodeObserved
+    | BoundPodObserved
+    | NodePoolsSnapshot
+    | NodeClassesSnapshot
+    | CatalogSnapshot
+    | NodeClaimPlanned
+    | NodeClaimLaunched
+    | NodeClaimLaunchFailed
+    | NodeClaimRegistered
+    | NodeClaimInitialized
+    | NodeClaimAbandoned
+    | DisruptionRequested
+    | NodeClaimDrained
+    | NodeClaimTerminated
+    | InterruptionNotice
+    | DisruptionDecision
+    | DeadLetter
+)
+"""The tagged union every consumer decodes."""
+
+EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__  # type: ignore[attr-defined]
+EVENT_TYPES_BY_NAME: dict[str, type[Event]] = {t.__name__: t for t in EVENT_TYPES}

@@ -1,0 +1,96 @@
+"""Streams and subjects of the event log; ``proto/README.md`` is the human map of the same facts.
+
+One stream, ``TENON_EVENTS``, holds every event in one total order, which is what makes a range of the log
+replayable ("sequence 1,200 to 1,450") and lets ``tenon tap`` follow everything with one ordered consumer.
+Subjects partition it so that consumers filter cheaply:
+
+    tenon.cluster.node.<node>                     NodeObserved
+    tenon.cluster.pod.<namespace>.<pod>           BoundPodObserved
+    tenon.cluster.nodepools                       NodePoolsSnapshot
+    tenon.cluster.nodeclasses                     NodeClassesSnapshot
+    tenon.catalog.<nodeclass>                     CatalogSnapshot
+    tenon.pending                                 PendingBatch
+    tenon.nodeclaim.<nodeclaim>                   the NodeClaim lifecycle (an aggregate subject per claim)
+    tenon.disruption.decision                     DisruptionDecision
+    tenon.interruption.<provider>                 InterruptionNotice
+
+Dead letters go to their own stream, ``TENON_DEADLETTER``, on ``tenon.deadletter.<stream>.<consumer>``, so a
+poison message never shares retention (or consumers) with the healthy log.
+
+Tokens come from Kubernetes names, which may hold dots (``ip-10-0-0-1.ec2.internal``); a dot would split the
+token, so :func:`token` maps it to ``_`` (not a legal character in a Kubernetes name, so it cannot collide).
+"""
+
+from __future__ import annotations
+
+EVENTS_STREAM = "TENON_EVENTS"
+DEADLETTER_STREAM = "TENON_DEADLETTER"
+
+ROOT = "tenon"
+ALL_EVENTS = "tenon.>"
+CLUSTER = "tenon.cluster.>"
+NODES = "tenon.cluster.node.*"
+BOUND_PODS = "tenon.cluster.pod.*.*"
+NODEPOOLS = "tenon.cluster.nodepools"
+NODECLASSES = "tenon.cluster.nodeclasses"
+CATALOGS = "tenon.catalog.*"
+PENDING = "tenon.pending"
+NODECLAIMS = "tenon.nodeclaim.*"
+DISRUPTION_DECISIONS = "tenon.disruption.decision"
+INTERRUPTIONS = "tenon.interruption.*"
+DEADLETTERS = "tenon.deadletter.>"
+
+EVENT_SUBJECTS: tuple[str, ...] = (
+    "tenon.cluster.>",
+    "tenon.catalog.>",
+    "tenon.pending",
+    "tenon.nodeclaim.>",
+    "tenon.disruption.>",
+    "tenon.interruption.>",
+)
+"""The subjects the events stream captures (``tenon.deadletter.>`` is deliberately not among them)."""
+
+
+def token(name: str) -> str:
+    """A Kubernetes name as one subject token."""
+    if not name:
+        raise ValueError("an empty name cannot be a subject token")
+    return name.replace(".", "_").replace("*", "_").replace(">", "_").replace(" ", "_")
+
+
+def node(name: str) -> str:
+    return f"tenon.cluster.node.{token(name)}"
+
+
+def bound_pod(namespace: str, name: str) -> str:
+    return f"tenon.cluster.pod.{token(namespace)}.{token(name)}"
+
+
+def catalog(nodeclass: str) -> str:
+    return f"tenon.catalog.{token(nodeclass)}"
+
+
+def nodeclaim(name: str) -> str:
+    return f"tenon.nodeclaim.{token(name)}"
+
+
+def interruption(provider: str) -> str:
+    return f"tenon.interruption.{token(provider)}"
+
+
+def deadletter(stream: str, consumer: str) -> str:
+    return f"tenon.deadletter.{token(stream)}.{token(consumer)}"
+
+
+def matches(subject_filter: str, subject: str) -> bool:
+    """NATS wildcard matching: ``*`` is one token, ``>`` (last) is one or more tokens."""
+    filter_tokens = subject_filter.split(".")
+    subject_tokens = subject.split(".")
+    for index, wanted in enumerate(filter_tokens):
+        if wanted == ">":
+            return len(subject_tokens) > index
+        if index >= len(subject_tokens):
+            return False
+        if wanted != "*" and wanted != subject_tokens[index]:
+            return False
+    return len(filter_tokens) == len(subject_tokens)

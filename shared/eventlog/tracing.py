@@ -1,0 +1,69 @@
+"""W3C trace context in message headers: one trace follows a Pending pod through every service.
+
+Publishing injects the current context (``traceparent``/``tracestate``) into the headers; the consumer runner
+extracts it and runs the handler inside a CONSUMER span that is a child of the producer's span, so whatever the
+handler publishes carries the same trace id. Spans go wherever the process's tracer provider sends them
+(:func:`configure_tracing` sets one up from ``OTEL_*`` environment variables; without it they are no-ops).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping
+
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind
+
+_tracer = trace.get_tracer("tenon.eventlog")
+
+
+def inject(headers: dict[str, str]) -> dict[str, str]:
+    """Add the current trace context to ``headers`` (in place) and return them."""
+    propagate.inject(headers)
+    return headers
+
+
+@contextlib.contextmanager
+def publish_span(subject: str, event_type: str) -> Iterator[None]:
+    with _tracer.start_as_current_span(
+        f"{subject} publish",
+        kind=SpanKind.PRODUCER,
+        attributes={
+            "messaging.system": "nats",
+            "messaging.destination.name": subject,
+            "tenon.event.type": event_type,
+        },
+    ):
+        yield
+
+
+@contextlib.contextmanager
+def consume_span(subject: str, headers: Mapping[str, str], consumer: str, sequence: int) -> Iterator[None]:
+    parent = propagate.extract(dict(headers))
+    with _tracer.start_as_current_span(
+        f"{subject} process",
+        context=parent,
+        kind=SpanKind.CONSUMER,
+        attributes={
+            "messaging.system": "nats",
+            "messaging.destination.name": subject,
+            "messaging.consumer.group.name": consumer,
+            "messaging.message.id": str(sequence),
+        },
+    ):
+        yield
+
+
+def configure_tracing(service_name: str) -> None:
+    """Install an SDK tracer provider when ``OTEL_TRACES_EXPORTER=console`` (the SDK's own exporters read
+    the other ``OTEL_*`` variables); otherwise leave the no-op default, which costs nothing."""
+    if os.environ.get("OTEL_TRACES_EXPORTER", "none") != "console":
+        return
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
+    trace.set_tracer_provider(provider)
