@@ -1,0 +1,1 @@
+"""launcher-capi: turns Planned NodeClaims into Cluster API Machines and publishes the MachineDeployment catalog."""
