@@ -32,7 +32,8 @@ The module has three layers, and only the middle one does I/O:
 
 Which flavor a MachineDeployment boots is, in order: its ``tenon.sh/flavor`` annotation; else the
 ``node.kubernetes.io/instance-type`` entry of its ``capacity.cluster-autoscaler.kubernetes.io/labels``
-annotation; else its own name. (The flavor is also written in the OpenStackMachineTemplate the
+annotation; else that label in ``spec.template.metadata.labels``; else its own name. (The two label steps are
+where the catalog takes the instance type's name from, so a type and its flavor share the name.) (The flavor is also written in the OpenStackMachineTemplate the
 MachineDeployment references, but reading that needs the management cluster; the annotation is the explicit,
 cheap way to say it.) Units follow Nova and CAPO: ``ram`` is MiB, so memory is ``<ram>Mi``; ``disk`` is the root
 disk in GiB and becomes ``ephemeral-disk`` (kubelet's ephemeral storage lives on the root filesystem). A
@@ -509,6 +510,15 @@ def flavor_name_for(md: Mapping[str, Any]) -> tuple[str | None, str]:
         instance_type = _labels_annotation(labels).get(INSTANCE_TYPE_LABEL)
         if instance_type:
             return instance_type, f"{INSTANCE_TYPE_LABEL} in annotation {LABELS_ANNOTATION}"
+    # The catalog names the instance type after this label too, so the flavor and the type name agree.
+    spec = md.get("spec")
+    template = spec.get("template") if isinstance(spec, Mapping) else None
+    template_metadata = template.get("metadata") if isinstance(template, Mapping) else None
+    template_labels = template_metadata.get("labels") if isinstance(template_metadata, Mapping) else None
+    if isinstance(template_labels, Mapping):
+        instance_type = template_labels.get(INSTANCE_TYPE_LABEL)
+        if isinstance(instance_type, str) and instance_type.strip():
+            return instance_type.strip(), f"label {INSTANCE_TYPE_LABEL} in spec.template.metadata.labels"
     name = metadata.get("name")
     if isinstance(name, str) and name:
         return name, "the MachineDeployment's name"

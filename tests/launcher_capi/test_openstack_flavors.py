@@ -258,6 +258,13 @@ def test_silent_endpoint_times_out_after_timeout_seconds() -> None:
         assert time.monotonic() - started < 3
 
 
+def test_region_without_compute_is_a_clear_error(cloud: OpenStackStub) -> None:
+    settings = settings_for(cloud, regionName="RegionTwo")
+
+    with pytest.raises(OpenStackError, match=r'ClusterAPINodeClass "default".*compute.*RegionTwo'):
+        read_flavors(settings)
+
+
 def test_unread_secret_fails_before_any_request(cloud: OpenStackStub) -> None:
     settings = openstack_settings_from_nodeclass(nodeclass({"auth": auth_spec(cloud)}))
     assert settings is not None and settings.secret_refs() == [PASSWORD_REF]
@@ -314,12 +321,18 @@ def test_empty_annotation_counts_as_missing() -> None:
         ("workers-a", {LABELS_ANNOTATION: "tier=web, node.kubernetes.io/instance-type=c3-8"}, "4",
          "node.kubernetes.io/instance-type in annotation"),
         ("gpu-a", {LABELS_ANNOTATION: "tier=web"}, "16", "the MachineDeployment's name"),
+        ("gpu-a", {"template-label": "c3-8"}, "4", "label node.kubernetes.io/instance-type in spec.template"),
+        ("workers-a", {"template-label": "c3-8", LABELS_ANNOTATION: "node.kubernetes.io/instance-type=gpu-a"},
+         "16", "node.kubernetes.io/instance-type in annotation"),
     ],
 )
 def test_which_flavor_a_machine_deployment_uses(
     name: str, annotations: dict[str, str], expected_cpu: str, source: str
 ) -> None:
-    [enriched], [note] = enrich_machine_deployments([machine_deployment(name, annotations)], FLAVORS, {})
+    md = machine_deployment(name, {k: v for k, v in annotations.items() if k != "template-label"})
+    if "template-label" in annotations:
+        md["spec"]["template"] = {"metadata": {"labels": {"node.kubernetes.io/instance-type": annotations["template-label"]}}}
+    [enriched], [note] = enrich_machine_deployments([md], FLAVORS, {})
     assert enriched["metadata"]["annotations"][CPU_ANNOTATION] == expected_cpu
     assert source in note
 
