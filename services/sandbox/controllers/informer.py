@@ -1,0 +1,245 @@
+"""List-then-watch caches and delayed work queues: the plumbing every sandbox controller runs on.
+
+Controllers follow the client-go pattern, in-process against the sandbox ``Store``:
+
+* an :class:`Informer` lists a resource, keeps a local copy of every object (``objects``, keyed by
+  ``namespace/name``), then watches from the list's resourceVersion and calls its handlers with
+  ``(event_type, new, old)`` for every change. If the watch ends it resumes from the last resourceVersion it
+  saw; if the store answers 410 Expired (history compacted) it re-lists and emits the differences as
+  synthetic ADDED/MODIFIED/DELETED events, so handlers never miss a deletion. It also re-lists every
+  ``resync_period`` seconds as a safety net, which is also what makes a controller recover from a bug or a
+  dropped write.
+* a :class:`WorkQueue` holds keys to reconcile, each at most once, with the earliest due time winning; a
+  worker (:func:`run_worker`) pops due keys and calls the controller's synchronous ``reconcile(key)``, which
+  returns ``None`` when done or a delay in seconds to be called again (the simulated component is waiting
+  for a timer to expire). An ``ApiError`` such as a 409 Conflict from a stale write re-queues the key after a
+  short backoff rather than killing the controller.
+
+Handlers run inside the watch task and must be quick: they update indexes and enqueue keys; the writes
+happen in ``reconcile``. The store is synchronous and in-process, so a reconcile is a short, non-blocking
+sequence of calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+from collections.abc import Callable, Hashable
+from typing import Any, Protocol
+
+from services.sandbox.errors import ApiError, Expired
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[str, dict[str, Any], dict[str, Any] | None], None]
+
+
+class WatchLike(Protocol):
+    def __aiter__(self) -> Any: ...
+    def close(self) -> Any: ...
+
+
+class StoreLike(Protocol):
+    """The part of ``services.sandbox.store.Store`` the controllers use."""
+
+    def resource(self, api_version: str, kind_or_plural: str) -> Any: ...
+    def get(self, rt: Any, name: str, namespace: str | None = None) -> dict[str, Any]: ...
+    def list(self, rt: Any, namespace: str | None = None, label_selector: Any = None,
+             field_selector: Any = None) -> tuple[list[dict[str, Any]], str]: ...
+    def create(self, rt: Any, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]: ...
+    def update(self, rt: Any, obj: dict[str, Any], subresource: str | None = None) -> dict[str, Any]: ...
+    def delete(self, rt: Any, name: str, namespace: str | None = None, grace_period_seconds: int | None = None,
+               propagation_policy: str = "Background") -> Any: ...
+    def bind(self, name: str, namespace: str, node_name: str,
+             annotations: dict[str, str] | None = None) -> Any: ...
+    def evict(self, name: str, namespace: str, delete_options: dict[str, Any] | None = None) -> Any: ...
+    def watch(self, rt: Any, namespace: str | None = None, resource_version: str | None = None,
+              label_selector: Any = None, field_selector: Any = None) -> Any: ...
+
+
+def object_key(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
+
+
+def split_key(key: str) -> tuple[str | None, str]:
+    if "/" in key:
+        namespace, name = key.split("/", 1)
+        return namespace, name
+    return None, key
+
+
+class Informer:
+    def __init__(self, store: StoreLike, rt: Any, resync_period: float, name: str = "") -> None:
+        self.store = store
+        self.rt = rt
+        self.resync_period = resync_period
+        self.name = name or getattr(rt, "plural", str(rt))
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.handlers: list[Handler] = []
+        self.synced = asyncio.Event()
+        self._resource_version: str | None = None
+
+    def add_handler(self, handler: Handler) -> None:
+        self.handlers.append(handler)
+
+    def _emit(self, event_type: str, new: dict[str, Any], old: dict[str, Any] | None) -> None:
+        for handler in self.handlers:
+            try:
+                handler(event_type, new, old)
+            except Exception:  # a handler bug must not stop the cache
+                log.exception("sandbox informer %s: handler failed on %s %s", self.name, event_type, object_key(new))
+
+    def _relist(self) -> None:
+        items, resource_version = self.store.list(self.rt)
+        fresh = {object_key(obj): obj for obj in items}
+        for key, gone in list(self.objects.items()):
+            if key not in fresh:
+                del self.objects[key]
+                self._emit("DELETED", gone, gone)
+        for key, obj in fresh.items():
+            old = self.objects.get(key)
+            self.objects[key] = obj
+            if old is None:
+                self._emit("ADDED", obj, None)
+            elif (old.get("metadata") or {}).get("resourceVersion") != (obj.get("metadata") or {}).get(
+                "resourceVersion"
+            ):
+                self._emit("MODIFIED", obj, old)
+        self._resource_version = resource_version
+        self.synced.set()
+
+    def _apply(self, event_type: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        if meta.get("resourceVersion"):
+            self._resource_version = meta["resourceVersion"]
+        if event_type == "BOOKMARK":
+            return
+        key = object_key(obj)
+        old = self.objects.get(key)
+        if event_type == "DELETED":
+            self.objects.pop(key, None)
+            self._emit("DELETED", obj, old)
+            return
+        self.objects[key] = obj
+        self._emit("ADDED" if old is None else "MODIFIED", obj, old)
+
+    async def run(self) -> None:
+        """List, then watch until cancelled; re-list on 410 and every ``resync_period``."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                self._relist()
+            except ApiError as err:
+                log.warning("sandbox informer %s: list failed: %s", self.name, err)
+                await asyncio.sleep(min(1.0, self.resync_period))
+                continue
+            deadline = loop.time() + self.resync_period
+            while loop.time() < deadline:
+                try:
+                    watch = self.store.watch(self.rt, resource_version=self._resource_version)
+                except Expired:
+                    break
+                try:
+                    expired = await self._consume(watch, deadline)
+                finally:
+                    with contextlib.suppress(Exception):
+                        result = watch.close()
+                        if asyncio.iscoroutine(result):
+                            await result
+                if expired:
+                    break
+
+    async def _consume(self, watch: Any, deadline: float) -> bool:
+        """Feed events until the watch ends or the resync deadline; True if the history expired."""
+        loop = asyncio.get_running_loop()
+        iterator = watch.__aiter__()
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            try:
+                event = await asyncio.wait_for(iterator.__anext__(), remaining)
+            except (StopAsyncIteration, TimeoutError):
+                return False
+            except Expired:
+                return True
+            event_type = getattr(event, "type", None) or event["type"]
+            obj = getattr(event, "object", None) or event["object"]
+            if event_type == "ERROR":
+                return True
+            self._apply(event_type, obj)
+
+
+class WorkQueue:
+    """Keys to reconcile, each queued once at its earliest due time (loop clock)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Hashable]] = []
+        self._due: dict[Hashable, float] = {}
+        self._seq = 0
+        self._wakeup = asyncio.Event()
+
+    def add(self, key: Hashable, delay: float = 0.0) -> None:
+        due = asyncio.get_running_loop().time() + max(0.0, delay)
+        current = self._due.get(key)
+        if current is not None and current <= due:
+            return
+        self._due[key] = due
+        self._seq += 1
+        heapq.heappush(self._heap, (due, self._seq, key))
+        self._wakeup.set()
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+    async def get(self) -> Hashable:
+        loop = asyncio.get_running_loop()
+        while True:
+            while self._heap and self._due.get(self._heap[0][2]) != self._heap[0][0]:
+                heapq.heappop(self._heap)  # superseded by an earlier due time
+            if self._heap:
+                due, _, key = self._heap[0]
+                wait = due - loop.time()
+                if wait <= 0:
+                    heapq.heappop(self._heap)
+                    del self._due[key]
+                    return key
+            else:
+                wait = None
+            self._wakeup.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), wait)
+
+
+Reconcile = Callable[[Any], float | None]
+
+
+async def run_worker(name: str, queue: WorkQueue, reconcile: Reconcile, batch_yield: int = 50) -> None:
+    """Pop due keys and reconcile them until cancelled; errors re-queue the key with backoff."""
+    failures: dict[Hashable, int] = {}
+    done = 0
+    while True:
+        key = await queue.get()
+        try:
+            again = reconcile(key)
+        except ApiError as err:
+            count = failures.get(key, 0) + 1
+            failures[key] = count
+            log.debug("sandbox %s: %s on %s, retry %d", name, err.reason, key, count)
+            queue.add(key, min(2.0, 0.01 * 2**count))
+        except Exception:
+            count = failures.get(key, 0) + 1
+            failures[key] = count
+            log.exception("sandbox %s: reconcile of %s failed", name, key)
+            queue.add(key, min(10.0, 0.1 * 2**count))
+        else:
+            failures.pop(key, None)
+            if again is not None:
+                queue.add(key, again)
+        done += 1
+        if done % batch_yield == 0:
+            await asyncio.sleep(0)  # let watches and the API server run between bursts

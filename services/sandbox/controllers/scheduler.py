@@ -1,0 +1,258 @@
+"""The simulated kube-scheduler: binds pending pods to nodes, or marks them Unschedulable.
+
+Which pods: ``spec.nodeName`` empty, ``spec.schedulerName`` unset or ``default-scheduler``, no
+``schedulingGates``, not terminating, not terminal. Everything else is left alone, so a second scheduler (or
+a test) can own some pods.
+
+How it runs (the real scheduler's queue, simplified):
+
+* two informers (pods, nodes on the workload store) keep a :class:`ClusterState` current;
+* a pending pod is *active* (try now) or *backing off* (try at ``next_try``). A new pod is active at once.
+  Each failed attempt doubles its backoff from ``scheduler_backoff_initial`` up to
+  ``scheduler_backoff_max``. A cluster change that can make a pod fit (a node added or changed, a bound pod
+  deleted or finished) makes every backing-off pod due at the end of its *current* backoff rather than
+  waiting for a later one: pods never spin, but they also never miss a change;
+* one task runs scheduling cycles: it takes the due pods in priority order (``spec.priority`` high first,
+  then creation order), asks :func:`choose_node` for each, and either **binds** (the ``pods/binding``
+  semantics: ``spec.nodeName`` set, ``PodScheduled=True``) and books the pod in the cache at once, or writes
+  ``PodScheduled=False``, reason ``Unschedulable``, message ``"0/N nodes are available: ..."`` through the
+  status subresource (only when the message changed) and a ``FailedScheduling`` Warning Event. Within a cycle,
+  pods with the same scheduling requirements that already failed are not re-filtered
+  (``equivalence_key``), which keeps a 10,000-pod backlog against 1,000 nodes workable.
+
+All decisions are made by the pure code in ``scheduling_filters.py``; this module only moves data between
+the store and that code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from services.sandbox.controllers.cluster_state import ClusterState
+from services.sandbox.controllers.conditions import set_condition
+from services.sandbox.controllers.events import EventRecorder
+from services.sandbox.controllers.informer import Informer, StoreLike
+from services.sandbox.controllers.predicates import get_condition, is_terminal, is_terminating, pod_key
+from services.sandbox.controllers.scheduling_filters import Decision, choose_node, equivalence_key
+from services.sandbox.errors import ApiError, Conflict, NotFound
+from services.sandbox.profiles import TimingProfile
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SCHEDULER = "default-scheduler"
+CYCLE_YIELD_EVERY = 100  # pods decided between two yields to the event loop
+
+
+def wants_scheduling(pod: dict[str, Any]) -> bool:
+    spec = pod.get("spec") or {}
+    return (
+        not spec.get("nodeName")
+        and (spec.get("schedulerName") or DEFAULT_SCHEDULER) == DEFAULT_SCHEDULER
+        and not spec.get("schedulingGates")
+        and not is_terminating(pod)
+        and not is_terminal(pod)
+    )
+
+
+@dataclass
+class _Pending:
+    attempts: int = 0
+    next_try: float = 0.0
+    backoff_until: float = 0.0  # end of the current backoff (a cluster change moves next_try here)
+
+
+def pod_node_changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+    """Did a node change in a way that can make a pending pod fit?"""
+    if old is None:
+        return True
+    for path in (("metadata", "labels"), ("spec", "taints"), ("spec", "unschedulable"),
+                 ("status", "allocatable"), ("status", "capacity"), ("status", "conditions")):
+        a: Any = old
+        b: Any = new
+        for part in path:
+            a = (a or {}).get(part)
+            b = (b or {}).get(part)
+        if a != b:
+            return True
+    return False
+
+
+class Scheduler:
+    def __init__(self, store: StoreLike, profile: TimingProfile) -> None:
+        self.store = store
+        self.profile = profile
+        self.pods_rt = store.resource("v1", "Pod")
+        self.nodes_rt = store.resource("v1", "Node")
+        self.state = ClusterState()
+        self.pending: dict[str, _Pending] = {}
+        self.pod_informer = Informer(store, self.pods_rt, profile.resync_period, "scheduler-pods")
+        self.node_informer = Informer(store, self.nodes_rt, profile.resync_period, "scheduler-nodes")
+        self.pod_informer.add_handler(self._on_pod)
+        self.node_informer.add_handler(self._on_node)
+        self.events = EventRecorder(store, DEFAULT_SCHEDULER, min_interval=max(1.0, profile.scheduler_backoff_max))
+        self._wakeup = asyncio.Event()
+        self.binds = 0
+        self.failures = 0
+
+    # ------------------------------------------------------------------------------------- event handlers
+    def _now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def _on_pod(self, event_type: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
+        key = pod_key(pod)
+        if event_type == "DELETED":
+            entry = self.state.pods.get(key)
+            was_bound = entry is not None and entry.node_name is not None
+            self.state.remove_pod(key)
+            self.pending.pop(key, None)
+            self.events.forget(str((pod.get("metadata") or {}).get("uid")))
+            if was_bound:
+                self._cluster_changed()
+            return
+        before = self.state.pods.get(key)
+        was_counted = before is not None and before.node_name is not None
+        entry = self.state.upsert_pod(pod)
+        if entry is None:
+            self.pending.pop(key, None)
+            return
+        if wants_scheduling(pod):
+            if key not in self.pending:
+                self.pending[key] = _Pending(next_try=self._now())
+                self._wakeup.set()
+        else:
+            self.pending.pop(key, None)
+            if was_counted and entry.node_name is None:
+                self._cluster_changed()  # a bound pod finished: its node has room again
+
+    def _on_node(self, event_type: str, node: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if event_type == "DELETED":
+            self.state.remove_node(node["metadata"]["name"])
+            return
+        self.state.upsert_node(node)
+        if pod_node_changed(old, node):
+            self._cluster_changed()
+
+    def _cluster_changed(self) -> None:
+        for item in self.pending.values():
+            if item.next_try > item.backoff_until:
+                item.next_try = item.backoff_until
+        self._wakeup.set()
+
+    # ---------------------------------------------------------------------------------------------- loop
+    async def run(self) -> None:
+        tasks = [asyncio.create_task(self.node_informer.run()), asyncio.create_task(self.pod_informer.run())]
+        try:
+            await self.node_informer.synced.wait()
+            await self.pod_informer.synced.wait()
+            while True:
+                for task in tasks:
+                    if task.done():
+                        task.result()  # surface an informer crash
+                await self._cycle()
+                await self._sleep_until_due()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _sleep_until_due(self) -> None:
+        now = self._now()
+        earliest = min((p.next_try for p in self.pending.values()), default=None)
+        if earliest is not None and earliest <= now:
+            await asyncio.sleep(0)
+            return
+        self._wakeup.clear()
+        timeout = None if earliest is None else earliest - now
+        try:
+            await asyncio.wait_for(self._wakeup.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    def _due_pods(self) -> list[str]:
+        now = self._now()
+        due = [key for key, item in self.pending.items() if item.next_try <= now]
+
+        def order(key: str) -> tuple[int, str, str]:
+            pod = self.state.pods[key].pod
+            return (
+                -int((pod.get("spec") or {}).get("priority") or 0),
+                str((pod.get("metadata") or {}).get("creationTimestamp") or ""),
+                key,
+            )
+
+        return sorted((k for k in due if k in self.state.pods), key=order)
+
+    async def _cycle(self) -> None:
+        failed_classes: dict[str, Decision] = {}
+        for index, key in enumerate(self._due_pods()):
+            if index and index % CYCLE_YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+            entry = self.state.pods.get(key)
+            item = self.pending.get(key)
+            if entry is None or item is None or not wants_scheduling(entry.pod):
+                continue
+            klass = equivalence_key(entry.pod, entry.requests)
+            decision = failed_classes.get(klass) if klass is not None else None
+            if decision is None:
+                try:
+                    decision = choose_node(entry.pod, entry.requests, self.state)
+                except ValueError as err:  # malformed affinity/selector: report it on the pod
+                    decision = Decision(None, f"pod {key}: {err}")
+            if decision.node_name is not None:
+                if self._bind(entry.pod, decision.node_name):
+                    self.state.assume(key, decision.node_name)
+                    self.pending.pop(key, None)
+                    self.binds += 1
+                    continue
+                decision = Decision(None, f"binding to node {decision.node_name} failed; will retry")
+            elif klass is not None:
+                failed_classes[klass] = decision
+            self._mark_unschedulable(entry.pod, decision.message)
+            self.failures += 1
+            item.attempts += 1
+            backoff = min(
+                self.profile.scheduler_backoff_max,
+                self.profile.scheduler_backoff_initial * 2 ** (item.attempts - 1),
+            )
+            item.backoff_until = self._now() + backoff
+            # With nothing changing, the pod waits for the periodic flush (the real scheduler's
+            # unschedulable queue); a cluster change brings it back at ``backoff_until``.
+            item.next_try = self._now() + max(backoff, self.profile.resync_period)
+
+    # -------------------------------------------------------------------------------------------- writes
+    def _bind(self, pod: dict[str, Any], node_name: str) -> bool:
+        """``POST pods/{name}/binding``: the store sets ``spec.nodeName`` and ``PodScheduled=True``."""
+        meta = pod["metadata"]
+        namespace = meta.get("namespace") or "default"
+        try:
+            self.store.bind(meta["name"], namespace, node_name)
+        except (Conflict, NotFound) as err:
+            log.debug("sandbox scheduler: binding %s/%s -> %s failed: %s", namespace, meta["name"], node_name, err)
+            return False
+        except ApiError as err:
+            log.warning("sandbox scheduler: binding %s/%s -> %s failed: %s", namespace, meta["name"], node_name, err)
+            return False
+        return True
+
+    def _mark_unschedulable(self, pod: dict[str, Any], message: str) -> None:
+        current = get_condition(pod, "PodScheduled")
+        if not (
+            current
+            and current.get("status") == "False"
+            and current.get("reason") == "Unschedulable"
+            and current.get("message") == message
+        ):
+            meta = pod["metadata"]
+            namespace = meta.get("namespace") or "default"
+            try:
+                fresh = self.store.get(self.pods_rt, meta["name"], namespace)
+                if wants_scheduling(fresh):
+                    set_condition(fresh, "PodScheduled", "False", "Unschedulable", message)
+                    self.store.update(self.pods_rt, fresh, subresource="status")
+            except ApiError as err:
+                log.debug("sandbox scheduler: status of %s/%s not written: %s", namespace, meta["name"], err)
+        self.events.record(pod, "Warning", "FailedScheduling", message)
+

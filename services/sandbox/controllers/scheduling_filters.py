@@ -1,0 +1,344 @@
+"""The simulated kube-scheduler's decision for one pod: which node, or why none (pure logic, no I/O).
+
+:func:`choose_node` runs the default scheduler's filter plugins, in the real framework's order, against
+every node of a :class:`ClusterState`, and scores the survivors:
+
+1. ``NodeUnschedulable``: ``spec.unschedulable`` rejects unless the pod tolerates
+   ``node.kubernetes.io/unschedulable:NoSchedule`` -> "node(s) were unschedulable".
+2. ``NodeName``: a pod that names a node fits only there -> "node(s) didn't match the requested node name".
+3. ``TaintToleration``: the first ``NoSchedule``/``NoExecute`` taint not tolerated ->
+   "node(s) had untolerated taint {key: value}". The effective taints include ``not-ready`` for nodes no
+   kubelet has registered yet (``predicates.node_taints``).
+4. ``NodeAffinity``: ``nodeSelector`` and required node affinity ->
+   "node(s) didn't match Pod's node affinity/selector".
+5. ``NodeResourcesFit``: pod count against ``allocatable.pods`` ("Too many pods") and every requested
+   resource against allocatable minus what the node's pods request ("Insufficient cpu", ...; all of them).
+6. ``PodTopologySpread`` (``DoNotSchedule`` constraints only): the node must carry the topology key
+   ("... (missing required label)") and ``matching(domain) + self - globalMin <= maxSkew``, where the domains
+   are those of nodes passing the pod's node affinity (``nodeAffinityPolicy`` Honor by default) and, only
+   with ``nodeTaintsPolicy: Honor``, its taints; ``globalMin`` is 0 when fewer than ``minDomains`` exist.
+7. ``InterPodAffinity`` (required terms): the pod's anti-affinity, existing pods' anti-affinity against it
+   (symmetry), and the pod's affinity, with the "first pod of a self-affine set may land" exception.
+
+A node fails on the first plugin that rejects it, and the failure message counts nodes per reason, sorted,
+as ``FitError.Error()`` does: ``"0/3 nodes are available: 1 Insufficient cpu, 2 node(s) had untolerated
+taint {node.kubernetes.io/not-ready: }."``. With no nodes at all the message is the real scheduler's
+"no nodes available to schedule pods".
+
+Scoring is ``NodeResourcesFit`` least-allocated (the mean free fraction of cpu and memory after placing the
+pod), ties broken by node name, so decisions are deterministic. Preemption is not simulated. Pod affinity
+terms with a non-empty ``namespaceSelector`` select namespaces by their ``kubernetes.io/metadata.name``
+label only (the cache holds no Namespace objects); an empty one selects all namespaces.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from services.sandbox.controllers.cluster_state import ClusterState, NodeInfo, PodEntry
+from services.sandbox.controllers.predicates import (
+    UNSCHEDULABLE_TAINT_KEY,
+    is_terminating,
+    match_label_selector,
+    node_matches_pod,
+    pod_key,
+    tolerates,
+    untolerated_taint,
+)
+from services.sandbox.controllers.quantity import insufficient
+
+NO_NODES_MESSAGE = "no nodes available to schedule pods"
+_UNSCHEDULABLE_TAINT = {"key": UNSCHEDULABLE_TAINT_KEY, "effect": "NoSchedule"}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where the pod goes (``node_name``), or why it cannot go anywhere (``message``, per-reason counts)."""
+
+    node_name: str | None
+    message: str = ""
+    reasons: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def scheduled(self) -> bool:
+        return self.node_name is not None
+
+
+# ------------------------------------------------------------------------------------ pod affinity terms
+@dataclass(frozen=True)
+class _Term:
+    topology_key: str
+    selector: Mapping[str, Any]
+    namespaces: frozenset[str] | None  # None = all namespaces
+
+
+def _affinity_terms(pod: Mapping[str, Any], kind: str, known_namespaces: Iterable[str]) -> list[_Term]:
+    """Required ``podAffinity``/``podAntiAffinity`` terms of ``pod``, with matchLabelKeys folded in."""
+    spec = pod.get("spec") or {}
+    section = (spec.get("affinity") or {}).get(kind) or {}
+    namespace = (pod.get("metadata") or {}).get("namespace") or "default"
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    terms: list[_Term] = []
+    for raw in section.get("requiredDuringSchedulingIgnoredDuringExecution") or []:
+        selector = raw.get("labelSelector")
+        if selector is None:
+            continue  # a term with no selector matches no pod
+        expressions = list(selector.get("matchExpressions") or [])
+        for key in raw.get("matchLabelKeys") or []:
+            if key in labels:
+                expressions.append({"key": key, "operator": "In", "values": [labels[key]]})
+        for key in raw.get("mismatchLabelKeys") or []:
+            if key in labels:
+                expressions.append({"key": key, "operator": "NotIn", "values": [labels[key]]})
+        merged = {"matchLabels": selector.get("matchLabels") or {}, "matchExpressions": expressions}
+        ns_selector = raw.get("namespaceSelector")
+        namespaces: frozenset[str] | None
+        if ns_selector is not None and not ns_selector.get("matchLabels") and not ns_selector.get(
+            "matchExpressions"
+        ):
+            namespaces = None
+        else:
+            listed = set(raw.get("namespaces") or [])
+            if ns_selector is not None:
+                listed |= {
+                    ns
+                    for ns in known_namespaces
+                    if match_label_selector(ns_selector, {"kubernetes.io/metadata.name": ns})
+                }
+            namespaces = frozenset(listed or {namespace})
+        terms.append(_Term(raw.get("topologyKey") or "", merged, namespaces))
+    return terms
+
+
+def _cached_anti_terms(entry: PodEntry, state: ClusterState) -> list[_Term]:
+    """An existing pod's anti-affinity terms, parsed once per pod version."""
+    terms = entry.cache.get("anti_terms")
+    if terms is None:
+        terms = _affinity_terms(entry.pod, "podAntiAffinity", state.pods_by_namespace)
+        entry.cache["anti_terms"] = terms
+    return terms  # type: ignore[no-any-return]
+
+
+def _term_matches(term: _Term, pod: Mapping[str, Any]) -> bool:
+    meta = pod.get("metadata") or {}
+    if term.namespaces is not None and (meta.get("namespace") or "default") not in term.namespaces:
+        return False
+    return match_label_selector(term.selector, meta.get("labels"))
+
+
+# ---------------------------------------------------------------------------------- per-pod precompute
+class _PodContext:
+    """What the per-node filters need, computed once per pod (the framework's PreFilter state)."""
+
+    def __init__(self, pod: Mapping[str, Any], requests: Mapping[str, int], state: ClusterState) -> None:
+        self.pod = pod
+        self.requests = requests
+        spec = pod.get("spec") or {}
+        self.key = pod_key(pod)
+        self.tolerations = spec.get("tolerations") or []
+        self.node_name = spec.get("nodeName") or ""
+        self.tolerates_unschedulable = any(tolerates(t, _UNSCHEDULABLE_TAINT) for t in self.tolerations)
+        self.anti_terms = _affinity_terms(pod, "podAntiAffinity", state.pods_by_namespace)
+        self.affinity_terms = _affinity_terms(pod, "podAffinity", state.pods_by_namespace)
+        self.spread = self._spread_constraints(pod, state)
+        self._prepare_inter_pod(state)
+
+    # ----- topology spread
+    def _spread_constraints(self, pod: Mapping[str, Any], state: ClusterState) -> list[dict[str, Any]]:
+        spec = pod.get("spec") or {}
+        meta = pod.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        labels = meta.get("labels") or {}
+        prepared: list[dict[str, Any]] = []
+        for raw in spec.get("topologySpreadConstraints") or []:
+            if raw.get("whenUnsatisfiable", "DoNotSchedule") != "DoNotSchedule":
+                continue
+            key = raw.get("topologyKey") or ""
+            selector = dict(raw.get("labelSelector") or {})
+            expressions = list(selector.get("matchExpressions") or [])
+            for label_key in raw.get("matchLabelKeys") or []:
+                if label_key in labels:
+                    expressions.append({"key": label_key, "operator": "In", "values": [labels[label_key]]})
+            selector = {"matchLabels": selector.get("matchLabels") or {}, "matchExpressions": expressions}
+            honor_affinity = raw.get("nodeAffinityPolicy", "Honor") == "Honor"
+            honor_taints = raw.get("nodeTaintsPolicy", "Ignore") == "Honor"
+            counts: Counter[str] = Counter()
+            domains: set[str] = set()
+            for info in state.nodes.values():
+                value = info.labels.get(key)
+                if value is None:
+                    continue
+                if honor_affinity and not node_matches_pod(pod, info.name, info.labels):
+                    continue
+                if honor_taints and untolerated_taint(self.tolerations, info.taints):
+                    continue
+                domains.add(value)
+            for entry, info in state.bound_pods_in_namespaces({namespace}):
+                value = info.labels.get(key)
+                if value in domains and not is_terminating(entry.pod) and entry.key != self.key:
+                    if match_label_selector(selector, (entry.pod.get("metadata") or {}).get("labels")):
+                        counts[value] += 1  # type: ignore[index]
+            min_domains = int(raw.get("minDomains") or 1)
+            if len(domains) < min_domains:
+                global_min = 0
+            else:
+                global_min = min((counts.get(d, 0) for d in domains), default=0)
+            prepared.append(
+                {
+                    "key": key,
+                    "max_skew": int(raw.get("maxSkew") or 1),
+                    "counts": counts,
+                    "global_min": global_min,
+                    "self": 1 if match_label_selector(selector, labels) else 0,
+                }
+            )
+        return prepared
+
+    # ----- inter-pod affinity
+    def _prepare_inter_pod(self, state: ClusterState) -> None:
+        # Domains (topology key, value) holding a pod matched by one of our anti-affinity terms.
+        self.anti_blocked: list[set[str]] = []
+        for term in self.anti_terms:
+            blocked: set[str] = set()
+            for entry, info in state.bound_pods_in_namespaces(term.namespaces):
+                value = info.labels.get(term.topology_key)
+                if value is not None and entry.key != self.key and _term_matches(term, entry.pod):
+                    blocked.add(value)
+            self.anti_blocked.append(blocked)
+        # Symmetry: existing pods whose anti-affinity matches us, as (topology key, value) pairs.
+        self.existing_blocked: set[tuple[str, str]] = set()
+        for key in state.anti_affinity_pods:
+            existing = state.pods.get(key)
+            if existing is None or existing.node_name is None or key == self.key:
+                continue
+            host = state.nodes.get(existing.node_name)
+            if host is None:
+                continue
+            for term in _cached_anti_terms(existing, state):
+                value = host.labels.get(term.topology_key)
+                if value is not None and _term_matches(term, self.pod):
+                    self.existing_blocked.add((term.topology_key, value))
+        # Affinity: per term, the domains holding a matching pod; plus whether any matching pod exists.
+        self.affinity_domains: list[set[str]] = []
+        self.affinity_any = False
+        for term in self.affinity_terms:
+            found: set[str] = set()
+            for entry, info in state.bound_pods_in_namespaces(term.namespaces):
+                if entry.key != self.key and _term_matches(term, entry.pod):
+                    self.affinity_any = True
+                    value = info.labels.get(term.topology_key)
+                    if value is not None:
+                        found.add(value)
+            self.affinity_domains.append(found)
+        self.self_affine = all(_term_matches(term, self.pod) for term in self.affinity_terms)
+
+    # ----- the filters, one per plugin; each returns None (pass) or the list of reasons
+    def filter(self, info: NodeInfo) -> list[str] | None:
+        if info.unschedulable and not self.tolerates_unschedulable:
+            return ["node(s) were unschedulable"]
+        if self.node_name and self.node_name != info.name:
+            return ["node(s) didn't match the requested node name"]
+        taint = untolerated_taint(self.tolerations, info.taints)
+        if taint is not None:
+            return [f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value') or ''}}}"]
+        if not node_matches_pod(self.pod, info.name, info.labels):
+            return ["node(s) didn't match Pod's node affinity/selector"]
+        reasons: list[str] = []
+        max_pods = info.allocatable.get("pods")
+        if max_pods is not None and info.pod_count + 1 > max_pods:
+            reasons.append("Too many pods")
+        request = {k: v for k, v in self.requests.items() if k != "pods"}
+        reasons.extend(f"Insufficient {name}" for name in insufficient(request, info.requested, info.allocatable))
+        if reasons:
+            return reasons
+        for constraint in self.spread:
+            value = info.labels.get(constraint["key"])
+            if value is None:
+                return ["node(s) didn't match pod topology spread constraints (missing required label)"]
+            skew = constraint["counts"].get(value, 0) + constraint["self"] - constraint["global_min"]
+            if skew > constraint["max_skew"]:
+                return ["node(s) didn't match pod topology spread constraints"]
+        for term, blocked in zip(self.anti_terms, self.anti_blocked, strict=True):
+            if info.labels.get(term.topology_key) in blocked:
+                return ["node(s) didn't match pod anti-affinity rules"]
+        for key, value in self.existing_blocked:
+            if info.labels.get(key) == value:
+                return ["node(s) didn't satisfy existing pods anti-affinity rules"]
+        if self.affinity_terms:
+            pods_exist = True
+            for term, domains in zip(self.affinity_terms, self.affinity_domains, strict=True):
+                value = info.labels.get(term.topology_key)
+                if value is None:
+                    return ["node(s) didn't match pod affinity rules"]
+                if value not in domains:
+                    pods_exist = False
+            if not pods_exist and not (not self.affinity_any and self.self_affine):
+                return ["node(s) didn't match pod affinity rules"]
+        return None
+
+    def score(self, info: NodeInfo) -> float:
+        """Least-allocated: mean free fraction of cpu and memory once the pod is placed (higher is better)."""
+        total = 0.0
+        for name in ("cpu", "memory"):
+            capacity = info.allocatable.get(name, 0)
+            if capacity <= 0:
+                continue
+            used = info.requested.get(name, 0) + self.requests.get(name, 0)
+            total += max(0.0, (capacity - used) / capacity)
+        return total / 2
+
+
+def failure_message(node_count: int, reasons: Counter[str]) -> str:
+    if node_count == 0:
+        return NO_NODES_MESSAGE
+    parts = sorted(f"{count} {reason}" for reason, count in reasons.items())
+    return f"0/{node_count} nodes are available: {', '.join(parts)}."
+
+
+def choose_node(pod: Mapping[str, Any], requests: Mapping[str, int], state: ClusterState) -> Decision:
+    """Filter every node, score the feasible ones, and pick the best (ties: node name)."""
+    context = _PodContext(pod, requests, state)
+    reasons: Counter[str] = Counter()
+    best: tuple[float, str] | None = None
+    nodes = state.nodes
+    candidates = [nodes[context.node_name]] if context.node_name in nodes else nodes.values()
+    for info in candidates:
+        failed = context.filter(info)
+        if failed is not None:
+            reasons.update(failed)
+            continue
+        ranked = (-context.score(info), info.name)
+        if best is None or ranked < best:
+            best = ranked
+    if best is not None:
+        return Decision(best[1])
+    if context.node_name and context.node_name not in nodes:
+        reasons["node(s) didn't match the requested node name"] += len(nodes)
+    return Decision(None, failure_message(len(nodes), reasons), tuple(sorted(reasons.items())))
+
+
+def equivalence_key(pod: Mapping[str, Any], requests: Mapping[str, int]) -> str | None:
+    """A key shared by pods that must get the same answer within one scheduling cycle, or None.
+
+    Within a cycle, state only changes by pods being booked, which can only make resource fit and
+    anti-affinity harder; so once a pod failed, an equivalent pod fails too and need not be re-filtered.
+    Pods with topology spread or pod affinity are excluded: booking a pod can make them *easier*.
+    """
+    spec = pod.get("spec") or {}
+    affinity = spec.get("affinity") or {}
+    if spec.get("topologySpreadConstraints") or affinity.get("podAffinity") or spec.get("nodeName"):
+        return None
+    meta = pod.get("metadata") or {}
+    return repr(
+        (
+            meta.get("namespace"),
+            sorted((meta.get("labels") or {}).items()),
+            sorted(requests.items()),
+            sorted((spec.get("nodeSelector") or {}).items()),
+            affinity,
+            spec.get("tolerations"),
+        )
+    )
