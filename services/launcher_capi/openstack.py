@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -190,7 +191,7 @@ class _Fields:
         if not isinstance(value, Mapping):
             raise NodeClassError(nodeclass, path, f"must be an object, got {type(value).__name__}")
         self.value: Mapping[str, Any] = value
-        unknown = sorted(set(value) - allowed)
+        unknown = sorted(str(key) for key in set(value) - allowed)
         if unknown:
             raise NodeClassError(
                 nodeclass, f"{path}.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(allowed))})"
@@ -264,7 +265,9 @@ def _parse_auth(nodeclass: str, raw: object) -> OpenStackAuth:
     if not re.match(r"^https?://[^/\s]+", auth_url):
         raise auth.error("authURL", f"must be an http(s) URL such as https://keystone.example.com/v3, got {auth_url!r}")
     username = auth.string("username", required=True)
-    password = auth.string("password")
+    password = auth.value.get("password")  # not stripped: whitespace may be part of a password
+    if password is not None and (not isinstance(password, str) or password == ""):
+        raise auth.error("password", "must be a non-empty string")
     password_ref = auth.secret_ref("passwordSecretRef", DEFAULT_PASSWORD_KEY)
     if (password is None) == (password_ref is None):
         raise auth.error("passwordSecretRef", "set exactly one of passwordSecretRef (recommended) and password")
@@ -366,6 +369,7 @@ def with_secrets(settings: OpenStackSettings, values: Mapping[SecretKeyRef, str]
             raise NodeClassError(
                 settings.nodeclass, "spec.openstack.auth.passwordSecretRef", f"{ref} not found or empty"
             )
+        # `kubectl create secret --from-file` keeps the file's final newline; no password ends in one.
         result = replace(result, auth=replace(auth, password=values[ref].rstrip("\n")))
     return result
 
@@ -461,6 +465,11 @@ def read_flavors(settings: OpenStackSettings) -> dict[str, Flavor]:
             f'{NODECLASS_KIND} "{settings.nodeclass}": {unresolved[0]} has not been read yet; '
             "pass the Secret contents through with_secrets() before read_flavors()"
         )
+    if settings.clouds_yaml_path is not None and not os.path.isfile(settings.clouds_yaml_path):
+        raise OpenStackError(
+            f'{NODECLASS_KIND} "{settings.nodeclass}": spec.openstack.cloudsYAMLPath: '
+            f"{settings.clouds_yaml_path} is not a file the launcher can read"
+        )
     try:
         conn = connection.Connection(config=_cloud_region(settings))
         try:
@@ -481,6 +490,12 @@ def read_flavors(settings: OpenStackSettings) -> dict[str, Flavor]:
         ) from exc
     except (ks.ClientException, sdk.SDKException, http.RequestException) as exc:
         raise OpenStackError(_explain(settings, exc)) from exc
+    except (yaml.YAMLError, OSError, ValueError, TypeError, KeyError) as exc:
+        # A malformed clouds.yaml (a string where a mapping belongs, say) surfaces as one of these.
+        raise OpenStackError(
+            f'{NODECLASS_KIND} "{settings.nodeclass}": OpenStack {settings.describe_endpoint()}: '
+            f"unusable configuration: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 # -- layer 3: flavors -> MachineDeployments (pure) -----------------------------------------------------------

@@ -177,6 +177,15 @@ def test_cloud_missing_from_clouds_yaml_file_is_a_clear_error(cloud: OpenStackSt
         read_flavors(settings)
 
 
+def test_missing_clouds_yaml_file_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "absent.yaml"
+    settings = openstack_settings_from_nodeclass(nodeclass({"cloud": "prod", "cloudsYAMLPath": str(path)}))
+    assert settings is not None
+
+    with pytest.raises(OpenStackError, match=rf"spec.openstack.cloudsYAMLPath: {path} is not a file"):
+        read_flavors(settings)
+
+
 def test_cloud_from_a_clouds_yaml_secret(cloud: OpenStackStub) -> None:
     ref = SecretKeyRef(namespace="capo-system", name="cloud-config", key="clouds.yaml")
     settings = openstack_settings_from_nodeclass(
