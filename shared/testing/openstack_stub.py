@@ -257,6 +257,13 @@ class OpenStackStub:
             return self._unauthorized("The request you have made requires authentication.")
         return None
 
+    @staticmethod
+    def _domain_matches(domain: object, name: str) -> bool:
+        """Keystone accepts a domain by name or by id; the stub's one domain has id ``default``."""
+        if not isinstance(domain, dict):
+            return False
+        return domain.get("name") == name or domain.get("id") == "default"
+
     # -- identity --------------------------------------------------------------------------------------------
 
     def _keystone_v3(self) -> dict[str, Any]:
@@ -286,16 +293,14 @@ class OpenStackStub:
             )
         if "password" not in identity.get("methods", []):
             return self._unauthorized("Only password authentication is offered by this stub.")
-        user_domain = (user.get("domain") or {}).get("name", user.get("domain", {}).get("id"))
         name_ok = user.get("name") == self.username or user.get("id") == self.user_id
-        domain_ok = user.get("id") == self.user_id or user_domain in (self.user_domain_name, "default")
+        domain_ok = user.get("id") == self.user_id or self._domain_matches(user.get("domain"), self.user_domain_name)
         if not (name_ok and domain_ok and user.get("password") == self.password):
             return self._unauthorized("The request you have made requires authentication.")
         project = ((body["auth"].get("scope") or {}).get("project")) or {}
-        project_domain = (project.get("domain") or {}).get("name", (project.get("domain") or {}).get("id"))
         project_ok = project.get("id") == self.project_id or (
             project.get("name") == self.project_name
-            and project_domain in (self.project_domain_name, "default")
+            and self._domain_matches(project.get("domain"), self.project_domain_name)
         )
         if not project_ok:
             return self._unauthorized(f"User {self.user_id} has no access to project {project}")

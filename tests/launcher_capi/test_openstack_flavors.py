@@ -215,6 +215,18 @@ def test_wrong_password_is_a_clear_error(cloud: OpenStackStub) -> None:
     assert not any("flavors" in r.path for r in cloud.requests), "no compute call without a token"
 
 
+@pytest.mark.parametrize(
+    ("field", "value"), [("username", "mallory"), ("projectName", "other"), ("userDomainName", "LDAP")]
+)
+def test_wrong_user_project_or_domain_is_refused(cloud: OpenStackStub, field: str, value: str) -> None:
+    spec = {"auth": {**auth_spec(cloud), field: value}}
+    parsed = openstack_settings_from_nodeclass(nodeclass(spec))
+    assert parsed is not None
+
+    with pytest.raises(OpenStackError, match=r"refused the credentials \(HTTP 401\)"):
+        read_flavors(with_secrets(parsed, {PASSWORD_REF: cloud.password}))
+
+
 def test_wrong_password_in_clouds_yaml_secret_is_a_clear_error(cloud: OpenStackStub) -> None:
     ref = SecretKeyRef(namespace="capo-system", name="cloud-config", key="clouds.yaml")
     settings = openstack_settings_from_nodeclass(
@@ -462,3 +474,4 @@ def test_secret_problems_name_the_field() -> None:
         with_secrets(settings, {ref: "clouds: {a: {}, b: {}}"})
     with pytest.raises(NodeClassError, match=r"no top-level 'clouds' mapping"):
         with_secrets(settings, {ref: "- just a list"})
+
