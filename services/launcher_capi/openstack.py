@@ -22,8 +22,9 @@ The module has three layers, and only the middle one does I/O:
    service catalog, lists ``/flavors/detail`` (paged, extra specs inline at microversion 2.61) and returns the
    enabled flavors by name. Every failure - a cloud missing from clouds.yaml, a refused password, an endpoint
    that does not answer within ``timeoutSeconds`` - becomes one ``OpenStackError`` whose message says which
-   NodeClass, which endpoint and what to check. It blocks; async callers run it in a thread
-   (``await asyncio.to_thread(read_flavors, settings)``).
+   NodeClass, which endpoint and what to check. It blocks; async callers use ``load_flavors(settings,
+   read_secret)``, which reads the Secrets through the caller's ``read_secret`` and runs ``read_flavors`` in a
+   thread.
 3. **flavors -> MachineDeployments** (pure): ``enrich_machine_deployments`` returns copies of the
    MachineDeployments with the missing ``cpu``, ``memory`` and ``ephemeral-disk`` capacity annotations and the
    missing price filled in, and notes saying what was filled from where. Annotations already on a
@@ -43,11 +44,12 @@ Disabled flavors are left out: nothing can boot them.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
@@ -496,6 +498,24 @@ def read_flavors(settings: OpenStackSettings) -> dict[str, Flavor]:
             f'{NODECLASS_KIND} "{settings.nodeclass}": OpenStack {settings.describe_endpoint()}: '
             f"unusable configuration: {type(exc).__name__}: {exc}"
         ) from exc
+
+
+SecretReader = Callable[[SecretKeyRef], Awaitable[str | None]]
+
+
+async def load_flavors(settings: OpenStackSettings, read_secret: SecretReader) -> dict[str, Flavor]:
+    """Resolve the settings' Secrets with ``read_secret`` (None = not found), then ``read_flavors`` in a thread.
+
+    The launcher's one call: ``read_secret`` is its Kubernetes client (decoded text of one Secret key), so this
+    module stays free of Kubernetes I/O. Raises NodeClassError for missing Secrets, OpenStackError otherwise.
+    """
+    values: dict[SecretKeyRef, str] = {}
+    for ref in settings.secret_refs():
+        value = await read_secret(ref)
+        if value is not None:
+            values[ref] = value
+    resolved = with_secrets(settings, values)
+    return await asyncio.to_thread(read_flavors, resolved)
 
 
 # -- layer 3: flavors -> MachineDeployments (pure) -----------------------------------------------------------

@@ -32,6 +32,7 @@ from services.launcher_capi.openstack import (
     OpenStackError,
     SecretKeyRef,
     enrich_machine_deployments,
+    load_flavors,
     openstack_settings_from_nodeclass,
     read_flavors,
     with_secrets,
@@ -142,6 +143,31 @@ async def test_read_flavors_from_async_code_in_a_thread() -> None:
     async with OpenStackStub(flavors=[nova_flavor("m1.small", vcpus=1, ram_mib=2048, disk_gib=20)]) as stub:
         flavors = await asyncio.to_thread(read_flavors, settings_for(stub))
     assert flavors == {"m1.small": Flavor("m1.small", vcpus=1, ram_mib=2048, disk_gib=20, extra_specs={})}
+
+
+async def test_load_flavors_reads_secrets_through_the_callers_reader(cloud: OpenStackStub) -> None:
+    settings = openstack_settings_from_nodeclass(nodeclass({"auth": auth_spec(cloud)}))
+    assert settings is not None
+    asked: list[SecretKeyRef] = []
+
+    async def read_secret(ref: SecretKeyRef) -> str | None:
+        asked.append(ref)
+        return cloud.password + "\n"  # as `kubectl create secret --from-file` stores it
+
+    assert (await load_flavors(settings, read_secret))["c3-8"].vcpus == 4
+    assert asked == [PASSWORD_REF]
+
+
+async def test_load_flavors_with_a_missing_secret_names_the_field(cloud: OpenStackStub) -> None:
+    settings = openstack_settings_from_nodeclass(nodeclass({"auth": auth_spec(cloud)}))
+    assert settings is not None
+
+    async def no_secrets(ref: SecretKeyRef) -> str | None:
+        return None
+
+    with pytest.raises(NodeClassError, match=r"spec.openstack.auth.passwordSecretRef: Secret kube-system/"):
+        await load_flavors(settings, no_secrets)
+    assert cloud.requests == []
 
 
 def test_cloud_from_a_clouds_yaml_file(cloud: OpenStackStub, tmp_path: Path) -> None:
