@@ -377,7 +377,7 @@ def with_secrets(settings: OpenStackSettings, values: Mapping[SecretKeyRef, str]
 
 
 # -- layer 2: settings -> flavors (blocking I/O) -------------------------------------------------------------
-# openstacksdk is imported inside these functions: importing it takes about 0.5 s, which the pure layers (and
+# openstacksdk is imported inside these functions: importing it takes about 0.35 s, which the pure layers (and
 # `tenon simulate`, which validates NodeClasses) should not pay.
 
 
