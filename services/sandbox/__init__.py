@@ -1,0 +1,35 @@
+"""The sandbox: a local Kubernetes cluster that real clients (kubernetes-asyncio, ``kubectl``) can drive.
+
+No kube-apiserver, kind, k3s or Docker engine can run on our machines, so tenon brings its own cluster. The
+sandbox speaks the Kubernetes HTTP API closely enough that tenon's services and ``kubectl`` work against it
+unchanged, and it *behaves* like a cluster: pods get scheduled, nodes boot, Cluster API machines appear.
+
+Layers (each module one concept, pure logic apart from I/O):
+
+``resources``
+    The registry of served kinds (group, version, plural, kind, scope, subresources, short names, selectable
+    fields). Everything else is driven from it: path parsing, discovery, OpenAPI, storage buckets.
+``selectors``, ``patching``, ``admission``
+    Pure functions: label/field selector parsing and matching; merge, strategic-merge and JSON patch;
+    defaulting and validation (so nothing a client cannot parse is ever stored).
+``store``
+    One cluster's state and the API semantics: global resourceVersion, optimistic concurrency (409),
+    ``generateName``, status subresources, finalizers and ``deletionTimestamp``, graceful pod deletion, owner
+    references with background garbage collection, binding, eviction with PodDisruptionBudgets, scale, and
+    watches (per-kind event ring buffer, one asyncio queue per watcher, 410 when too old, bookmarks). It is
+    synchronous except for watch iteration, so in-process controllers call it directly and cheaply.
+``server``
+    aiohttp translation of the REST API to store calls: list/watch streaming, discovery, a minimal OpenAPI v3
+    for ``kubectl apply``, errors as ``kind: Status``.
+``controllers`` and ``profiles``
+    The simulated control plane (Deployment/ReplicaSet/DaemonSet/PDB controllers, kube-scheduler, kubelet,
+    node lifecycle, Cluster API) running in-process against the stores, with delays from a timing profile
+    (``fast`` for tests, ``field`` modelled on measured timelines).
+``runtime``, ``kubeconfig``, ``testing``
+    One process hosting a workload and a management cluster on two ports with two kubeconfigs
+    (``tenon sandbox``), and ``running_sandbox()`` for tests.
+
+What is deliberately left out: authentication and RBAC, protobuf, server-side apply's field ownership
+(apply is approximated as a merge patch), Table rendering (kubectl falls back to ``NAME AGE`` columns),
+schema conversion between API versions of one kind, ``dryRun``, and persistence (state lives in memory).
+"""
