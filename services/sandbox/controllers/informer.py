@@ -65,6 +65,13 @@ def object_key(obj: dict[str, Any]) -> str:
     return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
 
 
+def _rv(obj: dict[str, Any]) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
 def split_key(key: str) -> tuple[str | None, str]:
     if "/" in key:
         namespace, name = key.split("/", 1)
@@ -121,8 +128,29 @@ class Informer:
         key = object_key(obj)
         old = self.objects.get(key)
         if event_type == "DELETED":
+            if old is None or (old.get("metadata") or {}).get("uid") != meta.get("uid"):
+                return  # already removed by write-through (or a newer object took the name)
             self.objects.pop(key, None)
             self._emit("DELETED", obj, old)
+            return
+        if old is not None and _rv(old) >= _rv(obj) and (old.get("metadata") or {}).get("uid") == meta.get("uid"):
+            return  # this version (or a newer one) is already in the cache via write-through
+        self.objects[key] = obj
+        self._emit("ADDED" if old is None else "MODIFIED", obj, old)
+
+    def observe_write(self, key: str, obj: dict[str, Any] | None) -> None:
+        """Write-through: put the result of our own write in the cache now, ahead of its watch event.
+
+        ``obj`` is what the store returned (None when the write removed the object). Without this a
+        controller acting twice before its watch catches up would, e.g., create the same pods twice.
+        """
+        old = self.objects.get(key)
+        if obj is None:
+            if old is not None:
+                del self.objects[key]
+                self._emit("DELETED", old, old)
+            return
+        if old is not None and _rv(old) >= _rv(obj):
             return
         self.objects[key] = obj
         self._emit("ADDED" if old is None else "MODIFIED", obj, old)

@@ -1,0 +1,77 @@
+"""The sandbox's controllers: what turns the object store into something that behaves like a cluster.
+
+:func:`run_controllers` runs, until cancelled, one task per simulated component against the **workload**
+store (pods, nodes, apps, policy) and the **management** store (Cluster API; it may be the same object):
+
+==========================  =================================================================================
+``scheduler.Scheduler``     kube-scheduler: binds pending pods or marks them ``PodScheduled=False/Unschedulable``
+``kubelet.Kubelet``         kubelets + node lifecycle: nodes NotReady -> Ready, pods Running, graceful deletes
+``deployments``             Deployment -> ReplicaSet -> Pods
+``daemonsets``              DaemonSet -> a pod per eligible node
+``disruption_budgets``      PodDisruptionBudget status (what eviction enforces)
+``nodes_gc``                pod GC of orphans and NoExecute taint eviction
+``cluster_api``             MachineDeployment -> Machines -> Nodes in the workload cluster
+==========================  =================================================================================
+
+Every controller is event-driven (list + watch through ``informer.Informer``) with a periodic re-list as a
+safety net, and times its simulated delays with the :class:`TimingProfile` it is given. Pure decision code
+lives in ``predicates``, ``scheduling_filters``, ``cluster_state``, ``machine_nodes`` and the ``*_status`` /
+builder functions of each module; the classes only move data between stores and that code.
+
+If one controller crashes, :func:`run_controllers` cancels the others and raises, so a broken sandbox fails
+loudly instead of silently stopping to schedule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from services.sandbox.controllers.cluster_api import ClusterApiController
+from services.sandbox.controllers.daemonsets import DaemonSetController
+from services.sandbox.controllers.deployments import DeploymentController
+from services.sandbox.controllers.disruption_budgets import DisruptionController
+from services.sandbox.controllers.informer import StoreLike
+from services.sandbox.controllers.kubelet import Kubelet
+from services.sandbox.controllers.nodes_gc import PodGarbageCollector
+from services.sandbox.controllers.scheduler import Scheduler
+from services.sandbox.profiles import TimingProfile
+
+__all__ = [
+    "ClusterApiController",
+    "DaemonSetController",
+    "DeploymentController",
+    "DisruptionController",
+    "Kubelet",
+    "PodGarbageCollector",
+    "Scheduler",
+    "build_controllers",
+    "run_controllers",
+]
+
+
+def build_controllers(workload: StoreLike, management: StoreLike, profile: TimingProfile) -> list[Any]:
+    """Every controller, constructed but not started (each has ``async run()``)."""
+    return [
+        Scheduler(workload, profile),
+        Kubelet(workload, profile),
+        DeploymentController(workload, profile),
+        DaemonSetController(workload, profile),
+        DisruptionController(workload, profile),
+        PodGarbageCollector(workload, profile),
+        ClusterApiController(management, workload, profile),
+    ]
+
+
+async def run_controllers(workload: StoreLike, management: StoreLike, profile: TimingProfile) -> None:
+    """Run every controller until cancelled; if one fails, stop the rest and re-raise its error."""
+    controllers = build_controllers(workload, management, profile)
+    tasks = [asyncio.create_task(c.run(), name=f"sandbox-{type(c).__name__}") for c in controllers]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            task.result()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
