@@ -51,12 +51,12 @@ def kubectl(api_sandbox: SandboxHandle, tmp_path: Path) -> KubectlRunner:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
            "KUBECACHEDIR": str(tmp_path / "cache"), "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
 
-    async def run(*args: str, stdin: str | None = None, timeout: float = 30.0) -> KubectlResult:
+    async def run(*args: str, stdin: str | None = None, limit_seconds: float = 30.0) -> KubectlResult:
         process = await asyncio.create_subprocess_exec(
             KUBECTL, "--kubeconfig", str(api_sandbox.workload_kubeconfig), "--cache-dir", str(tmp_path / "cache"),
             *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, env=env)
-        out, err = await asyncio.wait_for(process.communicate(stdin.encode() if stdin else None), timeout)
+        out, err = await asyncio.wait_for(process.communicate(stdin.encode() if stdin else None), limit_seconds)
         return KubectlResult(process.returncode or 0, out.decode(), err.decode())
 
     return run

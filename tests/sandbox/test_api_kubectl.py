@@ -1,0 +1,119 @@
+"""The machine's kubectl (v1.32) driving the sandbox: get, apply, scale, delete, cordon, drain."""
+
+from __future__ import annotations
+
+import json
+
+from services.sandbox.testing import SandboxHandle
+from tests.sandbox.conftest import KubectlRunner, node_manifest, pod_manifest
+
+DEPLOYMENT = """
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels: {team: blue}
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: app
+        image: registry.example/web:1
+"""
+
+NODEPOOL = """
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: general
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+  limits: {cpu: "100"}
+"""
+
+
+async def test_get_apply_scale_delete(api_sandbox: SandboxHandle, kubectl: KubectlRunner) -> None:
+    store = api_sandbox.workload_store
+    store.create(store.resource("v1", "Node"), node_manifest("node-a"))
+    nodes = await kubectl("get", "nodes")
+    assert nodes.code == 0, nodes.stderr
+    assert nodes.stdout.split()[:3] == ["NAME", "AGE", "node-a"] or "node-a" in nodes.stdout
+
+    created = await kubectl("apply", "-f", "-", stdin=DEPLOYMENT)
+    assert created.code == 0 and "deployment.apps/web created" in created.stdout, created.stderr
+    again = await kubectl("apply", "-f", "-", stdin=DEPLOYMENT)
+    assert "unchanged" in again.stdout, again.stderr
+    changed = await kubectl("apply", "-f", "-", stdin=DEPLOYMENT.replace("web:1", "web:2"))
+    assert "configured" in changed.stdout, changed.stderr
+    deployment = store.get(store.resource("apps/v1", "Deployment"), "web", "default")
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/web:2"
+    assert deployment["metadata"]["generation"] == 2
+
+    pool = await kubectl("apply", "-f", "-", stdin=NODEPOOL)
+    assert pool.code == 0 and "nodepool.karpenter.sh/general created" in pool.stdout, pool.stderr
+    pool_again = await kubectl("apply", "-f", "-", stdin=NODEPOOL.replace('"100"', '"200"'))
+    assert "configured" in pool_again.stdout, pool_again.stderr
+    assert store.get(store.resource("karpenter.sh/v1", "NodePool"), "general")["spec"]["limits"]["cpu"] == "200"
+
+    scaled = await kubectl("scale", "deployment/web", "--replicas=8")
+    assert scaled.code == 0, scaled.stderr
+    as_json = await kubectl("get", "deploy", "web", "-o", "json")
+    assert json.loads(as_json.stdout)["spec"]["replicas"] == 8
+
+    listing = await kubectl("get", "deployments,nodepools", "-A")
+    assert "web" in listing.stdout and "general" in listing.stdout, listing.stderr
+
+    deleted = await kubectl("delete", "deployment", "web")
+    assert deleted.code == 0 and 'deployment.apps "web" deleted' in deleted.stdout, deleted.stderr
+    missing = await kubectl("get", "deployment", "web")
+    assert missing.code != 0 and 'deployments.apps "web" not found' in missing.stderr
+
+
+async def test_cordon_and_drain_respect_budgets(api_sandbox: SandboxHandle, kubectl: KubectlRunner) -> None:
+    store = api_sandbox.workload_store
+    pods, pdbs = store.resource("v1", "Pod"), store.resource("policy/v1", "PodDisruptionBudget")
+    store.create(store.resource("v1", "Node"), node_manifest("node-a"))
+    rs = store.create(store.resource("apps/v1", "ReplicaSet"), {"metadata": {"name": "web", "namespace": "default"},
+                                                                "spec": {"selector": {"matchLabels": {"app": "web"}}}})
+    ds = store.create(store.resource("apps/v1", "DaemonSet"), {"metadata": {"name": "agent", "namespace": "default"},
+                                                               "spec": {"selector": {"matchLabels": {"app": "agent"}}}})
+    for name, owner in (("web-1", rs), ("web-2", rs), ("agent-1", ds)):
+        pod = pod_manifest(name, labels={"app": owner["metadata"]["name"]})
+        pod["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner["kind"], "controller": True,
+                                               "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"]}]
+        store.create(pods, pod)
+        store.bind(name, "default", "node-a")
+        pod = store.get(pods, name, "default")
+        store.update(pods, {**pod, "status": {**pod["status"], "phase": "Running"}}, subresource="status")
+    pdb = store.create(pdbs, {"metadata": {"name": "web", "namespace": "default"},
+                              "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}})
+    pdb = store.update(pdbs, {**pdb, "status": {"observedGeneration": 1, "disruptionsAllowed": 0,
+                                                "currentHealthy": 2, "desiredHealthy": 2, "expectedPods": 2}},
+                       subresource="status")
+
+    cordoned = await kubectl("cordon", "node-a")
+    assert cordoned.code == 0 and "cordoned" in cordoned.stdout, cordoned.stderr
+    assert store.get(store.resource("v1", "Node"), "node-a")["spec"]["unschedulable"] is True
+
+    blocked = await kubectl("drain", "node-a", "--ignore-daemonsets", "--timeout=2s", "--grace-period=0")
+    assert blocked.code != 0
+    assert "disruption budget" in blocked.stderr, blocked.stderr
+    assert len(store.list(pods)[0]) == 3  # nothing evicted
+
+    # What the PDB controller reports once the budget is relaxed; the next drain evicts both web pods.
+    current = store.get(pdbs, "web", "default")
+    store.update(pdbs, {**current, "status": {**current["status"], "disruptionsAllowed": 2}}, subresource="status")
+    drained = await kubectl("drain", "node-a", "--ignore-daemonsets", "--timeout=20s", "--grace-period=0")
+    assert drained.code == 0, drained.stderr
+    assert "drained" in drained.stdout
+    assert [p["metadata"]["name"] for p in store.list(pods)[0]] == ["agent-1"]  # DaemonSet pods stay
+    uncordoned = await kubectl("uncordon", "node-a")
+    assert uncordoned.code == 0
+    assert not store.get(store.resource("v1", "Node"), "node-a")["spec"].get("unschedulable")
