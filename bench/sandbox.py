@@ -1,0 +1,224 @@
+"""Sandbox API server: write throughput and watch fan-out latency (``make bench``, suite ``sandbox``).
+
+Scenario (issue 4): N pods (1,000; 200 with ``--quick``) are created while 5 watchers observe the pod
+collection. Two measurements:
+
+``http``
+    The sandbox runs as its own process (``python -m services.sandbox --no-controllers``), as it does under an
+    end-to-end benchmark. This process opens 5 raw HTTP watch streams, then creates the pods with 32 requests
+    in flight over keep-alive connections. Throughput is pods / (last create answered - first create sent).
+    Latency is, per pod and watcher, the time from sending the create request to reading that pod's ADDED
+    line on the stream, so it includes the HTTP round trip, the store commit and the fan-out.
+``in-process``
+    The same load on a :class:`~services.sandbox.store.Store` called directly, with 5 in-process
+    :class:`~services.sandbox.store.Watch` consumers: the cost of the store itself, as the sandbox's own
+    controllers see it.
+
+Targets: >= 2,000 writes/s and p99 write-to-event latency < 50 ms, on the HTTP path (the stricter one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from bench.suite import Suite, Target
+from services.sandbox.store import Store
+
+WATCHERS = 5
+IN_FLIGHT = 32
+_decode = msgspec.json.Decoder().decode
+_encode = msgspec.json.Encoder().encode
+
+
+def _pod(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": {"app": "bench", "tier": "web"}},
+            "spec": {"containers": [{"name": "app", "image": "registry.example/app:1",
+                                     "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}}
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def _wait_ready(url: str, deadline: float) -> None:
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            try:
+                async with session.get(url + "/healthz") as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.05)
+    raise RuntimeError(f"sandbox at {url} did not become ready")
+
+
+async def _http_run(url: str, count: int) -> dict[str, Any]:
+    sent: dict[str, float] = {}
+    latencies: list[float] = []
+    received = [0] * WATCHERS
+    done = asyncio.Event()
+    connector = aiohttp.TCPConnector(limit=IN_FLIGHT + WATCHERS + 4)
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        async with session.get(url + "/api/v1/namespaces/default/pods") as response:
+            rv = (await response.json())["metadata"]["resourceVersion"]
+
+        async def watcher(index: int) -> None:
+            async with session.get(url + "/api/v1/namespaces/default/pods",
+                                   params={"watch": "true", "resourceVersion": rv,
+                                           "timeoutSeconds": "600"}) as response:
+                while received[index] < count:
+                    line = await response.content.readline()
+                    if not line:
+                        break
+                    now = time.perf_counter()
+                    event = _decode(line)
+                    if event["type"] == "ADDED":
+                        latencies.append(now - sent[event["object"]["metadata"]["name"]])
+                        received[index] += 1
+            if all(r >= count for r in received):
+                done.set()
+
+        watch_tasks = [asyncio.create_task(watcher(i)) for i in range(WATCHERS)]
+        await asyncio.sleep(0.3)  # let the streams open
+        names = iter([f"bench-{i:05d}" for i in range(count)])
+        errors = 0
+
+        async def writer() -> None:
+            nonlocal errors
+            for name in names:
+                body = _encode(_pod(name))
+                sent[name] = time.perf_counter()
+                async with session.post(url + "/api/v1/namespaces/default/pods", data=body,
+                                        headers={"Content-Type": "application/json"}) as response:
+                    await response.read()
+                    if response.status != 201:
+                        errors += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(writer() for _ in range(IN_FLIGHT)))
+        written = time.perf_counter()
+        try:
+            await asyncio.wait_for(done.wait(), 30)
+        finally:
+            for task in watch_tasks:
+                task.cancel()
+            await asyncio.gather(*watch_tasks, return_exceptions=True)
+    return {"writes": count, "errors": errors, "seconds": written - started, "latencies": latencies,
+            "events": sum(received)}
+
+
+def bench_http(count: int) -> dict[str, Any]:
+    port, management_port = _free_port(), _free_port()
+    with tempfile.TemporaryDirectory(prefix="tenon-bench-sandbox-") as tmp:
+        command = [sys.executable, "-m", "services.sandbox", "--port", str(port), "--management-port",
+                   str(management_port), "--kubeconfig", str(Path(tmp) / "w.kubeconfig"),
+                   "--management-kubeconfig", str(Path(tmp) / "m.kubeconfig"), "--no-controllers",
+                   "--profile", "fast"]
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            async def main() -> dict[str, Any]:
+                await _wait_ready(url, time.monotonic() + 20)
+                return await _http_run(url, count)
+
+            return asyncio.run(main())
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def bench_in_process(count: int) -> dict[str, Any]:
+    async def main() -> dict[str, Any]:
+        store = Store()
+        pods = store.resource("v1", "Pod")
+        sent: dict[str, float] = {}
+        latencies: list[float] = []
+        watches = [store.watch(pods, "default", resource_version=store.resource_version) for _ in range(WATCHERS)]
+
+        async def consume(index: int) -> int:
+            seen = 0
+            async for event in watches[index]:
+                latencies.append(time.perf_counter() - sent[event.object["metadata"]["name"]])
+                seen += 1
+                if seen == count:
+                    break
+            return seen
+
+        consumers = [asyncio.create_task(consume(i)) for i in range(WATCHERS)]
+        started = time.perf_counter()
+        for i in range(count):
+            name = f"bench-{i:05d}"
+            sent[name] = time.perf_counter()
+            store.create(pods, _pod(name))
+            if i % 50 == 49:
+                await asyncio.sleep(0)  # let watchers run, as request handling would
+        written = time.perf_counter()
+        seen = await asyncio.wait_for(asyncio.gather(*consumers), 30)
+        for watch in watches:
+            watch.close()
+        return {"writes": count, "errors": 0, "seconds": written - started, "latencies": latencies,
+                "events": sum(seen)}
+
+    return asyncio.run(main())
+
+
+def run(quick: bool) -> Suite:
+    count = 200 if quick else 1000
+    suite = Suite(title=f"Sandbox API: {count} pod creates, {WATCHERS} watchers",
+                  columns=["path", "writes/s", "events", "p50 ms", "p99 ms", "max ms", "errors"])
+    for label, measure in (("http", bench_http), ("in-process", bench_in_process)):
+        result = measure(count)
+        latencies_ms = [v * 1000 for v in result["latencies"]]
+        rate = result["writes"] / result["seconds"] if result["seconds"] > 0 else float("inf")
+        figures = {
+            "writes": result["writes"],
+            "writes_per_second": round(rate, 1),
+            "events_observed": result["events"],
+            "events_expected": result["writes"] * WATCHERS,
+            "p50_ms": round(statistics.median(latencies_ms), 2) if latencies_ms else None,
+            "p99_ms": round(_percentile(latencies_ms, 0.99), 2),
+            "max_ms": round(max(latencies_ms), 2) if latencies_ms else None,
+            "errors": result["errors"],
+        }
+        suite.data[label] = figures
+        suite.rows.append([label, f"{rate:,.0f}", f"{result['events']}/{result['writes'] * WATCHERS}",
+                           figures["p50_ms"], figures["p99_ms"], figures["max_ms"], result["errors"]])
+    http = suite.data["http"]
+    complete = http["events_observed"] == http["events_expected"] and http["errors"] == 0
+    suite.targets.append(Target("sandbox write throughput (HTTP)", ">= 2000 writes/s",
+                                f"{http['writes_per_second']:,.0f} writes/s", http["writes_per_second"] >= 2000))
+    suite.targets.append(Target("sandbox write->watch p99 (HTTP, 5 watchers)", "< 50 ms, every event delivered",
+                                f"{http['p99_ms']} ms, {http['events_observed']}/{http['events_expected']} events",
+                                complete and http["p99_ms"] < 50))
+    return suite
