@@ -1,0 +1,192 @@
+"""Scheduling suite: cost against the exact optimum and three baselines, speed at 5k/20k pods, utilisation.
+
+Sections (all on inputs built as Kubernetes objects and parsed by ``parse_objects``, like ``tenon simulate``):
+
+1. **Field cases** (Cluster API c3-4/c3-8/c3-16, 100m DaemonSet): tenon and the baselines side by side.
+2. **Cost vs optimum**: random small scenarios (:func:`bench.scheduling_workloads.random_scenario`); the exact
+   optimum from HiGHS; ratio price/optimum for tenon and each baseline. Targets: tenon within 3% on every
+   scenario, median within 1%.
+3. **fake-400** (Karpenter's benchmark mix): 5,000 and 20,000 pods; solve time, pods/s, nodes, price and a
+   lower bound = max(fractional LP bound with resources at their cheapest per-unit rate, one node per
+   hostname-anti-affinity pod at the cheapest type that fits it). Targets: <= 1 s and <= 5 s, all placed.
+4. **kwok-144 "basic"**: CPU and memory utilisation of the new nodes (pod requests / allocatable), peak Python
+   memory of the solve (tracemalloc). Targets: both utilisations >= 85%, peak < 300 MB.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+import tracemalloc
+from typing import Any
+
+from bench.scheduling_baselines import ca_least_waste, karpenter_capi, karpenter_core, optimum, shapes_and_pods
+from bench.scheduling_workloads import capi_field_case, diverse_pods, kwok_basic_pods, node_pool, random_scenario
+from bench.suite import Suite, Target
+from shared.scheduling import parse_objects, solve
+from shared.scheduling.catalog import instance_types_for_node_pool
+from shared.scheduling.catalogs_generated import fake_400, kwok_144
+from shared.scheduling.model import ClusterInput
+from shared.scheduling.packing import dual_weights
+from shared.scheduling.templates import build_templates
+
+BASELINES = (("ca-least-waste", ca_least_waste), ("karpenter-core", karpenter_core),
+             ("karpenter-capi", karpenter_capi))
+
+
+def _parse(docs: list[dict[str, Any]]) -> ClusterInput:
+    return parse_objects(("bench", i, d) for i, d in enumerate(docs))
+
+
+def _field_cases(suite: Suite) -> None:
+    cases = [("1 pod x 3 vCPU", capi_field_case(1, "3"), "c3-8"),
+             ("8 pods x 1 vCPU", capi_field_case(8, "1"), "c3-16+c3-4"),
+             ("1 pod x 3 vCPU, unpriced", capi_field_case(1, "3", priced=False), "c3-8")]
+    out = []
+    for label, docs, expected in cases:
+        inputs = _parse(docs)
+        plan = solve(inputs)
+        got = "+".join(sorted((nc.instance_type for nc in plan.node_claims), key=lambda n: (-len(n), n)))
+        shapes, pods = shapes_and_pods(inputs)
+        row: dict[str, Any] = {"case": label, "tenon": got, "expected": expected}
+        for name, fn in BASELINES:
+            row[name] = "+".join(fn(shapes, pods).types)
+        out.append(row)
+        suite.rows.append(["field", label, f"tenon {got}", *(f"{n} {row[n]}" for n, _ in BASELINES)])
+        suite.targets.append(Target(f"field case: {label}", expected, got, got == expected))
+    suite.data["field_cases"] = out
+
+
+def _cost(suite: Suite, quick: bool) -> None:
+    rng = random.Random(7)
+    count = 12 if quick else 40
+    ratios: dict[str, list[float]] = {"tenon": [], **{n: [] for n, _ in BASELINES}}
+    unproven = 0
+    worst = None
+    for i in range(count):
+        docs = random_scenario(rng)
+        inputs = _parse(docs)
+        shapes, pods = shapes_and_pods(inputs)
+        best, proven = optimum(shapes, pods)
+        unproven += 0 if proven else 1
+        plan = solve(inputs)
+        if plan.unschedulable:
+            ratios["tenon"].append(float("inf"))
+            continue
+        r = plan.total_price / best
+        ratios["tenon"].append(r)
+        if worst is None or r > worst[0]:
+            worst = (r, i)
+        for name, fn in BASELINES:
+            ratios[name].append(fn(shapes, pods).price / best)
+    summary = {name: {"max": max(v), "median": statistics.median(v), "mean": statistics.fmean(v)}
+               for name, v in ratios.items()}
+    suite.data["cost_vs_optimum"] = {"scenarios": count, "unproven_optima": unproven, "summary": summary,
+                                     "tenon_ratios": ratios["tenon"]}
+    for name, s in summary.items():
+        suite.rows.append(["cost", f"{name} / optimum ({count} scenarios)",
+                           f"median {s['median']:.4f}", f"max {s['max']:.4f}", f"mean {s['mean']:.4f}"])
+    t = summary["tenon"]
+    suite.targets.append(Target("tenon within 3% of optimum on every scenario", "max <= 1.03", f"{t['max']:.4f}",
+                                t["max"] <= 1.03 + 1e-9))
+    suite.targets.append(Target("tenon median within 1% of optimum", "median <= 1.01", f"{t['median']:.4f}",
+                                t["median"] <= 1.01 + 1e-9))
+
+
+def _lower_bound(inputs: ClusterInput) -> dict[str, float]:
+    pool = inputs.node_pools[0]
+    types, _ = instance_types_for_node_pool(inputs, pool)
+    tpls = build_templates([(pool, types)], inputs.daemon_sets, ["cpu", "memory", "pods"])
+    pending = [p for p in inputs.pods if not p.node_name]
+    demand = [sum(p.requests.get(r, 0) for p in pending) for r in ("cpu", "memory", "pods")]
+    w = dual_weights(tpls, demand, 0, 1)
+    lp = w[0] * demand[0] + w[1] * demand[1]
+    anti = 0.0
+    for p in pending:
+        if p.pod_anti_affinity:
+            need = (p.requests.get("cpu", 0), p.requests.get("memory", 0), 1)
+            anti += min(t.min_price for t in tpls if all(n <= a for n, a in zip(need, t.alloc, strict=True)))
+    return {"lp": lp, "anti_affinity_nodes": anti, "bound": max(lp, anti)}
+
+
+def _fake400(suite: Suite, quick: bool) -> None:
+    catalog = fake_400()
+    results = []
+    for n, limit in ((5000, 1.0), (20000, 5.0)):
+        if quick and n > 5000:
+            continue
+        docs = [node_pool(), catalog, *diverse_pods(n)]
+        t0 = time.perf_counter()
+        inputs = _parse(docs)
+        parse_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        plan = solve(inputs)
+        solve_s = time.perf_counter() - t0
+        placed = sum(len(nc.pods) for nc in plan.node_claims)
+        lb = _lower_bound(inputs)
+        row = {"pods": n, "solve_s": solve_s, "parse_s": parse_s, "pods_per_s": n / solve_s,
+               "nodes": len(plan.node_claims), "price": plan.total_price, "placed": placed,
+               "unschedulable": len(plan.unschedulable), "lower_bound": lb,
+               "price_over_bound": plan.total_price / lb["bound"]}
+        results.append(row)
+        suite.rows.append(["fake-400", f"{n} pods", f"{solve_s:.2f}s ({n / solve_s:,.0f} pods/s)",
+                           f"{len(plan.node_claims)} nodes, {plan.total_price:.2f}/h",
+                           f"bound {lb['bound']:.2f} (x{row['price_over_bound']:.3f}), placed {placed}/{n}"])
+        suite.targets.append(Target(f"fake-400 {n} pods solve time", f"<= {limit} s", f"{solve_s:.2f} s",
+                                    solve_s <= limit))
+        suite.targets.append(Target(f"fake-400 {n} pods all placed", f"{n}", f"{placed}", placed == n))
+    suite.data["fake_400"] = results
+
+
+def _kwok(suite: Suite) -> None:
+    docs = [node_pool(requirements=[{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                                    {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]),
+            kwok_144(), *kwok_basic_pods()]
+    inputs = _parse(docs)
+    t0 = time.perf_counter()
+    plan = solve(inputs)
+    solve_s = time.perf_counter() - t0
+    tracemalloc.start()
+    solve(inputs)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    by_name = {}
+    for it in instance_types_for_node_pool(inputs, inputs.node_pools[0])[0]:
+        by_name[it.name] = it.allocatable
+    req_cpu = sum(p.requests["cpu"] for p in inputs.pods)
+    req_mem = sum(p.requests["memory"] for p in inputs.pods)
+    alloc_cpu = sum(by_name[nc.instance_type]["cpu"] for nc in plan.node_claims)
+    alloc_mem = sum(by_name[nc.instance_type]["memory"] for nc in plan.node_claims)
+    cpu_u, mem_u = req_cpu / alloc_cpu, req_mem / alloc_mem
+    shapes, pods = shapes_and_pods(inputs)
+    base = {}
+    for name, fn in BASELINES:
+        out = fn(shapes, pods)
+        alloc = {s.name: s.alloc for s in shapes}
+        bc = sum(alloc[t][0] for t in out.types)
+        bm = sum(alloc[t][1] for t in out.types)
+        base[name] = {"price": out.price, "nodes": out.nodes, "cpu_util": req_cpu / bc, "mem_util": req_mem / bm}
+        suite.rows.append(["kwok basic", name, f"{out.nodes} nodes, {out.price:.2f}/h",
+                           f"cpu {req_cpu / bc:.1%}", f"mem {req_mem / bm:.1%}"])
+    suite.rows.append(["kwok basic", "tenon", f"{len(plan.node_claims)} nodes, {plan.total_price:.2f}/h",
+                       f"cpu {cpu_u:.1%}", f"mem {mem_u:.1%}, {solve_s:.2f}s, peak {peak / 2**20:.0f} MB"])
+    suite.data["kwok_basic"] = {"nodes": len(plan.node_claims), "price": plan.total_price, "cpu_util": cpu_u,
+                                "mem_util": mem_u, "solve_s": solve_s, "peak_mb": peak / 2**20,
+                                "unschedulable": len(plan.unschedulable), "baselines": base}
+    suite.targets.append(Target("kwok basic CPU utilisation", ">= 85%", f"{cpu_u:.1%}", cpu_u >= 0.85))
+    suite.targets.append(Target("kwok basic memory utilisation", ">= 85%", f"{mem_u:.1%}", mem_u >= 0.85))
+    suite.targets.append(Target("kwok basic peak memory of the solve", "< 300 MB", f"{peak / 2**20:.0f} MB",
+                                peak < 300 * 2**20))
+
+
+def run(quick: bool) -> Suite:
+    suite = Suite(title="scheduling", columns=["section", "case", "result", "detail", "more"])
+    _field_cases(suite)
+    _cost(suite, quick)
+    _kwok(suite)
+    _fake400(suite, quick)
+    for row in suite.rows:
+        row += [""] * (len(suite.columns) - len(row))
+        del row[len(suite.columns):]
+    return suite
