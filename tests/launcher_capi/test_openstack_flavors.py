@@ -501,3 +501,27 @@ def test_secret_problems_name_the_field() -> None:
     with pytest.raises(NodeClassError, match=r"no top-level 'clouds' mapping"):
         with_secrets(settings, {ref: "- just a list"})
 
+
+# -- end to end: NodeClass + cloud -> catalog ----------------------------------------------------------------
+
+
+def test_unannotated_machine_deployments_become_priced_instance_types(cloud: OpenStackStub) -> None:
+    """The field case of issue 3, with capacity and prices known only to OpenStack and the NodeClass."""
+    from shared.scheduling.catalog import instance_types_from_machine_deployments
+
+    mds = [machine_deployment(name) for name in ("c3-4", "c3-8", "c3-16")]
+    _, skipped_before = instance_types_from_machine_deployments(mds)
+    assert len(skipped_before) == 3, "without the flavors nothing says how big these machines are"
+
+    settings = settings_for(cloud, prices={"c3-4": "0.05", "c3-8": "0.1", "c3-16": "0.2"})
+    enriched, _ = enrich_machine_deployments(mds, read_flavors(settings), dict(settings.prices))
+    types, skipped = instance_types_from_machine_deployments(enriched)
+
+    assert skipped == []
+    by_name = {t.name: t for t in types}
+    assert set(by_name) == {"c3-4", "c3-8", "c3-16"}
+    assert by_name["c3-8"].capacity["cpu"] == 4000
+    assert by_name["c3-8"].capacity["memory"] == 8192 * 2**20
+    assert by_name["c3-8"].capacity["ephemeral-storage"] == 80 * 2**30
+    assert {name: t.offerings[0].price for name, t in by_name.items()} == {"c3-4": 0.05, "c3-8": 0.1, "c3-16": 0.2}
+    assert not any(t.price_estimated for t in types)
