@@ -29,7 +29,7 @@ class ConnectionSettings:
     tls_key_file: str | None = None
     connect_timeout: float = 2.0
     max_reconnect_attempts: int = -1
-    """-1: keep trying forever (services); tools that must fail fast set 0."""
+    """-1: keep trying forever (services); tools that must fail fast set 0 (one attempt per server)."""
     reconnect_wait: float = 0.25
 
     @classmethod
@@ -63,9 +63,10 @@ class ConnectionSettings:
             "servers": list(self.servers),
             "name": self.name,
             "connect_timeout": self.connect_timeout,
-            "max_reconnect_attempts": self.max_reconnect_attempts,
+            # nats-py reads 0 as "forever"; 1 is its smallest finite budget
+            "max_reconnect_attempts": -1 if self.max_reconnect_attempts < 0 else max(self.max_reconnect_attempts, 1),
             "reconnect_time_wait": self.reconnect_wait,
-            "allow_reconnect": self.max_reconnect_attempts != 0,
+            "allow_reconnect": True,
         }
         if self.user is not None:
             options["user"] = self.user

@@ -56,12 +56,23 @@ _WRONG_SEQ_TEXT = re.compile(r"wrong last sequence: (\d+)")
 
 async def connect(settings: ConnectionSettings) -> Client:
     """Connect, turning the client's assorted failures into one :class:`EventLogError` that says where."""
+    options = settings.connect_options()
+    options["error_cb"] = _log_connection_error
     try:
-        client: Client = await nats.connect(**settings.connect_options())
+        if settings.max_reconnect_attempts < 0:
+            client: Client = await nats.connect(**options)
+        else:
+            budget = settings.connect_timeout * (options["max_reconnect_attempts"] + 1) + 1.0
+            client = await asyncio.wait_for(nats.connect(**options), timeout=budget)
         return client
     except Exception as exc:
         detail = str(exc) or type(exc).__name__
         raise EventLogError(f"cannot reach NATS at {settings.describe()}: {detail}") from None
+
+
+async def _log_connection_error(exc: Exception) -> None:
+    # one line, not the client's default traceback: a reconnecting service would flood its log otherwise
+    log.warning("nats connection error: %s", str(exc) or type(exc).__name__)
 
 
 class JetStreamEventLog(EventLog):
@@ -141,6 +152,16 @@ class JetStreamEventLog(EventLog):
             return 0
         return int(message.seq or 0)
 
+    async def last_sequence(self, stream: str = subjects.EVENTS_STREAM) -> int:
+        """The sequence of the newest message in ``stream``."""
+        try:
+            info = await self.js.stream_info(stream)
+        except NotFoundError:
+            raise EventLogError(
+                f"stream {stream} does not exist on this broker: no tenon service has provisioned it yet"
+            ) from None
+        return int(info.state.last_seq)
+
     async def read(  # type: ignore[override]
         self,
         subject_filter: str = subjects.ALL_EVENTS,
@@ -151,8 +172,7 @@ class JetStreamEventLog(EventLog):
         follow: bool = False,
         stream: str = subjects.EVENTS_STREAM,
     ) -> AsyncIterator[LogRecord]:
-        info = await self.js.stream_info(stream)
-        last = int(info.state.last_seq)
+        last = await self.last_sequence(stream)
         end = None if follow else min(last, stop_sequence) if stop_sequence else last
         if end is not None and (end == 0 or (start_sequence or 1) > end):
             return

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -142,7 +142,7 @@ class InMemoryEventLog(EventLog):
             if not follow:
                 return
             async with log.changed:
-                await log.changed.wait_for(lambda: index < len(log.records))
+                await log.changed.wait_for(_grown_past(log, index))
 
     def consumer(self, settings: ConsumerSettings, handler: Handler) -> ConsumerRunner:
         state = self._consumers.get(settings.durable)
@@ -170,6 +170,10 @@ class InMemoryEventLog(EventLog):
 
     async def close(self) -> None:
         return None
+
+
+def _grown_past(stream: _Stream, length: int) -> Callable[[], bool]:
+    return lambda: len(stream.records) > length
 
 
 @dataclass

@@ -105,7 +105,7 @@ class PullConsumerRunner(ConsumerRunner):
             await asyncio.gather(self._fetch_task, return_exceptions=True)
             self._fetch_task = None
         if self._inflight:
-            done, pending = await asyncio.wait(set(self._inflight), timeout=self.settings.drain_timeout)
+            _done, pending = await asyncio.wait(set(self._inflight), timeout=self.settings.drain_timeout)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)

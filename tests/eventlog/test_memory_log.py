@@ -1,0 +1,78 @@
+"""The in-memory log keeps the semantics services rely on, so pure-logic tests can use it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from proto import subjects
+from proto.events import DeadLetter, NodeClaimLaunched
+from shared.eventlog import ConcurrencyConflict, ConsumerSettings, LogRecord
+from shared.eventlog.factories import make_event
+from shared.eventlog.memory import InMemoryEventLog
+
+
+def launched(claim: str, n: int = 0) -> NodeClaimLaunched:
+    return make_event(
+        NodeClaimLaunched, producer="launcher", key=(claim, n), nodeclaim=claim,
+        provider_id=f"p://{claim}/{n}", instance_type="c3-8",
+    )
+
+
+async def test_dedupe_and_append_conflicts() -> None:
+    log = InMemoryEventLog()
+    subject = subjects.nodeclaim("c1")
+    first = await log.append(subject, launched("c1"), expected_last_sequence=0)
+    again = await log.append(subject, launched("c1"), expected_last_sequence=0)
+    assert again.duplicate and again.sequence == first.sequence
+    with pytest.raises(ConcurrencyConflict):
+        await log.append(subject, launched("c1", 1), expected_last_sequence=0)
+    assert await log.last_subject_sequence(subject) == 1
+
+
+async def test_consumer_retries_then_dead_letters_and_goes_on() -> None:
+    log = InMemoryEventLog()
+    await log.publish(subjects.nodeclaim("bad"), launched("bad"))
+    await log.publish(subjects.nodeclaim("good"), launched("good"))
+    await log.publish_raw(subjects.nodeclaim("junk"), b"junk")
+    seen: list[str] = []
+
+    async def handler(record: LogRecord) -> None:
+        event = record.decode()
+        assert isinstance(event, NodeClaimLaunched)
+        if event.nodeclaim == "bad":
+            raise RuntimeError("boom")
+        seen.append(event.nodeclaim)
+
+    runner = log.consumer(ConsumerSettings("t", (subjects.NODECLAIMS,), max_deliver=2, backoff=(0.01,)), handler)
+    await runner.start()
+    for _ in range(200):
+        if runner.dead_lettered == 2:
+            break
+        await asyncio.sleep(0.01)
+    await runner.stop()
+    assert seen == ["good"]
+    letters = log.events(subjects.DEADLETTER_STREAM)
+    assert {letter.original_subject for letter in letters if isinstance(letter, DeadLetter)} == {
+        subjects.nodeclaim("bad"),
+        subjects.nodeclaim("junk"),
+    }
+
+
+async def test_read_follow_sees_new_events() -> None:
+    log = InMemoryEventLog()
+    got: list[int] = []
+
+    async def follow() -> None:
+        async for record in log.read(follow=True):
+            got.append(record.sequence)
+            if len(got) == 2:
+                return
+
+    task = asyncio.create_task(follow())
+    await asyncio.sleep(0.01)
+    await log.publish(subjects.nodeclaim("a"), launched("a"))
+    await log.publish(subjects.nodeclaim("b"), launched("b"))
+    await asyncio.wait_for(task, 2)
+    assert got == [1, 2]
