@@ -190,7 +190,8 @@ class Informer:
             if remaining <= 0:
                 return False
             try:
-                event = await asyncio.wait_for(iterator.__anext__(), remaining)
+                async with asyncio.timeout(remaining):  # not wait_for: on 3.11 it can swallow a cancel
+                    event = await iterator.__anext__()
             except (StopAsyncIteration, TimeoutError):
                 return False
             except Expired:
@@ -240,7 +241,8 @@ class WorkQueue:
                 wait = None
             self._wakeup.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await self._wakeup.wait()
 
 
 Reconcile = Callable[[Any], float | None]

@@ -27,6 +27,7 @@ the store and that code.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -166,10 +167,9 @@ class Scheduler:
             return
         self._wakeup.clear()
         timeout = None if earliest is None else earliest - now
-        try:
-            await asyncio.wait_for(self._wakeup.wait(), timeout)
-        except TimeoutError:
-            pass
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):  # not wait_for: on 3.11 it can swallow a cancel
+                await self._wakeup.wait()
 
     def _due_pods(self) -> list[str]:
         now = self._now()
