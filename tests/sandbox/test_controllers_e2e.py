@@ -38,8 +38,9 @@ async def test_unschedulable_pods_run_once_cluster_api_nodes_join() -> None:
     async with running_sandbox("fast") as sandbox:
         assert sandbox.controllers_running
         async with sandbox.api_client() as workload_api, sandbox.api_client("management") as management_api:
-            apps, core = client.AppsV1Api(workload_api), client.CoreV1Api(workload_api)
-            capi = client.CustomObjectsApi(management_api)
+            apps: Any = client.AppsV1Api(workload_api)  # dict bodies and _content_type: untyped in the stubs
+            core = client.CoreV1Api(workload_api)
+            capi: Any = client.CustomObjectsApi(management_api)
             await apps.create_namespaced_deployment("default", deployment("web", 1, cpu="1"))
             await apps.patch_namespaced_deployment_scale("web", "default", {"spec": {"replicas": 8}})
 
