@@ -316,8 +316,11 @@ class ApiServer:
         q = request.query
         limit = parse_int(q.get("limit"), "limit")
         page = self.store.list_page(target.rt, target.namespace, q.get("labelSelector"), q.get("fieldSelector"),
-                                    limit=limit or None, continue_token=q.get("continue") or None)
-        return json_response(self.list_body(target.rt, page.items, page.resource_version, page.continue_token,
+                                    limit=limit or None, continue_token=q.get("continue") or None, copy=False)
+        api_version = target.rt.api_version
+        items = [item if item.get("apiVersion") == api_version else {**item, "apiVersion": api_version}
+                 for item in page.items]
+        return json_response(self.list_body(target.rt, items, page.resource_version, page.continue_token,
                                             page.remaining_item_count))
 
     async def watch(self, request: web.Request, target: Target) -> web.StreamResponse:

@@ -178,11 +178,13 @@ class _Event:
 
 
 class _Bucket:
-    __slots__ = ("compacted_rv", "history", "objects", "rt", "watchers")
+    __slots__ = ("by_node", "compacted_rv", "history", "objects", "rt", "watchers")
 
     def __init__(self, rt: ResourceType, history_size: int) -> None:
         self.rt = rt
         self.objects: dict[Key, dict[str, Any]] = {}
+        # pods only: spec.nodeName -> keys, so "pods on node X" (kubelet, drain) does not scan every pod
+        self.by_node: dict[str, set[Key]] | None = {} if (rt.group, rt.plural) == ("", "pods") else None
         self.history: deque[_Event] = deque(maxlen=history_size)
         self.compacted_rv = 0  # events with rv <= this may have been dropped from history
         self.watchers: set[Watch] = set()
@@ -375,6 +377,8 @@ class Store:
             if uid:
                 self._uids[uid] = (rt.storage_key, key)
         self._index_owners(rt.storage_key, key, old, None if type_ == "DELETED" else new)
+        if bucket.by_node is not None:
+            _reindex_node(bucket.by_node, key, old, None if type_ == "DELETED" else new)
         event = _Event(type_, new, rv)
         if len(bucket.history) == bucket.history.maxlen:
             bucket.compacted_rv = bucket.history[0].rv
@@ -425,8 +429,12 @@ class Store:
     def list_page(self, rt: ResourceType, namespace: str | None = None,
                   label_selector: str | LabelSelector | None = None,
                   field_selector: str | FieldSelector | None = None,
-                  limit: int | None = None, continue_token: str | None = None) -> ListPage:
-        """A (possibly paged) list; ``continue_token`` comes from the previous page. Expired when too old."""
+                  limit: int | None = None, continue_token: str | None = None, *, copy: bool = True) -> ListPage:
+        """A (possibly paged) list; ``continue_token`` comes from the previous page. Expired when too old.
+
+        ``copy=False`` returns the stored (immutable, shared) objects for a caller that only serializes them,
+        as the HTTP layer does; their ``apiVersion`` may be another served version of the same kind.
+        """
         labels, fields = self._selectors(rt, label_selector, field_selector)
         bucket = self._bucket(rt)
         start: Key | None = None
@@ -438,7 +446,9 @@ class Store:
                               "You can start a new list without the continue parameter.")
         if limit is not None and limit < 0:
             raise BadRequest(f"limit: Invalid value: {limit}: must be non-negative")
-        keys = sorted(bucket.objects)
+        node = fields.exact("spec.nodeName") if bucket.by_node is not None else None
+        keys = sorted(bucket.by_node.get(node, ()) if bucket.by_node is not None and node is not None
+                      else bucket.objects)
         if start is not None:
             import bisect
 
@@ -460,7 +470,8 @@ class Store:
         token = None
         if limit and remaining and next_key is not None:
             token = self._encode_continue(next_key, list_rv)
-        return ListPage([self._out(rt, o) for o in items], str(list_rv), token, remaining if token else None)
+        out = [self._out(rt, o) for o in items] if copy else items
+        return ListPage(out, str(list_rv), token, remaining if token else None)
 
     @staticmethod
     def _encode_continue(key: Key, rv: int) -> str:
@@ -987,6 +998,25 @@ class Store:
         for bucket in self._buckets.values():
             for watcher in list(bucket.watchers):
                 watcher.close()
+
+
+def _node_of(obj: dict[str, Any] | None) -> str:
+    return ((obj or {}).get("spec") or {}).get("nodeName") or ""
+
+
+def _reindex_node(index: dict[str, set[Key]], key: Key, old: dict[str, Any] | None,
+                  new: dict[str, Any] | None) -> None:
+    before, after = _node_of(old) if old is not None else None, _node_of(new) if new is not None else None
+    if before == after:
+        return
+    if before is not None:
+        keys = index.get(before)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del index[before]
+    if after is not None:
+        index.setdefault(after, set()).add(key)
 
 
 def _spec_of(obj: dict[str, Any]) -> dict[str, Any]:
