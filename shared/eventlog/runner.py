@@ -80,6 +80,7 @@ class PullConsumerRunner(ConsumerRunner):
         self._subject_locks: dict[str, asyncio.Lock] = {}
         self._subject_users: dict[str, int] = {}
         self._unconfirmed: OrderedDict[int, None] = OrderedDict()
+        self._refill_at = max(1, min(settings.fetch_batch, settings.max_concurrency) // 2)
         self._stopping = False
         self._handled = 0
         self._dead_lettered = 0
@@ -117,7 +118,9 @@ class PullConsumerRunner(ConsumerRunner):
         assert self._source is not None
         while not self._stopping:
             free = self.settings.max_concurrency - len(self._inflight)
-            if free <= 0:
+            if free < self._refill_at:
+                # wait for a worthwhile number of free slots: one fetch round trip per handful of messages
+                # instead of one per message when handlers are quick
                 await asyncio.wait(set(self._inflight), return_when=asyncio.FIRST_COMPLETED)
                 continue
             try:
