@@ -89,6 +89,13 @@ class NodeClassesSnapshot(Event, frozen=True, kw_only=True, tag=True):
     nodeclasses: tuple[KubeObject, ...]
 
 
+class DaemonSetsSnapshot(Event, frozen=True, kw_only=True, tag=True):
+    """Every DaemonSet as it is now: their pods land on every new node, so their requests count against it."""
+
+    schema: Literal[1] = 1
+    daemonsets: tuple[KubeObject, ...]
+
+
 class SkippedSource(msgspec.Struct, frozen=True, rename="camel"):
     """An object a catalog could not use, and why (e.g. a MachineDeployment with a bad annotation)."""
 
@@ -287,6 +294,7 @@ AnyEvent = (
     | BoundPodObserved
     | NodePoolsSnapshot
     | NodeClassesSnapshot
+    | DaemonSetsSnapshot
     | CatalogSnapshot
     | NodeClaimPlanned
     | NodeClaimLaunched

@@ -8,6 +8,7 @@ Subjects partition it so that consumers filter cheaply:
     tenon.cluster.pod.<namespace>.<pod>           BoundPodObserved
     tenon.cluster.nodepools                       NodePoolsSnapshot
     tenon.cluster.nodeclasses                     NodeClassesSnapshot
+    tenon.cluster.daemonsets                      DaemonSetsSnapshot
     tenon.catalog.<nodeclass>                     CatalogSnapshot
     tenon.pending                                 PendingBatch
     tenon.nodeclaim.<nodeclaim>                   the NodeClaim lifecycle (an aggregate subject per claim)
@@ -33,6 +34,7 @@ NODES = "tenon.cluster.node.*"
 BOUND_PODS = "tenon.cluster.pod.*.*"
 NODEPOOLS = "tenon.cluster.nodepools"
 NODECLASSES = "tenon.cluster.nodeclasses"
+DAEMONSETS = "tenon.cluster.daemonsets"
 CATALOGS = "tenon.catalog.*"
 PENDING = "tenon.pending"
 NODECLAIMS = "tenon.nodeclaim.*"
