@@ -21,8 +21,20 @@ import time
 import tracemalloc
 from typing import Any
 
-from bench.scheduling_baselines import ca_least_waste, karpenter_capi, karpenter_core, optimum, shapes_and_pods
-from bench.scheduling_workloads import capi_field_case, diverse_pods, kwok_basic_pods, node_pool, random_scenario
+from bench.scheduling_baselines import (
+    ca_least_waste,
+    karpenter_capi,
+    karpenter_core,
+    optimum,
+    shapes_and_pods,
+)
+from bench.scheduling_workloads import (
+    capi_field_case,
+    diverse_pods,
+    kwok_basic_pods,
+    node_pool,
+    random_scenario,
+)
 from bench.suite import Suite, Target
 from shared.scheduling import parse_objects, solve
 from shared.scheduling.catalog import instance_types_for_node_pool

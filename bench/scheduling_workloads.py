@@ -95,7 +95,7 @@ def daemon_set(cpu: str, memory: str) -> dict[str, Any]:
 
 def random_scenario(rng: random.Random) -> list[dict[str, Any]]:
     """A small cost scenario: NodePool, catalog of 3-6 types, a DaemonSet, 4-14 pods of 2-4 shapes."""
-    types = []
+    types: list[dict[str, Any]] = []
     names = set()
     rate_cpu, rate_mem = rng.uniform(0.02, 0.05), rng.uniform(0.002, 0.008)
     for _ in range(rng.randint(3, 6)):
@@ -111,7 +111,7 @@ def random_scenario(rng: random.Random) -> list[dict[str, Any]]:
                       "offerings": [{"zone": "z1", "capacityType": "on-demand", "price": price}]})
     rooms = [(int(t["capacity"]["cpu"]) * 1000 - 300, int(t["capacity"]["memory"][:-2]) * 1024 - 384)
              for t in types]
-    shapes = []
+    shapes: list[tuple[str, str]] = []
     while len(shapes) < rng.randint(2, 4):
         cpu = rng.choice([100, 250, 500, 1000, 1500, 2000, 3000])
         mem = rng.choice([128, 256, 512, 1024, 2048, 4096, 8192])

@@ -24,12 +24,14 @@ MAX_FALLBACKS = 20
 
 def explain_choice(chosen: Template, price: float, used: Sequence[int], okeys: frozenset[OfferKey] | None,
                    allowed: frozenset[int], pool_templates: Sequence[Template], resource_names: Sequence[str],
-                   budget: Budget) -> tuple[str, list[str], list[Considered]]:
+                   budget: Budget, want_fallbacks: int = MAX_FALLBACKS) -> tuple[str, list[str], list[Considered]]:
     """(why the chosen type won, fallback type names cheaper first, verdicts on the others)."""
     fallbacks: list[tuple[float, str]] = []
     considered: list[Considered] = []
-    ordered = sorted(pool_templates, key=lambda t: (t.min_price, t.instance_type.name))
+    ordered = pool_templates  # sorted by (min_price, name) by the caller
     for tpl in ordered:
+        if len(fallbacks) >= want_fallbacks and tpl.min_price > price:
+            break
         name = tpl.instance_type.name
         priced = tpl.price_for(okeys)
         tprice = None if priced is None else priced[0]
@@ -49,8 +51,10 @@ def explain_choice(chosen: Template, price: float, used: Sequence[int], okeys: f
         else:
             fallbacks.append((tprice or 0.0, name))
             verdict = "fallback: fits, costs more"
-        if tprice is not None and tprice < price or verdict.startswith("fallback"):
+        if (tprice is not None and tprice < price) or verdict.startswith("fallback"):
             considered.append(Considered(name, tprice, verdict))
+            if len(considered) > 4 * MAX_CONSIDERED:
+                del considered[:MAX_CONSIDERED]
     fallbacks.sort()
     names = []
     for _, name in fallbacks:
@@ -63,4 +67,4 @@ def explain_choice(chosen: Template, price: float, used: Sequence[int], okeys: f
                f"{', '.join(f'{r}={format_quantity(r, u)}' for r, u in zip(resource_names, used, strict=True) if u)}")
     if chosen.instance_type.price_estimated:
         because += " (price estimated from its resources: no tenon.sh/price-per-hour annotation)"
-    return because, names[:MAX_FALLBACKS], kept
+    return because, names, kept

@@ -15,7 +15,12 @@ The algorithm, and why:
    (by value) from the remaining classes, *downsize* it to the cheapest template that still fits its contents,
    and score ``price / value``; commit the best-scoring bin. Identical bins are committed in one step as long
    as the classes last (pattern replication), which keeps 20,000 pods fast. Candidates are all templates for
-   small catalogs and a spread of sizes (every small one, then geometric) for large ones.
+   small catalogs and a spread of sizes (every small one, then geometric) for large ones. Classes are
+   bucketed by request vector so a nearly full node skips whole buckets at once.
+   For small problems (a few hundred pods) a *portfolio* runs as well: the greedy under other weightings
+   (cpu-only, memory-only) and "one type for everything" packings for each candidate type, then downsizing;
+   the cheapest result wins. Greedy efficiency alone is myopic (six small nodes can each look efficient when
+   one large node holding everything is cheaper); the portfolio covers those cases.
 3. **Seeds first.** Pods that limit themselves per node (hostname anti-affinity, hostname spread, host ports)
    need a node each regardless of cost. They are placed first, each in the node that makes room for other
    pods at the lowest *marginal* price (price of the node minus the price of the cheapest node for the seed
@@ -37,6 +42,7 @@ from dataclasses import dataclass, field
 from shared.scheduling.templates import OfferKey, Template
 
 INF = 10**18
+PAIR_WINDOW = 40  # bins considered for pairwise repacking per round
 
 
 @dataclass
@@ -51,9 +57,8 @@ class PackClass:
     members: list[list[str]] = field(default_factory=list)  # pod keys per item (a unit may hold several pods)
     value: float = 0.0
 
-    @property
-    def seed(self) -> bool:
-        return any(sid in self.matches for sid, _ in self.limits)
+    def __post_init__(self) -> None:
+        self.seed = any(sid in self.matches for sid, _ in self.limits)
 
 
 @dataclass
@@ -80,6 +85,8 @@ class Budget:
         return self.max_count(tpl) >= n
 
     def max_count(self, tpl: Template) -> int:
+        if not self.remaining and not self.type_caps:
+            return INF
         best = INF
         for name, left in self.remaining.items():
             need = 1 if name == "nodes" else tpl.capacity.get(name, 0)
@@ -143,225 +150,297 @@ def dual_weights(templates: Sequence[Template], demand: Sequence[int], cpu: int,
 
 
 class Packer:
-    """Packs the classes of one NodePool group; see the module docstring for the algorithm."""
+    """Packs the classes of one NodePool; see the module docstring for the algorithm."""
 
     def __init__(self, templates: Sequence[Template], budget: Budget, weights: Sequence[float],
-                 max_candidates: int = 24, improve_budget: int = 2500):
+                 max_candidates: int = 24, improve_budget: int = 2500, portfolio: bool = True):
         self.by_price = sorted(templates, key=lambda t: (t.min_price, t.instance_type.name, t.index))
         self.budget = budget
         self.weights = list(weights)
         self.max_candidates = max_candidates
         self.improve_budget = improve_budget
+        self.portfolio = portfolio
         self.failed: dict[int, str] = {}
+        self._classes: dict[int, PackClass] = {}
+        self._candidate_cache: dict[tuple[frozenset[int], tuple[float, ...]], list[Template]] = {}
 
     # -- small helpers -------------------------------------------------------------------------------------
-    def value_of(self, used: Sequence[int]) -> float:
-        return sum(w * u for w, u in zip(self.weights, used, strict=False) if w)
+    def value_of(self, used: Sequence[int], weights: Sequence[float] | None = None) -> float:
+        return sum(w * u for w, u in zip(weights or self.weights, used, strict=False) if w)
 
     def downsize(self, used: Sequence[int], okeys: frozenset[OfferKey] | None, allowed: frozenset[int] | None
                  ) -> tuple[Template, float, OfferKey] | None:
+        """Cheapest template (and offering) that fits ``used`` among ``allowed`` within the budget."""
+        best: tuple[Template, float, OfferKey] | None = None
         for tpl in self.by_price:
+            if best is not None and tpl.min_price >= best[1]:
+                break
             if allowed is not None and tpl.index not in allowed:
                 continue
-            if any(u > a for u, a in zip(used, tpl.alloc, strict=True)):
+            alloc = tpl.alloc
+            if any(u > a for u, a in zip(used, alloc, strict=True)):
                 continue
             priced = tpl.price_for(okeys)
             if priced is None or not self.budget.allows(tpl):
                 continue
-            # by_price is ordered by the cheapest offering; a restricted one may cost more: keep scanning
-            # only while a cheaper candidate could still exist.
-            best = (tpl, priced[0], priced[1])
-            for other in self.by_price:
-                if other.min_price >= best[1]:
-                    break
-                if other is tpl or (allowed is not None and other.index not in allowed):
-                    continue
-                if any(u > a for u, a in zip(used, other.alloc, strict=True)) or not self.budget.allows(other):
-                    continue
-                op = other.price_for(okeys)
-                if op is not None and op[0] < best[1]:
-                    best = (other, op[0], op[1])
-            return best
-        return None
+            if best is None or priced[0] < best[1]:
+                best = (tpl, priced[0], priced[1])
+        return best
 
-    def candidates(self, classes: Sequence[PackClass]) -> list[Template]:
+    def candidates(self, classes: Sequence[PackClass], weights: Sequence[float]) -> list[Template]:
         usable: set[int] = set()
         for c in classes:
             usable |= c.templates
-        tpls = [t for t in self.by_price if t.index in usable and self.budget.allows(t)]
+        key = (frozenset(usable), tuple(weights))
+        cached = self._candidate_cache.get(key)
+        if cached is None:
+            cached = self._candidates(usable, weights)
+            self._candidate_cache[key] = cached
+        return [t for t in cached if self.budget.allows(t)]
+
+    def _candidates(self, usable: set[int], weights: Sequence[float]) -> list[Template]:
+        tpls = [t for t in self.by_price if t.index in usable]
         if len(tpls) <= self.max_candidates:
             return tpls
-        by_size = sorted(tpls, key=lambda t: (self.value_of(t.alloc), t.min_price))
-        # Keep the non-dominated (more value for less money) ones, then a spread of sizes.
+        # Keep the templates on the price/value frontier, then a spread of sizes (all small ones, geometric).
         frontier: list[Template] = []
-        best_ratio = INF * 1.0
-        for t in sorted(by_size, key=lambda t: (-self.value_of(t.alloc), t.min_price)):
-            ratio = t.min_price / max(self.value_of(t.alloc), 1e-12)
+        best_ratio = float("inf")
+        value = {t.index: self.value_of(t.alloc, weights) for t in tpls}
+        for t in sorted(tpls, key=lambda t: (-value[t.index], t.min_price)):
+            ratio = t.min_price / max(value[t.index], 1e-12)
             if ratio < best_ratio * 1.02 or len(frontier) < 2:
                 frontier.append(t)
                 best_ratio = min(best_ratio, ratio)
-        pool = sorted(frontier, key=lambda t: self.value_of(t.alloc)) if len(frontier) >= 4 else by_size
+        pool = sorted(frontier if len(frontier) >= 4 else tpls, key=lambda t: value[t.index])
         n = len(pool)
+        if n <= self.max_candidates:
+            return pool
         picks = set(range(min(6, n)))
         k = self.max_candidates - len(picks)
         for i in range(k):
-            picks.add(min(n - 1, int(round(6 + (n - 7) * (i / max(1, k - 1)) ** 1.6))))
+            picks.add(min(n - 1, round(6 + (n - 7) * (i / max(1, k - 1)) ** 1.6)))
         picks.add(n - 1)
         return [pool[i] for i in sorted(picks)]
 
-    def fill(self, order: Sequence[PackClass], room: list[int], okeys: frozenset[OfferKey] | None,
-             counts: dict[int, int], limits: dict[int, int], contents: dict[int, int], tpl_index: int,
-             used: list[int]) -> frozenset[OfferKey] | None:
+    @staticmethod
+    def buckets(classes: Sequence[PackClass], weights: Sequence[float]) -> list[tuple[tuple[int, ...], list[PackClass]]]:
+        by_req: dict[tuple[int, ...], list[PackClass]] = {}
+        for c in classes:
+            by_req.setdefault(c.req, []).append(c)
+        return sorted(by_req.items(), key=lambda item: (-sum(w * u for w, u in zip(weights, item[0], strict=False)),
+                                                        tuple(-x for x in item[0])))
+
+    def fill(self, buckets: Sequence[tuple[tuple[int, ...], list[PackClass]]], room: list[int],
+             okeys: frozenset[OfferKey] | None, counts: dict[int, int], limits: dict[int, int],
+             contents: dict[int, int], tpl_index: int, used: list[int]) -> frozenset[OfferKey] | None:
         """First-fit-decreasing into ``room`` (mutated, as are counts/limits/contents/used)."""
         dims = range(len(room))
-        for c in order:
-            avail = c.count - contents.get(c.index, 0)
-            if avail <= 0 or tpl_index not in c.templates:
+        for req, group in buckets:
+            if any(r > f for r, f in zip(req, room, strict=True)):
                 continue
-            req = c.req
-            k = avail
-            for d in dims:
-                r = req[d]
-                if r:
-                    q = room[d] // r
-                    if q < k:
-                        k = q
-                        if k <= 0:
-                            break
-            if k <= 0:
-                continue
-            new_okeys = okeys
-            if c.okeys is not None:
-                new_okeys = c.okeys if okeys is None else okeys & c.okeys
-                if not new_okeys:
+            for c in group:
+                avail = c.count - contents.get(c.index, 0)
+                if avail <= 0 or tpl_index not in c.templates:
                     continue
-            if c.limits or (c.matches and limits):
-                for sid, lim in c.limits:
-                    cap = min(lim, limits.get(sid, lim))
-                    have = counts.get(sid, 0)
-                    if sid in c.matches:
-                        k = min(k, cap - have)
-                    elif have > cap:
-                        k = 0
-                for sid in c.matches:
-                    lim2 = limits.get(sid)
-                    if lim2 is not None:
-                        k = min(k, lim2 - counts.get(sid, 0))
+                k = avail
+                for d in dims:
+                    r = req[d]
+                    if r:
+                        q = room[d] // r
+                        if q < k:
+                            k = q
                 if k <= 0:
-                    continue
-                for sid, lim in c.limits:
-                    limits[sid] = min(lim, limits.get(sid, lim))
-                for sid in c.matches:
-                    counts[sid] = counts.get(sid, 0) + k
-            okeys = new_okeys
-            contents[c.index] = contents.get(c.index, 0) + k
-            for d in dims:
-                if req[d]:
-                    room[d] -= req[d] * k
-                    used[d] += req[d] * k
+                    break
+                new_okeys = okeys
+                if c.okeys is not None:
+                    new_okeys = c.okeys if okeys is None else okeys & c.okeys
+                    if not new_okeys:
+                        continue
+                if c.limits or (c.matches and limits):
+                    for sid, lim in c.limits:
+                        cap = min(lim, limits.get(sid, lim))
+                        have = counts.get(sid, 0)
+                        if sid in c.matches:
+                            k = min(k, cap - have)
+                        elif have > cap:
+                            k = 0
+                    for sid in c.matches:
+                        lim2 = limits.get(sid)
+                        if lim2 is not None:
+                            k = min(k, lim2 - counts.get(sid, 0))
+                    if k <= 0:
+                        continue
+                    for sid, lim in c.limits:
+                        limits[sid] = min(lim, limits.get(sid, lim))
+                    for sid in c.matches:
+                        counts[sid] = counts.get(sid, 0) + k
+                okeys = new_okeys
+                contents[c.index] = contents.get(c.index, 0) + k
+                for d in dims:
+                    if req[d]:
+                        room[d] -= req[d] * k
+                        used[d] += req[d] * k
         return okeys
 
     # -- the greedy ----------------------------------------------------------------------------------------
-    def _evaluate(self, tpl: Template, order: Sequence[PackClass], seed: PackClass | None):
+    def _evaluate(self, tpl: Template, buckets, seed: PackClass | None):
         room = list(tpl.alloc)
         used = [0] * len(room)
         counts: dict[int, int] = {}
         limits: dict[int, int] = {}
         contents: dict[int, int] = {}
+        okeys = None
         if seed is not None:
-            self.fill([seed], room, None, counts, limits, contents, tpl.index, used)
-            if not contents:
+            if tpl.index not in seed.templates or any(r > a for r, a in zip(seed.req, room, strict=True)):
                 return None
-            # one seed only: cap it at 1 by undoing extras
-            extra = contents[seed.index] - 1
-            if extra > 0:
-                contents[seed.index] = 1
-                for d in range(len(room)):
-                    room[d] += seed.req[d] * extra
-                    used[d] -= seed.req[d] * extra
-                for sid in seed.matches:
-                    counts[sid] -= extra
-        okeys = self.fill(order, room, seed.okeys if seed is not None else None, counts, limits, contents,
-                          tpl.index, used)
+            if seed.okeys is not None and not (seed.okeys & tpl.offerings.keys()):
+                return None
+            contents[seed.index] = 1
+            for d, r in enumerate(seed.req):
+                room[d] -= r
+                used[d] += r
+            for sid, lim in seed.limits:
+                limits[sid] = lim
+            for sid in seed.matches:
+                counts[sid] = 1
+            okeys = seed.okeys
+        okeys = self.fill(buckets, room, okeys, counts, limits, contents, tpl.index, used)
         if not contents:
             return None
         allowed: frozenset[int] | None = None
         for ci in contents:
             cls = self._classes[ci]
-            allowed = cls.templates if allowed is None else allowed & cls.templates
+            if allowed is None:
+                allowed = cls.templates
+            elif cls.templates is not allowed:
+                allowed = allowed & cls.templates
         down = self.downsize(used, okeys, allowed)
         if down is None:
             return None
         return down, contents, used, okeys, counts, limits
 
-    def pack(self, classes: Sequence[PackClass]) -> list[Bin]:
+    def _commit(self, bins: list[Bin], chosen) -> int:
+        (tpl, price, offer), contents, used, okeys, counts, limits = chosen
+        times = min(self._classes[ci].count // n for ci, n in contents.items())
+        times = max(1, min(times, self.budget.max_count(tpl)))
+        self.budget.take(tpl, times)
+        for ci, n in contents.items():
+            self._classes[ci].count -= n * times
+        for _ in range(times):
+            bins.append(Bin(tpl, price, offer, list(used), okeys, dict(counts), dict(limits), dict(contents)))
+        return times * sum(contents.values())
+
+    def _greedy(self, classes: Sequence[PackClass], weights: Sequence[float], only: Template | None = None
+                ) -> tuple[list[Bin], dict[int, str]]:
         self._classes = {c.index: c for c in classes}
-        for c in classes:
-            c.value = self.value_of(c.req)
+        failed: dict[int, str] = {}
         bins: list[Bin] = []
-        order = sorted(classes, key=lambda c: (-c.value, -max(c.req), c.index))
-        while True:
-            active = [c for c in order if c.count > 0]
-            if not active:
-                break
-            cands = self.candidates(active)
-            seeds = [c for c in active if c.seed]
+        all_cands = self.candidates(classes, weights)
+        best_ratio = min((t.min_price / max(self.value_of(t.alloc, weights), 1e-12) for t in all_cands),
+                         default=float("inf"))
+        value = {c.index: self.value_of(c.req, weights) for c in classes}
+        buckets = self.buckets(classes, weights)
+        seeds = sorted((c for c in classes if c.seed), key=lambda c: (-value[c.index], c.index))
+        near_cache: dict[int, tuple[tuple[Template, float, OfferKey] | None, list[Template]]] = {}
+        left = sum(c.count for c in classes)
+        si = 0
+        rounds = 0
+        while left > 0:
+            rounds += 1
+            if rounds % 64 == 0:
+                buckets = self.buckets([c for c in classes if c.count > 0], weights)
+            while si < len(seeds) and seeds[si].count <= 0:
+                si += 1
             chosen = None
-            if seeds and cands:
-                seed = seeds[0]
-                alone = None
-                best_score = INF * 1.0
-                for tpl in cands:
-                    if tpl.index not in seed.templates:
-                        continue
-                    result = self._evaluate(tpl, [seed], seed)
-                    if result is not None and (alone is None or result[0][1] < alone[0][1]):
-                        alone = result
-                if alone is not None:
-                    base = alone[0][1]
-                    best_ratio = min(t.min_price / max(self.value_of(t.alloc), 1e-12) for t in cands)
-                    chosen = alone
-                    for tpl in cands:
-                        if tpl.index not in seed.templates:
-                            continue
-                        result = self._evaluate(tpl, order, seed)
-                        if result is None:
-                            continue
-                        added = self.value_of(result[2]) - seed.value
-                        if added <= 0:
-                            continue
-                        score = (result[0][1] - base) / added
-                        if score < best_score - 1e-12:
-                            best_score, best = score, result
-                    if best_score <= best_ratio * 1.25:
-                        chosen = best
-                else:
-                    self.failed[seed.index] = self._why_not(seed)
+            if only is not None and self.budget.allows(only):
+                chosen = self._evaluate(only, buckets, None)
+            if chosen is not None:
+                pass
+            elif si < len(seeds):
+                seed = seeds[si]
+                cached_alone = near_cache.get(seed.index, (None, []))[0]
+                if seed.index not in near_cache or (cached_alone is not None and
+                                                    not self.budget.allows(cached_alone[0])):
+                    alone = self.downsize(seed.req, seed.okeys, seed.templates)
+                    near = [] if alone is None else [
+                        t for t in self.by_price if t.min_price >= alone[1] and t.index in seed.templates
+                        and self.budget.allows(t)][:6]
+                    near_cache[seed.index] = (alone, near)
+                alone, near = near_cache[seed.index]
+                if alone is None:
+                    failed[seed.index] = self._why_not(seed)
+                    left -= seed.count
                     seed.count = 0
                     continue
-            elif cands:
-                best_key = None
-                for tpl in cands:
-                    result = self._evaluate(tpl, order, None)
+                base = alone[1]
+                chosen = (alone, {seed.index: 1}, list(seed.req), seed.okeys if seed.okeys is None else
+                          seed.okeys & alone[0].offerings.keys(), dict.fromkeys(seed.matches, 1),
+                          dict(seed.limits))
+                # The seed's own node and a few sizes up: which makes room for others at the lowest marginal price?
+                best_score = best_ratio * 1.25
+                for tpl in near:
+                    if not self.budget.allows(tpl):
+                        continue
+                    result = self._evaluate(tpl, buckets, seed)
                     if result is None:
                         continue
-                    value = self.value_of(result[2])
-                    key = (result[0][1] / max(value, 1e-12), -value, result[0][0].index)
+                    added = self.value_of(result[2], weights) - value[seed.index]
+                    if added <= 0:
+                        continue
+                    score = (result[0][1] - base) / added
+                    if score < best_score - 1e-12:
+                        best_score, chosen = score, result
+                    if score <= 1e-12:
+                        break  # room that comes free with the seed's own node: nothing beats it
+            else:
+                best_key = None
+                for tpl in all_cands:
+                    if not self.budget.allows(tpl):
+                        continue
+                    result = self._evaluate(tpl, buckets, None)
+                    if result is None:
+                        continue
+                    val = self.value_of(result[2], weights)
+                    key = (result[0][1] / max(val, 1e-12), -val, result[0][0].index)
                     if best_key is None or key < best_key:
                         best_key, chosen = key, result
             if chosen is None:
-                for c in active:
-                    self.failed[c.index] = self._why_not(c)
-                    c.count = 0
+                for c in classes:
+                    if c.count > 0:
+                        failed[c.index] = self._why_not(c)
+                        c.count = 0
                 break
-            (tpl, price, offer), contents, used, okeys, counts, limits = chosen
-            times = min(self._classes[ci].count // n for ci, n in contents.items())
-            times = max(1, min(times, self.budget.max_count(tpl)))
-            self.budget.take(tpl, times)
-            for ci, n in contents.items():
-                self._classes[ci].count -= n * times
-            for _ in range(times):
-                bins.append(Bin(tpl, price, offer, list(used), okeys, dict(counts), dict(limits), dict(contents)))
+            left -= self._commit(bins, chosen)
+        return bins, failed
+
+    def pack(self, classes: Sequence[PackClass], portfolio: bool | None = None) -> list[Bin]:
+        """Pack ``classes`` (their counts are consumed); failures go to ``self.failed``."""
+        use_portfolio = self.portfolio if portfolio is None else portfolio
+        counts = {c.index: c.count for c in classes}
+        strategies: list[tuple[Sequence[float], Template | None]] = [(self.weights, None)]
+        if use_portfolio:
+            cpu_only = [self.weights[0] or 1.0] + [0.0] * (len(self.weights) - 1)
+            mem_only = [0.0, self.weights[1] or 1.0] + [0.0] * (len(self.weights) - 2)
+            strategies += [(cpu_only, None), (mem_only, None)]
+            strategies += [(self.weights, t) for t in self.candidates(classes, self.weights)]
+        best: tuple[tuple[int, float], list[Bin], dict[int, str], Budget] | None = None
+        start = Budget(self.budget.resource_names, dict(self.budget.remaining), dict(self.budget.type_caps))
+        for weights, only in strategies:
+            for c in classes:
+                c.count = counts[c.index]
+            self.budget = Budget(start.resource_names, dict(start.remaining), dict(start.type_caps))
+            bins, failed = self._greedy(classes, weights, only)
+            key = (sum(counts[i] for i in failed), sum(b.price for b in bins))
+            if best is None or key < best[0]:
+                best = (key, bins, failed, self.budget)
+        assert best is not None
+        _, bins, failed, self.budget = best
+        for c in classes:
+            c.count = 0 if c.index not in failed else counts[c.index]
+        self.failed.update(failed)
+        for c in classes:
+            if c.index in failed:
+                c.count = 0
         return bins
 
     def _why_not(self, c: PackClass) -> str:
@@ -376,23 +455,26 @@ class Packer:
 
     # -- improvement ---------------------------------------------------------------------------------------
     def improve(self, bins: list[Bin], classes: Sequence[PackClass]) -> list[Bin]:
-        """Repack single bins and pairs of bins with the greedy; keep every change that lowers the price."""
+        """Repack single bins and pairs of bins; keep every change that lowers the price."""
         proto = {c.index: c for c in classes}
         tries = 0
         changed = True
         while changed and tries < self.improve_budget:
             changed = False
             n = len(bins)
-            order = sorted(range(n), key=lambda i: -bins[i].price)
-            pairs = [(i, None) for i in order] + [(order[a], order[b]) for a in range(n) for b in range(a + 1, n)]
+            # Most wasteful first (price minus the value of what the bin holds); pairs among the worst few.
+            order = sorted(range(n), key=lambda i: (-(bins[i].price - self.value_of(bins[i].used)), i))
+            worst = order[:PAIR_WINDOW]
+            pairs: list[tuple[int, int | None]] = [(i, None) for i in worst]
+            pairs += [(worst[a], worst[b]) for a in range(len(worst)) for b in range(a + 1, len(worst))]
             for i, j in pairs:
                 if tries >= self.improve_budget:
                     break
+                ok_i, ok_j = bins[i].okeys, None if j is None else bins[j].okeys
+                if ok_i is not None and ok_j is not None and not ok_i & ok_j:
+                    continue
                 tries += 1
                 group = [bins[i]] if j is None else [bins[i], bins[j]]
-                if j is not None and bins[i].okeys is not None and bins[j].okeys is not None \
-                        and not bins[i].okeys & bins[j].okeys:
-                    continue
                 old_price = sum(b.price for b in group)
                 merged: dict[int, int] = {}
                 for b in group:
@@ -403,10 +485,9 @@ class Packer:
                 sub = [PackClass(ci, proto[ci].req, k, proto[ci].okeys, proto[ci].matches, proto[ci].limits,
                                  proto[ci].templates) for ci, k in merged.items()]
                 saved_failed = dict(self.failed)
-                saved_classes = self._classes
-                trial = self.pack(sub)
-                self._classes = saved_classes
-                ok = len(self.failed) == len(saved_failed) and all(c.count == 0 for c in sub)
+                saved_budget = self.budget
+                trial = self.pack(sub, portfolio=self.portfolio)
+                ok = len(self.failed) == len(saved_failed)
                 self.failed = saved_failed
                 new_price = sum(b.price for b in trial)
                 if ok and new_price < old_price - 1e-9:
@@ -414,8 +495,7 @@ class Packer:
                     bins = keep + trial
                     changed = True
                     break
-                for b in trial:
-                    self.budget.give_back(b.template, 1)
+                self.budget = saved_budget
                 for b in group:
                     self.budget.take(b.template, 1)
         return bins

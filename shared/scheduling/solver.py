@@ -41,7 +41,7 @@ from shared.scheduling.model import (
     untolerated,
 )
 from shared.scheduling.packing import Bin, Budget, PackClass, Packer, dual_weights
-from shared.scheduling.plan import ExistingPlacement, Plan, PlannedNodeClaim, Unschedulable
+from shared.scheduling.plan import Considered, ExistingPlacement, Plan, PlannedNodeClaim, Unschedulable
 from shared.scheduling.quantities import CPU, MEMORY, PODS, format_quantity
 from shared.scheduling.requirements import Requirement, all_allow
 from shared.scheduling.templates import (
@@ -52,7 +52,13 @@ from shared.scheduling.templates import (
     pod_feasibility,
     pool_rejection,
 )
-from shared.scheduling.topology import HostnameRules, ScopedSelector, allows_on_node, assign_domains, term_scope
+from shared.scheduling.topology import (
+    HostnameRules,
+    ScopedSelector,
+    allows_on_node,
+    assign_domains,
+    term_scope,
+)
 
 DEFAULT_MAX_PODS = 110
 
@@ -115,6 +121,10 @@ class _Solve:
                 cache[key] = pod_feasibility(pod, self.vec[pod.key], self.templates)
             self.feasible[pod.key] = cache[key]
         self.unschedulable: dict[str, dict[str, str]] = {}
+        self._okeys_cache: dict[int, frozenset[OfferKey]] = {}
+        self._explained: dict[tuple[object, ...], tuple[str, list[str], list[Considered]]] = {}
+        self._sorted_templates: dict[str, list[Template]] = {}
+        self._feasible_by_spec = cache
         self.rules = HostnameRules()
         self.rules.register(list(self.pending) + self.bound)
 
@@ -148,9 +158,9 @@ class _Solve:
                 labels[ZONE] = claim.zone
             room = _Room(claim.name, "NodeClaim", labels, tpl.taints if tpl else (), free)
             for key in claim.pods:
-                pod = self.by_key.get(key)
-                if pod is not None:
-                    self._occupy(room, pod, _vector(pod.requests, self.names))
+                destined = self.by_key.get(key)
+                if destined is not None:
+                    self._occupy(room, destined, _vector(destined.requests, self.names))
             out.append(room)
         return out
 
@@ -181,9 +191,6 @@ class _Solve:
                 sel = term_scope(term.selector, term.namespaces, term.all_namespaces)
                 if not any(sel.matches(other) for other in room.pods):
                     return False
-        for term in pod.pod_anti_affinity:
-            # anti-affinity of pods already there against this one (hostname rules cover registered terms)
-            pass
         return True
 
     # -- main ------------------------------------------------------------------------------------------------
@@ -209,14 +216,19 @@ class _Solve:
 
     def _assign_domains(self, rooms: Sequence[_Room]) -> dict[str, dict[str, str]]:
         domains_of: dict[str, dict[str, set[str]]] = {}
+        offered: dict[int, tuple[set[str], set[str]]] = {}
         for pod in self.pending:
-            zones: set[str] = set()
-            cts: set[str] = set()
-            for offers in self.feasible[pod.key].values():
-                for zone, ct in offers:
-                    if zone:
-                        zones.add(zone)
-                    cts.add(ct)
+            feasible = self.feasible[pod.key]
+            if id(feasible) not in offered:
+                zs: set[str] = set()
+                cs: set[str] = set()
+                for offers in feasible.values():
+                    for zone, ct in offers:
+                        if zone:
+                            zs.add(zone)
+                        cs.add(ct)
+                offered[id(feasible)] = (zs, cs)
+            zones, cts = set(offered[id(feasible)][0]), set(offered[id(feasible)][1])
             for room in rooms:
                 if untolerated(room.taints, pod.tolerations) is None and any(
                         all_allow(term, room.labels) for term in pod.node_affinity):
@@ -255,24 +267,38 @@ class _Solve:
         for pod in left:
             groups[find(pod.key)].append(pod)
         items = []
+        pinned_cache: dict[tuple[int, tuple[tuple[str, str], ...]], dict[int, frozenset[OfferKey]]] = {}
+
+        def pinned(pod: Pod) -> dict[int, frozenset[OfferKey]]:
+            f = self.feasible[pod.key]
+            pin = pins.get(pod.key, {})
+            if not pin:
+                return f
+            key = (id(f), tuple(sorted(pin.items())))
+            found = pinned_cache.get(key)
+            if found is None:
+                found = {}
+                for i, offs in f.items():
+                    kept = frozenset(k for k in offs if (ZONE not in pin or k[0] == pin[ZONE]) and
+                                     (CAPACITY_TYPE not in pin or k[1] == pin[CAPACITY_TYPE]))
+                    if kept:
+                        found[i] = kept
+                pinned_cache[key] = found
+            return found
+
         for members in groups.values():
             members.sort(key=lambda p: p.key)
-            vec = tuple(map(sum, zip(*(self.vec[p.key] for p in members), strict=True)))
-            feasible: dict[int, frozenset[OfferKey]] | None = None
-            restricted = False
-            for pod in members:
-                f = self.feasible[pod.key]
-                pin = pins.get(pod.key, {})
-                if pin:
-                    f = {i: frozenset(k for k in offs if (ZONE not in pin or k[0] == pin[ZONE]) and
-                                      (CAPACITY_TYPE not in pin or k[1] == pin[CAPACITY_TYPE]))
-                         for i, offs in f.items()}
-                    f = {i: offs for i, offs in f.items() if offs}
-                restricted = restricted or bool(pin) or _restricts_offers(pod)
-                feasible = dict(f) if feasible is None else {
-                    i: feasible[i] & f[i] for i in feasible if i in f and feasible[i] & f[i]}
-            assert feasible is not None
-            feasible = {i: o for i, o in feasible.items() if fits(vec, self.templates[i].alloc)}
+            restricted = any(pod.key in pins or _restricts_offers(pod) for pod in members)
+            if len(members) == 1:
+                vec = self.vec[members[0].key]
+                feasible = pinned(members[0])
+            else:
+                vec = tuple(map(sum, zip(*(self.vec[p.key] for p in members), strict=True)))
+                feasible = dict(pinned(members[0]))
+                for pod in members[1:]:
+                    f = pinned(pod)
+                    feasible = {i: feasible[i] & f[i] for i in feasible if i in f and feasible[i] & f[i]}
+                feasible = {i: o for i, o in feasible.items() if fits(vec, self.templates[i].alloc)}
             matches: set[int] = set()
             limits: dict[int, int] = {}
             for pod in members:
@@ -291,7 +317,10 @@ class _Solve:
                 continue
             okeys = None
             if restricted:
-                okeys = frozenset(k for offs in feasible.values() for k in offs)
+                okeys = self._okeys_cache.get(id(feasible))
+                if okeys is None:
+                    okeys = frozenset(k for offs in feasible.values() for k in offs)
+                    self._okeys_cache[id(feasible)] = okeys
             if len(members) > 1 and not feasible:
                 for pod in members:
                     self.unschedulable[pod.key] = {
@@ -299,7 +328,7 @@ class _Solve:
                              f"{', '.join(p.key for p in members)}) do not fit together on any instance type"}
                 continue
             counted = {sid: sum(1 for p in members if sid in self.rules.features(p)[0]) for sid in matches}
-            if any(counted.get(sid, 0) > lim for sid, lim in limits.items()):
+            if len(members) > 1 and any(counted.get(sid, 0) > lim for sid, lim in limits.items()):
                 for pod in members:
                     self.unschedulable[pod.key] = {"*": "its pod affinity and anti-affinity contradict each other"}
                 continue
@@ -358,15 +387,18 @@ class _Solve:
             budget = Budget(self.names, remaining, type_caps)
             demand = [0] * len(self.names)
             pack_classes = []
+            interned: dict[frozenset[int], frozenset[int]] = {}
             for i, k in enumerate(here):
                 vec, okeys, matches, limits, feasible = shape[k]
                 for d, amount in enumerate(vec):
                     demand[d] += amount * len(classes[k])
+                tset = frozenset(feasible) & tpl_ids
                 pack_classes.append(PackClass(i, vec, len(classes[k]), okeys, matches, limits,
-                                              frozenset(feasible) & tpl_ids, list(classes[k])))
+                                              interned.setdefault(tset, tset), list(classes[k])))
             weights = dual_weights(tpls, demand, 0, 1)
             n_pods = sum(len(c.members) for c in pack_classes)
-            packer = Packer(tpls, budget, weights, improve_budget=2500 if n_pods <= 400 else 150)
+            small = n_pods <= 400
+            packer = Packer(tpls, budget, weights, improve_budget=2500 if small else 60, portfolio=small)
             bins = packer.pack(pack_classes)
             bins = packer.improve(bins, [PackClass(c.index, c.req, 0, c.okeys, c.matches, c.limits, c.templates)
                                          for c in pack_classes])
@@ -377,16 +409,16 @@ class _Solve:
                 tried[k][pool.name] = reason
             taken: dict[int, int] = defaultdict(int)
             for b in bins:
-                members: list[str] = []
+                pods_here: list[str] = []
                 for ci, n in sorted(b.contents.items()):
                     start = taken[ci]
                     for unit in pack_classes[ci].members[start:start + n]:
-                        members.extend(unit)
+                        pods_here.extend(unit)
                     taken[ci] += n
-                claim = self._claim(pool, tpls, b, members, pack_classes)
+                claim = self._claim(pool, tpls, b, pods_here, pack_classes)
                 if isinstance(claim, str):
-                    for key in members:
-                        self.unschedulable[key] = {pool.name: claim}
+                    for pod_key in pods_here:
+                        self.unschedulable[pod_key] = {pool.name: claim}
                     continue
                 claims.append(((rank, -b.price, claim.instance_type, claim.pods), claim))
             leftover: dict[tuple[object, ...], list[list[str]]] = {}
@@ -404,8 +436,8 @@ class _Solve:
             pending_keys = next_pending
         for k in pending_keys:
             for unit in classes[k]:
-                for key in unit:
-                    self.unschedulable[key] = self._reasons(self.by_key[key], tried[k])
+                for pod_key in unit:
+                    self.unschedulable[pod_key] = self._reasons(self.by_key[pod_key], tried[k])
         claims.sort(key=lambda item: item[0])
         return [c for _, c in claims]
 
@@ -428,9 +460,18 @@ class _Solve:
         for ci in b.contents:
             allowed = classes[ci].templates if allowed is None else allowed & classes[ci].templates
         assert allowed is not None
-        budget = Budget(self.names, {}, {})
-        because, fallbacks, considered = explain_choice(b.template, b.price, b.used, b.okeys, allowed, tpls,
-                                                        self.names, budget)
+        want = max([MAX_FALLBACKS] + [len(tpls) for r in pool.requirements if r.min_values])
+        memo_key = (b.template.index, tuple(b.used), b.okeys, allowed)
+        cached = self._explained.get(memo_key)
+        if cached is None:
+            ordered = self._sorted_templates.get(pool.name)
+            if ordered is None:
+                ordered = sorted(tpls, key=lambda t: (t.min_price, t.instance_type.name))
+                self._sorted_templates[pool.name] = ordered
+            cached = explain_choice(b.template, b.price, b.used, b.okeys, allowed, ordered, self.names,
+                                    Budget(self.names, {}, {}), want)
+            self._explained[memo_key] = cached
+        because, fallbacks, considered = cached
         by_name = {t.instance_type.name: t for t in tpls}
         flexible = [b.template.instance_type.name, *fallbacks]
         keep = MAX_FALLBACKS

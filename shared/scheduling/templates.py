@@ -31,7 +31,6 @@ from shared.scheduling.model import (
     HostPort,
     InstanceType,
     NodePool,
-    Offering,
     Pod,
     Taint,
     untolerated,

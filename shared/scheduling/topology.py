@@ -134,8 +134,8 @@ def allows_on_node(matches: Sequence[int], limits: Sequence[tuple[int, int]], co
         if counts.get(sid, 0) + (n if sid in matches else 0) > lim:
             return False
     for sid in matches:
-        lim = node_limits.get(sid)
-        if lim is not None and counts.get(sid, 0) + n > lim:
+        node_lim = node_limits.get(sid)
+        if node_lim is not None and counts.get(sid, 0) + n > node_lim:
             return False
     return True
 
