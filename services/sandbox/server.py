@@ -28,8 +28,8 @@ Legacy discovery (``/api``, ``/api/v1``, ``/apis``, ``/apis/{g}``, ``/apis/{g}/{
 kind with verbs, short names and subresources (``pods/eviction`` names ``policy/v1 Eviction``, which ``kubectl
 drain`` checks). ``/openapi/v3`` serves a minimal document per group-version: one ``patch`` operation per kind
 with its ``x-kubernetes-group-version-kind`` and the ``fieldValidation`` parameter, which is all ``kubectl
-apply`` needs to validate server-side. Lists are returned as plain ``*List`` objects; kubectl prints them with
-its default ``NAME AGE`` columns (no Table rendering).
+apply`` needs to validate server-side. When the client prefers ``as=Table`` (kubectl get, also with ``-w``),
+lists, single objects and watch events are rendered by :mod:`services.sandbox.tables`.
 
 Errors are always ``kind: Status`` JSON with the right code; unexpected exceptions become a 500 Status with the
 exception type and message, never a stack trace (the trace goes to the log).
@@ -59,6 +59,7 @@ from services.sandbox.errors import (
 )
 from services.sandbox.resources import ResourceType
 from services.sandbox.store import Store
+from services.sandbox.tables import render_table, wants_table
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +219,12 @@ class ApiServer:
             if sub == "scale":
                 return json_response(self.store.get_scale(rt, name, ns))
             if sub in (None, "status"):
-                return json_response(self.store.get(rt, name, ns))
+                obj = self.store.get(rt, name, ns)
+                if sub is None and wants_table(request.headers.get("Accept")):
+                    return json_response(render_table(rt, [obj], include_object=q.get("includeObject", "Metadata"),
+                                                      list_metadata={"resourceVersion": obj["metadata"].get(
+                                                          "resourceVersion", "")}))
+                return json_response(obj)
         elif method == "PUT":
             body = await self.body(request)
             if sub == "scale":
@@ -320,8 +326,12 @@ class ApiServer:
         api_version = target.rt.api_version
         items = [item if item.get("apiVersion") == api_version else {**item, "apiVersion": api_version}
                  for item in page.items]
-        return json_response(self.list_body(target.rt, items, page.resource_version, page.continue_token,
-                                            page.remaining_item_count))
+        body = self.list_body(target.rt, items, page.resource_version, page.continue_token,
+                              page.remaining_item_count)
+        if wants_table(request.headers.get("Accept")):
+            return json_response(render_table(target.rt, items, include_object=q.get("includeObject", "Metadata"),
+                                              list_metadata=body["metadata"]))
+        return json_response(body)
 
     async def watch(self, request: web.Request, target: Target) -> web.StreamResponse:
         q = request.query
@@ -347,6 +357,21 @@ class ApiServer:
         deadline = loop.time() + duration
         last_bookmark = loop.time()
         api_version = rt.api_version
+        table_columns_sent: bool | None = None  # None: plain objects; else a Table per event (kubectl get -w)
+        if wants_table(request.headers.get("Accept")):
+            table_columns_sent = False
+        include_object = q.get("includeObject", "Metadata")
+
+        def frame(event: Any) -> bytes:
+            nonlocal table_columns_sent
+            if table_columns_sent is None or event.type == "BOOKMARK":
+                line: bytes = event.line(api_version)
+                return line
+            table = render_table(rt, [event.obj], include_object=include_object,
+                                 with_columns=not table_columns_sent)
+            table_columns_sent = True
+            return _encode({"type": event.type, "object": table}) + b"\n"
+
         try:
             await response.prepare(request)
             while True:
@@ -363,11 +388,11 @@ class ApiServer:
                     if transport is None or transport.is_closing():
                         break
                     if allow_bookmarks and watch.pending == 0 and loop.time() - last_bookmark >= bookmark_interval:
-                        await response.write(watch.bookmark().line(api_version))
+                        await response.write(frame(watch.bookmark()))
                         last_bookmark = loop.time()
                     continue
                 batch = [event, *watch.drain_raw()]
-                await response.write(b"".join(e.line(api_version) for e in batch))
+                await response.write(b"".join(frame(e) for e in batch))
         except (StopAsyncIteration, ConnectionResetError, ConnectionError):
             pass
         finally:

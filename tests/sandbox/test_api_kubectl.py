@@ -117,3 +117,26 @@ async def test_cordon_and_drain_respect_budgets(api_sandbox: SandboxHandle, kube
     uncordoned = await kubectl("uncordon", "node-a")
     assert uncordoned.code == 0
     assert not store.get(store.resource("v1", "Node"), "node-a")["spec"].get("unschedulable")
+
+
+async def test_get_prints_the_usual_columns(api_sandbox: SandboxHandle, kubectl: KubectlRunner) -> None:
+    store = api_sandbox.workload_store
+    store.create(store.resource("v1", "Node"), node_manifest("node-a"))
+    pods = store.resource("v1", "Pod")
+    store.create(pods, pod_manifest("bound"))
+    store.bind("bound", "default", "node-a")
+    store.create(pods, pod_manifest("waiting"))
+    store.create(store.resource("karpenter.sh/v1", "NodeClaim"), {
+        "metadata": {"name": "general-x1", "labels": {"node.kubernetes.io/instance-type": "m5.large"}},
+        "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}})
+    wide = await kubectl("get", "pods", "-o", "wide")
+    assert wide.code == 0, wide.stderr
+    header, *rows = [line.split() for line in wide.stdout.strip().splitlines()]
+    assert header[:5] == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"] and "NODE" in header
+    by_name = {row[0]: row for row in rows}
+    assert by_name["bound"][2] == "Pending" and by_name["bound"][header.index("NODE")] == "node-a"
+    assert by_name["waiting"][header.index("NODE")] == "<none>"
+    nodes = await kubectl("get", "nodes")
+    assert nodes.stdout.split()[:7] == ["NAME", "STATUS", "ROLES", "AGE", "VERSION", "node-a", "Ready"]
+    claims = await kubectl("get", "nodeclaims")
+    assert claims.stdout.split()[:2] == ["NAME", "TYPE"] and "m5.large" in claims.stdout
