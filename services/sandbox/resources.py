@@ -64,7 +64,8 @@ class ResourceType:
         return path in ALWAYS_SELECTABLE or path in self.selectable_fields
 
 
-BUILTIN_GROUPS: frozenset[str] = frozenset({"", "apps", "policy", "coordination.k8s.io", "autoscaling"})
+BUILTIN_GROUPS: frozenset[str] = frozenset({"", "apps", "policy", "coordination.k8s.io", "autoscaling",
+                                           "events.k8s.io"})
 
 _STATUS = frozenset({"status"})
 _STATUS_SCALE = frozenset({"status", "scale"})
@@ -106,6 +107,9 @@ RESOURCES: tuple[ResourceType, ...] = (
                  POD_FIELDS, ("all",)),
     ResourceType("", "v1", "nodes", "Node", False, _STATUS, ("no",), NODE_FIELDS),
     ResourceType("", "v1", "events", "Event", True, frozenset(), ("ev",), EVENT_FIELDS),
+    ResourceType("events.k8s.io", "v1", "events", "Event", True, frozenset(), ("ev",),
+                 frozenset({"regarding.kind", "regarding.namespace", "regarding.name", "regarding.uid", "reason",
+                            "reportingController", "type"})),
     # apps
     ResourceType("apps", "v1", "deployments", "Deployment", True, _STATUS_SCALE, ("deploy",), categories=("all",)),
     ResourceType("apps", "v1", "replicasets", "ReplicaSet", True, _STATUS_SCALE, ("rs",), categories=("all",)),

@@ -215,6 +215,8 @@ class Watch:
         self.bookmark_interval = bookmark_interval
         self._queue: asyncio.Queue[_Event | None] = asyncio.Queue()
         self.closed = False
+        self.overflowed = False
+        self.max_pending = store.max_pending_events
 
     # -- delivery (called synchronously by the store) --
 
@@ -223,6 +225,12 @@ class Watch:
 
     def _offer(self, event: _Event, old: dict[str, Any] | None) -> None:
         if self._namespace is not None and event.obj["metadata"].get("namespace") != self._namespace:
+            return
+        if self._queue.qsize() >= self.max_pending:
+            # A consumer this far behind would hold unbounded memory; end its watch, as the real server
+            # terminates slow watchers. The client re-watches from its last resourceVersion (or re-lists on 410).
+            self.overflowed = True
+            self.close()
             return
         if not self._filtered:
             self._queue.put_nowait(event)
@@ -287,6 +295,7 @@ class Watch:
             return WatchEvent(event.type, _decode(event.encoded_object(self.resource_type.api_version)))
 
     def close(self) -> None:
+        """End the watch: events already queued are still delivered, then iteration stops."""
         if not self.closed:
             self.closed = True
             self._bucket.watchers.discard(self)
@@ -301,8 +310,10 @@ class Store:
     """One cluster's objects. All methods are synchronous except iterating a :class:`Watch`."""
 
     def __init__(self, registry: Registry = DEFAULT_REGISTRY, *, history_size: int = 10_000,
-                 bookmark_interval: float = 10.0, name: str = "sandbox") -> None:
+                 bookmark_interval: float = 10.0, max_pending_events: int = 100_000,
+                 name: str = "sandbox") -> None:
         self.registry = registry
+        self.max_pending_events = max_pending_events  # per watcher; beyond it the watch is ended
         self.name = name
         self.history_size = history_size
         self.bookmark_interval = bookmark_interval

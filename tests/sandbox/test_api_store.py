@@ -338,3 +338,16 @@ async def test_watch_with_selector_reports_objects_leaving_and_entering(store: S
     watch.close()
     with pytest.raises(StopAsyncIteration):
         await watch.__anext__()
+
+
+async def test_a_watcher_too_far_behind_is_ended_not_buffered_forever() -> None:
+    store = Store(max_pending_events=3)
+    pods = store.resource("v1", "Pod")
+    watch = store.watch(pods, resource_version=store.resource_version)
+    for i in range(5):
+        store.create(pods, pod_manifest(f"p{i}"))
+    received = [event.object["metadata"]["name"] async for event in watch]
+    assert received == ["p0", "p1", "p2"] and watch.overflowed
+    assert store.watcher_count(pods) == 0
+    resumed = store.watch(pods, resource_version=store.get(pods, "p2", "default")["metadata"]["resourceVersion"])
+    assert [(await resumed.__anext__()).object["metadata"]["name"] for _ in range(2)] == ["p3", "p4"]
