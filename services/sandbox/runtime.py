@@ -54,7 +54,7 @@ class SandboxConfig:
     time_scale: float = 1.0
     controllers: bool = True
     history_size: int = 10_000
-    watch_max_seconds: float = 1800.0
+    watch_max_seconds: float = 300.0  # the real server uses 1800-3600 s; shorter so reconnect paths run
     bookmark_interval: float = 10.0
 
 

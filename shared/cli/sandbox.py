@@ -57,7 +57,7 @@ def register(subparsers: Any) -> None:
                         help="multiply every profile duration by this factor (default: %(default)s)")
     parser.add_argument("--no-controllers", action="store_true",
                         help="serve the API only: no scheduler, kubelet or Cluster API simulation")
-    parser.add_argument("--watch-max-seconds", type=_positive_float, default=1800.0,
+    parser.add_argument("--watch-max-seconds", type=_positive_float, default=300.0,
                         help="end watches without timeoutSeconds after at most this long (default: %(default)s)")
     parser.set_defaults(func=run)
 
