@@ -229,6 +229,33 @@ class NodeClaimTerminated(NodeClaimEvent, frozen=True, kw_only=True, tag=True):
     machine: str | None = None
 
 
+class PodPlacement(msgspec.Struct, frozen=True, rename="camel"):
+    pod: str
+    node: str
+    kind: Literal["Node", "NodeClaim"] = "Node"
+
+
+class UnschedulablePod(msgspec.Struct, frozen=True, rename="camel"):
+    pod: str
+    reason: str
+    reasons: dict[str, str] = msgspec.field(default_factory=dict)
+    """NodePool -> why it could not take the pod."""
+
+
+class BatchPlanned(Event, frozen=True, kw_only=True, tag=True):
+    """The scheduler's answer to one PendingBatch as a whole: the claims it planned (each its own
+    ``NodeClaimPlanned``), the pods that fit where room already is, and the pods that cannot run, with the
+    reason per NodePool. ``tenon explain --pod`` starts here."""
+
+    schema: Literal[1] = 1
+    batch_id: str
+    nodeclaims: tuple[str, ...]
+    existing: tuple[PodPlacement, ...] = ()
+    unschedulable: tuple[UnschedulablePod, ...] = ()
+    total_price_per_hour: float = 0.0
+    skipped: tuple[str, ...] = ()
+
+
 # --- disruption and interruption ------------------------------------------------------------------------------
 
 
@@ -296,6 +323,7 @@ AnyEvent = (
     | NodeClassesSnapshot
     | DaemonSetsSnapshot
     | CatalogSnapshot
+    | BatchPlanned
     | NodeClaimPlanned
     | NodeClaimLaunched
     | NodeClaimLaunchFailed

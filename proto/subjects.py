@@ -11,6 +11,7 @@ Subjects partition it so that consumers filter cheaply:
     tenon.cluster.daemonsets                      DaemonSetsSnapshot
     tenon.catalog.<nodeclass>                     CatalogSnapshot
     tenon.pending                                 PendingBatch
+    tenon.scheduling.batch                        BatchPlanned (the scheduler's answer to a batch)
     tenon.nodeclaim.<nodeclaim>                   the NodeClaim lifecycle (an aggregate subject per claim)
     tenon.disruption.decision                     DisruptionDecision
     tenon.interruption.<provider>                 InterruptionNotice
@@ -37,6 +38,7 @@ NODECLASSES = "tenon.cluster.nodeclasses"
 DAEMONSETS = "tenon.cluster.daemonsets"
 CATALOGS = "tenon.catalog.*"
 PENDING = "tenon.pending"
+BATCH_DECISIONS = "tenon.scheduling.batch"
 NODECLAIMS = "tenon.nodeclaim.*"
 DISRUPTION_DECISIONS = "tenon.disruption.decision"
 INTERRUPTIONS = "tenon.interruption.*"
@@ -46,6 +48,7 @@ EVENT_SUBJECTS: tuple[str, ...] = (
     "tenon.cluster.>",
     "tenon.catalog.>",
     "tenon.pending",
+    "tenon.scheduling.>",
     "tenon.nodeclaim.>",
     "tenon.disruption.>",
     "tenon.interruption.>",
