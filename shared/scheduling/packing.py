@@ -256,7 +256,7 @@ class Packer:
                     new_okeys = c.okeys if okeys is None else okeys & c.okeys
                     if not new_okeys:
                         continue
-                if c.limits or (c.matches and limits):
+                if c.limits or c.matches:
                     for sid, lim in c.limits:
                         cap = min(lim, limits.get(sid, lim))
                         have = counts.get(sid, 0)
@@ -374,7 +374,7 @@ class Packer:
                     continue
                 base = alone[1]
                 chosen = (alone, {seed.index: 1}, list(seed.req), seed.okeys if seed.okeys is None else
-                          seed.okeys & alone[0].offerings.keys(), dict.fromkeys(seed.matches, 1),
+                          frozenset(seed.okeys & alone[0].offerings.keys()), dict.fromkeys(seed.matches, 1),
                           dict(seed.limits))
                 # The seed's own node and a few sizes up: which makes room for others at the lowest marginal price?
                 best_score = best_ratio * 1.25

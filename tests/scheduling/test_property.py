@@ -1,0 +1,67 @@
+"""Property: every plan is valid under an independent checker (tests/scheduling/checker.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shared.scheduling import solve
+from tests.scheduling.builders import anti_affinity, catalog, daemon_set, itype, node_pool, parse, pod, spread
+from tests.scheduling.checker import violations
+
+ZONES = ("z1", "z2", "z3")
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> list[dict[str, Any]]:
+    n_types = draw(st.integers(1, 4))
+    types = []
+    for i in range(n_types):
+        cpu = draw(st.sampled_from([1, 2, 4, 8]))
+        gib = cpu * draw(st.sampled_from([1, 2, 4]))
+        arch = draw(st.sampled_from(["amd64", "arm64"]))
+        price = round(draw(st.floats(0.01, 1.0)), 4)
+        types.append(itype(f"t{i}", cpu, gib, price, zones=ZONES, capacity_types=("on-demand", "spot"),
+                           labels={"kubernetes.io/arch": arch}, overhead_cpu="100m"))
+    tainted = draw(st.booleans())
+    docs: list[dict[str, Any]] = [
+        node_pool(taints=[{"key": "dedicated", "value": "x", "effect": "NoSchedule"}] if tainted else None),
+        catalog(*types)]
+    if draw(st.booleans()):
+        docs.append(daemon_set(draw(st.sampled_from(["50m", "200m"])), "64Mi", tolerations=[{"operator": "Exists"}]))
+    for i in range(draw(st.integers(1, 14))):
+        spec: dict[str, Any] = {}
+        labels = {"app": draw(st.sampled_from(["a", "b"]))}
+        if draw(st.integers(0, 4)) == 0:
+            spec["nodeSelector"] = {"kubernetes.io/arch": draw(st.sampled_from(["amd64", "arm64"]))}
+        if draw(st.booleans()):
+            spec["tolerations"] = [{"key": "dedicated", "operator": "Equal", "value": "x", "effect": "NoSchedule"}]
+        kind = draw(st.integers(0, 5))
+        if kind == 0:
+            spec["affinity"] = anti_affinity({"app": labels["app"]})
+        elif kind == 1:
+            spec["topologySpreadConstraints"] = spread({"app": labels["app"]}, "topology.kubernetes.io/zone")
+        elif kind == 2:
+            spec["topologySpreadConstraints"] = spread({"app": labels["app"]}, "kubernetes.io/hostname",
+                                                       max_skew=draw(st.integers(1, 2)))
+        cpu = draw(st.sampled_from(["100m", "250m", "500m", "1000m", "1500m", "3000m"]))
+        mem = draw(st.sampled_from(["64Mi", "256Mi", "1024Mi", "3072Mi"]))
+        docs.append(pod(f"p{i}", cpu, mem, labels, **spec))
+    return docs
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_every_plan_passes_the_independent_checker(docs: list[dict[str, Any]]) -> None:
+    out = solve(parse(*docs)).to_json()
+    assert violations(docs, out) == []
+    for u in out["unschedulable"]:
+        assert u["reason"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(scenarios())
+def test_same_input_same_plan(docs: list[dict[str, Any]]) -> None:
+    assert solve(parse(*docs)).to_json() == solve(parse(*docs)).to_json()
