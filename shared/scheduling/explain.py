@@ -39,13 +39,13 @@ def explain_choice(chosen: Template, price: float, used: Sequence[int], okeys: f
             considered.append(Considered(name, price, "chosen: cheapest that fits"))
             continue
         short = [(r, u, a) for r, u, a in zip(resource_names, used, tpl.alloc, strict=True) if u > a]
-        if tpl.index not in allowed:
+        if short:
+            r, u, a = short[0]
+            verdict = f"too small: needs {r}={format_quantity(r, u)}, has {format_quantity(r, a)} after DaemonSets"
+        elif tpl.index not in allowed:
             verdict = "not allowed for these pods (requirements, taints or host ports)"
         elif priced is None:
             verdict = "no available offering in the zone/capacity type these pods need"
-        elif short:
-            r, u, a = short[0]
-            verdict = f"too small: needs {r}={format_quantity(r, u)}, has {format_quantity(r, a)} after DaemonSets"
         elif budget.blocking(tpl):
             verdict = budget.blocking(tpl)
         else:

@@ -81,7 +81,7 @@ def test_zone_anti_affinity_distinct_zones_and_excess_unschedulable():
     pods = [pod(f"z{i}", labels={"app": "z"}, affinity=anti_affinity({"app": "z"}, "topology.kubernetes.io/zone"))
             for i in range(4)]
     plan = plan_for(node_pool(), cat, *pods)
-    zones = [nc.zone for nc in plan.node_claims for _ in nc.pods]
+    zones = [str(nc.zone) for nc in plan.node_claims for _ in nc.pods]
     assert sorted(zones) == list(ZONES)
     assert len(plan.unschedulable) == 1 and "anti-affinity" in plan.unschedulable[0].reason
 
@@ -120,7 +120,7 @@ def test_zone_spread_counts_running_pods():
                                                                                 "topology.kubernetes.io/zone"))
             for i in range(2)]
     plan = plan_for(node_pool(), cat, existing, running, *pods)
-    assert sorted(nc.zone for nc in plan.node_claims for _ in nc.pods) == ["z2", "z3"]
+    assert sorted(str(nc.zone) for nc in plan.node_claims for _ in nc.pods) == ["z2", "z3"]
 
 
 def test_hostname_spread_limits_pods_per_node():

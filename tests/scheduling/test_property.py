@@ -46,9 +46,9 @@ def scenarios(draw: st.DrawFn) -> list[dict[str, Any]]:
         elif kind == 2:
             spec["topologySpreadConstraints"] = spread({"app": labels["app"]}, "kubernetes.io/hostname",
                                                        max_skew=draw(st.integers(1, 2)))
-        cpu = draw(st.sampled_from(["100m", "250m", "500m", "1000m", "1500m", "3000m"]))
+        request = draw(st.sampled_from(["100m", "250m", "500m", "1000m", "1500m", "3000m"]))
         mem = draw(st.sampled_from(["64Mi", "256Mi", "1024Mi", "3072Mi"]))
-        docs.append(pod(f"p{i}", cpu, mem, labels, **spec))
+        docs.append(pod(f"p{i}", request, mem, labels, **spec))
     return docs
 
 
