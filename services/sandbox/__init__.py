@@ -29,11 +29,13 @@ Layers (each module one concept, pure logic apart from I/O):
     One process hosting a workload and a management cluster on two ports with two kubeconfigs
     (``tenon sandbox``), and ``running_sandbox()`` for tests.
 
+``protobuf``
+    Decoding of the protobuf bodies ``kubectl create namespace|deployment|pdb`` send (everything else is JSON).
 ``tables``
     Server-side printing (``meta.k8s.io/v1 Table``) so ``kubectl get`` shows the usual columns (pod STATUS
     and NODE, node Ready state, NodeClaim NODE/READY, Machine PHASE).
 
-What is deliberately left out: authentication and RBAC, protobuf, server-side apply's field ownership
+What is deliberately left out: authentication and RBAC, protobuf beyond those three kinds, server-side apply's field ownership
 (apply is approximated as a merge patch), schema conversion between API versions of one kind, ``dryRun``,
 pod logs/exec, and persistence (state lives in memory).
 """

@@ -57,6 +57,7 @@ from services.sandbox.errors import (
     MethodNotAllowed,
     NotFound,
 )
+from services.sandbox.protobuf import decode_object, is_protobuf
 from services.sandbox.resources import ResourceType
 from services.sandbox.store import Store
 from services.sandbox.tables import render_table, wants_table
@@ -183,6 +184,10 @@ class ApiServer:
                 if len(rest) > 5:
                     raise NotFound("the server could not find the requested resource")
                 return Target(rt, rest[1], rest[3] if len(rest) > 3 else None, rest[4] if len(rest) > 4 else None)
+            namespaces = self.registry.lookup(group, version, "namespaces")
+            if namespaces is None or rest[2] not in namespaces.subresources:
+                raise NotFound(f'the server could not find the requested resource: "{rest[2]}" is not served in '
+                               f"{group + '/' if group else ''}{version}")
         rt = self.registry.lookup(group, version, rest[0])
         if rt is None or len(rest) > 3:
             raise NotFound(f'the server could not find the requested resource: "{"/".join(rest)}" in '
@@ -268,6 +273,8 @@ class ApiServer:
         if not raw.strip():
             raise BadRequest("the request body is empty")
         content_type = request.headers.get("Content-Type", "application/json").split(";")[0].strip().lower()
+        if is_protobuf(content_type):
+            return decode_object(raw)  # kubectl create namespace|deployment|poddisruptionbudget
         try:
             data = _decode(raw)
         except msgspec.DecodeError as exc:

@@ -205,6 +205,7 @@ async def test_bad_requests_get_a_status_never_a_trace(api_sandbox: SandboxHandl
     url = api_sandbox.workload_url
     cases: list[tuple[str, str, Any, int, str]] = [
         ("GET", "/api/v1/widgets", None, 404, "NotFound"),
+        ("GET", "/api/v1/namespaces/default/widgets", None, 404, "NotFound"),
         ("GET", "/apis/example.com/v1/things", None, 404, "NotFound"),
         ("POST", "/api/v1/namespaces/default/pods", "{not json", 400, "BadRequest"),
         ("POST", "/api/v1/namespaces/default/pods", {"metadata": {"name": "p"}, "spec": {"containers": []}},
@@ -243,3 +244,33 @@ async def test_scale_subresource_and_discovery(api_sandbox: SandboxHandle) -> No
         assert (eviction.group, eviction.version, eviction.kind) == ("policy", "v1", "Eviction")
         groups = await client.ApisApi(api).get_api_versions()
         assert {"apps", "policy", "karpenter.sh", "cluster.x-k8s.io"} <= {g.name for g in groups.groups}
+
+
+def _pb_field(number: int, payload: bytes) -> bytes:
+    assert number < 16 and len(payload) < 128
+    return bytes([number << 3 | 2, len(payload)]) + payload
+
+
+def _pb_envelope(api_version: str, kind: str, raw: bytes) -> bytes:
+    type_meta = _pb_field(1, api_version.encode()) + _pb_field(2, kind.encode())
+    return b"k8s\x00" + _pb_field(1, type_meta) + _pb_field(2, raw)
+
+
+async def test_protobuf_bodies_outside_the_supported_set_get_415(api_sandbox: SandboxHandle) -> None:
+    headers = {"Content-Type": "application/vnd.kubernetes.protobuf"}
+    metadata = _pb_field(1, _pb_field(1, b"x"))
+    async with aiohttp.ClientSession() as session:
+        url = api_sandbox.workload_url + "/api/v1/namespaces"
+        async with session.post(url, data=_pb_envelope("v1", "Namespace", metadata), headers=headers) as ok:
+            assert ok.status == 201 and (await ok.json())["metadata"]["name"] == "x"
+        unknown_kind = _pb_envelope("v1", "Secret", metadata)
+        async with session.post(api_sandbox.workload_url + "/api/v1/namespaces/default/pods", data=unknown_kind,
+                                headers=headers) as refused:
+            status = await refused.json()
+            assert refused.status == 415 and status["reason"] == "UnsupportedMediaType"
+            assert "send Secret as JSON" in status["message"]
+        unknown_field = _pb_envelope("v1", "Namespace", metadata + _pb_field(9, b"?"))
+        async with session.post(url, data=unknown_field, headers=headers) as refused:
+            assert refused.status == 415 and "field 9 of Namespace" in (await refused.json())["message"]
+        async with session.post(url, data=b"k8s\x00\x0a\x7f", headers=headers) as truncated:
+            assert truncated.status == 400 and (await truncated.json())["kind"] == "Status"

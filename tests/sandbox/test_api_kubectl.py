@@ -140,3 +140,25 @@ async def test_get_prints_the_usual_columns(api_sandbox: SandboxHandle, kubectl:
     assert nodes.stdout.split()[:7] == ["NAME", "STATUS", "ROLES", "AGE", "VERSION", "node-a", "Ready"]
     claims = await kubectl("get", "nodeclaims")
     assert claims.stdout.split()[:2] == ["NAME", "TYPE"] and "m5.large" in claims.stdout
+
+
+async def test_create_generators_send_protobuf(api_sandbox: SandboxHandle, kubectl: KubectlRunner) -> None:
+    # kubectl create namespace|deployment|pdb POST application/vnd.kubernetes.protobuf, not JSON
+    for args in (("create", "namespace", "team"),
+                 ("-n", "team", "create", "deployment", "web", "--image=nginx:1.27", "--replicas=8", "--port=80"),
+                 ("-n", "team", "create", "pdb", "web", "--selector=app=web", "--min-available=50%"),
+                 ("-n", "team", "create", "deployment", "idle", "--image=x", "--replicas=0")):
+        result = await kubectl(*args)
+        assert result.code == 0, result.stderr
+    store = api_sandbox.workload_store
+    deployment = store.get(store.resource("apps/v1", "Deployment"), "web", "team")
+    assert deployment["spec"]["replicas"] == 8
+    assert deployment["spec"]["selector"] == {"matchLabels": {"app": "web"}}
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert (container["name"], container["image"], container["ports"]) == ("nginx", "nginx:1.27",
+                                                                          [{"containerPort": 80}])
+    assert store.get(store.resource("apps/v1", "Deployment"), "idle", "team")["spec"]["replicas"] == 0
+    pdb = store.get(store.resource("policy/v1", "PodDisruptionBudget"), "web", "team")
+    assert pdb["spec"] == {"minAvailable": "50%", "selector": {"matchLabels": {"app": "web"}}}
+    unsupported = await kubectl("create", "configmap", "settings")  # not a kind the sandbox serves
+    assert unsupported.code != 0 and '"configmaps" is not served in v1' in unsupported.stderr, unsupported.stderr
