@@ -35,7 +35,8 @@ Layers (each module one concept, pure logic apart from I/O):
     Server-side printing (``meta.k8s.io/v1 Table``) so ``kubectl get`` shows the usual columns (pod STATUS
     and NODE, node Ready state, NodeClaim NODE/READY, Machine PHASE).
 
-What is deliberately left out: authentication and RBAC, protobuf beyond those three kinds, server-side apply's field ownership
-(apply is approximated as a merge patch), schema conversion between API versions of one kind, ``dryRun``,
-pod logs/exec, and persistence (state lives in memory).
+What is deliberately left out: authentication and RBAC, protobuf beyond those three kinds, server-side
+apply's field ownership (apply is approximated as a merge patch), foreground cascading deletion (treated as
+background), schema conversion between API versions of one kind, ``dryRun``, pod logs/exec, and persistence
+(state lives in memory).
 """
