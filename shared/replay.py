@@ -29,7 +29,9 @@ import msgspec
 from proto.events import Event
 from shared.eventlog.records import LogRecord
 
-DECIDERS: dict[str, str] = {}
+DECIDERS: dict[str, str] = {
+    "scheduler": "services.scheduler.decider:SchedulerDecider",
+}
 """Service name -> ``module:attribute`` of its decider factory; services add themselves here as they land."""
 
 

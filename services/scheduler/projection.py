@@ -1,0 +1,159 @@
+"""The scheduler's view of the cluster, built only from the event log (pure).
+
+Every input of a scheduling decision is an event, so the projection is a fold over the log: apply events in
+log order and you get exactly what the live scheduler saw when it decided. That is what makes ``tenon replay
+scheduler`` honest.
+
+It keeps: Nodes and bound pods (from pod-watcher's observations), NodePools, NodeClasses and DaemonSets (latest
+snapshots), catalogs per NodeClass (from the launchers), pending pods seen in batches (until they are bound or
+gone), and one :class:`ClaimState` per NodeClaim (from its aggregate subject), including the stream sequence of
+its last event, which is what an optimistic append on the claim must expect.
+
+``apply`` mutates in place and returns the projection (a replay holds one projection and folds the whole range
+into it; copying thousands of objects per event would cost more than the decisions).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from proto import events as ev
+
+KubeObject = dict[str, Any]
+
+LIVE_PHASES = ("Planned", "Launched", "Registered", "Initialized")
+
+
+def object_key(obj: KubeObject) -> str:
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
+
+
+@dataclass
+class ClaimState:
+    name: str
+    planned: ev.NodeClaimPlanned | None = None
+    launched: ev.NodeClaimLaunched | None = None
+    launch_failures: list[ev.NodeClaimLaunchFailed] = field(default_factory=list)
+    registered: ev.NodeClaimRegistered | None = None
+    initialized: ev.NodeClaimInitialized | None = None
+    abandoned: ev.NodeClaimAbandoned | None = None
+    disruption: ev.DisruptionRequested | None = None
+    drained: ev.NodeClaimDrained | None = None
+    terminated: ev.NodeClaimTerminated | None = None
+    last_sequence: int = 0
+
+    @property
+    def phase(self) -> str:
+        if self.terminated:
+            return "Terminated"
+        if self.abandoned:
+            return "Abandoned"
+        if self.launch_failures and not self.launch_failures[-1].retryable and not self.launched:
+            return "Failed"
+        if self.disruption:
+            return "Disrupting"
+        if self.initialized:
+            return "Initialized"
+        if self.registered:
+            return "Registered"
+        if self.launched:
+            return "Launched"
+        return "Planned"
+
+    @property
+    def live(self) -> bool:
+        """Capacity the scheduler may count on (or is still waiting for)."""
+        return self.planned is not None and self.phase in LIVE_PHASES
+
+    @property
+    def instance_type(self) -> str | None:
+        if self.launched:
+            return self.launched.instance_type
+        return self.planned.choice.instance_type if self.planned else None
+
+
+@dataclass
+class ClusterProjection:
+    sequence: int = 0
+    nodes: dict[str, KubeObject] = field(default_factory=dict)
+    bound_pods: dict[str, KubeObject] = field(default_factory=dict)
+    nodepools: dict[str, KubeObject] = field(default_factory=dict)
+    nodeclasses: dict[str, KubeObject] = field(default_factory=dict)
+    daemonsets: dict[str, KubeObject] = field(default_factory=dict)
+    catalogs: dict[str, ev.CatalogSnapshot] = field(default_factory=dict)
+    claims: dict[str, ClaimState] = field(default_factory=dict)
+    pending: dict[str, KubeObject] = field(default_factory=dict)
+    """Pods seen in PendingBatches and not (yet) bound or gone: what an abandoned claim's pods go back to."""
+
+    def claim(self, name: str) -> ClaimState:
+        state = self.claims.get(name)
+        if state is None:
+            state = self.claims[name] = ClaimState(name)
+        return state
+
+    def node_by_provider_id(self, provider_id: str) -> KubeObject | None:
+        for node in self.nodes.values():
+            if (node.get("spec") or {}).get("providerID") == provider_id:
+                return node
+        return None
+
+    def apply(self, event: ev.Event, sequence: int = 0) -> ClusterProjection:
+        if sequence:
+            self.sequence = max(self.sequence, sequence)
+        match event:
+            case ev.NodeObserved():
+                name = object_key(event.node)
+                if event.change == "removed":
+                    self.nodes.pop(name, None)
+                else:
+                    self.nodes[name] = event.node
+            case ev.BoundPodObserved():
+                key = object_key(event.pod)
+                if event.change == "removed":
+                    self.bound_pods.pop(key, None)
+                else:
+                    self.bound_pods[key] = event.pod
+                self.pending.pop(key, None)
+            case ev.NodePoolsSnapshot():
+                self.nodepools = {object_key(np): np for np in event.nodepools}
+            case ev.NodeClassesSnapshot():
+                self.nodeclasses = {object_key(nc): nc for nc in event.nodeclasses}
+            case ev.DaemonSetsSnapshot():
+                self.daemonsets = {object_key(ds): ds for ds in event.daemonsets}
+            case ev.CatalogSnapshot():
+                self.catalogs[event.node_class] = event
+            case ev.PendingBatch():
+                for pod in event.pods:
+                    key = object_key(pod)
+                    if key not in self.bound_pods:
+                        self.pending[key] = pod
+            case ev.NodeClaimEvent():
+                self._apply_claim(event, sequence)
+        return self
+
+    def _apply_claim(self, event: ev.NodeClaimEvent, sequence: int) -> None:
+        state = self.claim(event.nodeclaim)
+        if sequence:
+            state.last_sequence = max(state.last_sequence, sequence)
+        match event:
+            case ev.NodeClaimPlanned():
+                state.planned = event
+            case ev.NodeClaimLaunched():
+                state.launched = event
+            case ev.NodeClaimLaunchFailed():
+                state.launch_failures.append(event)
+            case ev.NodeClaimRegistered():
+                state.registered = event
+            case ev.NodeClaimInitialized():
+                state.initialized = event
+            case ev.NodeClaimAbandoned():
+                state.abandoned = event
+            case ev.DisruptionRequested():
+                state.disruption = event
+            case ev.NodeClaimDrained():
+                state.drained = event
+            case ev.NodeClaimTerminated():
+                state.terminated = event
