@@ -274,3 +274,41 @@ async def test_protobuf_bodies_outside_the_supported_set_get_415(api_sandbox: Sa
             assert refused.status == 415 and "field 9 of Namespace" in (await refused.json())["message"]
         async with session.post(url, data=b"k8s\x00\x0a\x7f", headers=headers) as truncated:
             assert truncated.status == 400 and (await truncated.json())["kind"] == "Status"
+
+
+async def test_two_clusters_and_custom_object_watches(api_sandbox: SandboxHandle) -> None:
+    machine_deployment = {
+        "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "MachineDeployment",
+        "metadata": {"name": "workers", "namespace": "default"},
+        "spec": {"clusterName": "demo", "replicas": 1, "selector": {"matchLabels": {"pool": "workers"}},
+                 "template": {"metadata": {"labels": {"pool": "workers"}}, "spec": {"clusterName": "demo"}}}}
+    async with api_sandbox.api_client("management") as management, api_sandbox.api_client() as workload:
+        capi: Any = client.CustomObjectsApi(management)
+        await capi.create_namespaced_custom_object("cluster.x-k8s.io", "v1beta1", "default", "machinedeployments",
+                                                   machine_deployment)
+        scale = await capi.patch_namespaced_custom_object_scale(
+            "cluster.x-k8s.io", "v1beta1", "default", "machinedeployments", "workers", {"spec": {"replicas": 3}},
+            _content_type="application/merge-patch+json")
+        assert scale["spec"]["replicas"] == 3
+        as_v1beta2 = await capi.get_namespaced_custom_object("cluster.x-k8s.io", "v1beta2", "default",
+                                                             "machinedeployments", "workers")
+        assert as_v1beta2["apiVersion"] == "cluster.x-k8s.io/v1beta2" and as_v1beta2["spec"]["replicas"] == 3
+        other: Any = client.CustomObjectsApi(workload)
+        listed = await other.list_namespaced_custom_object("cluster.x-k8s.io", "v1beta1", "default",
+                                                           "machinedeployments")
+        assert listed["items"] == []  # the workload cluster is a separate store
+
+        karpenter: Any = client.CustomObjectsApi(workload)
+        start = (await karpenter.list_cluster_custom_object("karpenter.sh", "v1", "nodeclaims"))["metadata"]
+        stream = watch.Watch().stream(karpenter.list_cluster_custom_object, "karpenter.sh", "v1", "nodeclaims",
+                                      resource_version=start["resourceVersion"], timeout_seconds=5)
+        await karpenter.create_cluster_custom_object("karpenter.sh", "v1", "nodeclaims", {
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "claim-1"},
+            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}})
+        await karpenter.patch_cluster_custom_object_status(
+            "karpenter.sh", "v1", "nodeclaims", "claim-1", {"status": {"providerID": "aws:///eu-west-1a/i-1"}},
+            _content_type="application/merge-patch+json")
+        events = [await asyncio.wait_for(stream.__anext__(), 5) for _ in range(2)]
+        await stream.close()
+        assert [e["type"] for e in events] == ["ADDED", "MODIFIED"]
+        assert events[1]["object"]["status"]["providerID"] == "aws:///eu-west-1a/i-1"
