@@ -31,7 +31,7 @@ from services.sandbox.controllers.cluster_api import ClusterApiController
 from services.sandbox.controllers.daemonsets import DaemonSetController
 from services.sandbox.controllers.deployments import DeploymentController
 from services.sandbox.controllers.disruption_budgets import DisruptionController
-from services.sandbox.controllers.informer import StoreLike
+from services.sandbox.controllers.informer import InformerFactory, StoreLike
 from services.sandbox.controllers.kubelet import Kubelet
 from services.sandbox.controllers.nodes_gc import PodGarbageCollector
 from services.sandbox.controllers.scheduler import Scheduler
@@ -42,6 +42,7 @@ __all__ = [
     "DaemonSetController",
     "DeploymentController",
     "DisruptionController",
+    "InformerFactory",
     "Kubelet",
     "PodGarbageCollector",
     "Scheduler",
@@ -50,22 +51,32 @@ __all__ = [
 ]
 
 
-def build_controllers(workload: StoreLike, management: StoreLike, profile: TimingProfile) -> list[Any]:
-    """Every controller, constructed but not started (each has ``async run()``)."""
+def build_controllers(
+    workload: StoreLike,
+    management: StoreLike,
+    profile: TimingProfile,
+    workload_informers: InformerFactory | None = None,
+    management_informers: InformerFactory | None = None,
+) -> list[Any]:
+    """Every controller, constructed but not started (each has ``async run()``), sharing informers."""
+    wl = workload_informers or InformerFactory(workload, profile.resync_period)
+    mg = management_informers or (wl if management is workload else InformerFactory(management, profile.resync_period))
     return [
-        Scheduler(workload, profile),
-        Kubelet(workload, profile),
-        DeploymentController(workload, profile),
-        DaemonSetController(workload, profile),
-        DisruptionController(workload, profile),
-        PodGarbageCollector(workload, profile),
-        ClusterApiController(management, workload, profile),
+        Scheduler(workload, profile, wl),
+        Kubelet(workload, profile, wl),
+        DeploymentController(workload, profile, wl),
+        DaemonSetController(workload, profile, wl),
+        DisruptionController(workload, profile, wl),
+        PodGarbageCollector(workload, profile, wl),
+        ClusterApiController(management, workload, profile, mg, wl),
     ]
 
 
 async def run_controllers(workload: StoreLike, management: StoreLike, profile: TimingProfile) -> None:
     """Run every controller until cancelled; if one fails, stop the rest and re-raise its error."""
-    controllers = build_controllers(workload, management, profile)
+    wl = InformerFactory(workload, profile.resync_period)
+    mg = wl if management is workload else InformerFactory(management, profile.resync_period)
+    controllers = build_controllers(workload, management, profile, wl, mg)
     tasks = [asyncio.create_task(c.run(), name=f"sandbox-{type(c).__name__}") for c in controllers]
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
@@ -75,3 +86,5 @@ async def run_controllers(workload: StoreLike, management: StoreLike, profile: T
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await wl.stop()
+        await mg.stop()

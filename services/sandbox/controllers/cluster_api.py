@@ -41,7 +41,13 @@ from typing import Any
 from services.sandbox.controllers.clock import now_rfc3339
 from services.sandbox.controllers.conditions import set_condition
 from services.sandbox.controllers.events import EventRecorder
-from services.sandbox.controllers.informer import Informer, StoreLike, WorkQueue, object_key, run_worker
+from services.sandbox.controllers.informer import (
+    InformerFactory,
+    StoreLike,
+    WorkQueue,
+    object_key,
+    run_worker,
+)
 from services.sandbox.controllers.kubelet import registered_node
 from services.sandbox.controllers.machine_nodes import (
     CLUSTER_NAME_LABEL,
@@ -105,16 +111,34 @@ def machine_from_template(md: dict[str, Any]) -> dict[str, Any]:
 
 
 class ClusterApiController:
-    def __init__(self, management: StoreLike, workload: StoreLike, profile: TimingProfile) -> None:
+    def __init__(
+        self,
+        management: StoreLike,
+        workload: StoreLike,
+        profile: TimingProfile,
+        management_informers: InformerFactory | None = None,
+        workload_informers: InformerFactory | None = None,
+    ) -> None:
         self.management = management
+        self.management_informers = management_informers or InformerFactory(management, profile.resync_period)
+        self.workload_informers = workload_informers or (
+            self.management_informers if workload is management
+            else InformerFactory(workload, profile.resync_period)
+        )
+        self._owned_factories = {
+            id(f): f
+            for f, given in ((self.management_informers, management_informers),
+                             (self.workload_informers, workload_informers))
+            if given is None
+        }
         self.workload = workload
         self.profile = profile
         self.md_rt = management.resource("cluster.x-k8s.io/v1beta2", "MachineDeployment")
         self.machine_rt = management.resource("cluster.x-k8s.io/v1beta2", "Machine")
         self.nodes_rt = workload.resource("v1", "Node")
-        self.deployments = Informer(management, self.md_rt, profile.resync_period, "machinedeployments")
-        self.machines = Informer(management, self.machine_rt, profile.resync_period, "machines")
-        self.nodes = Informer(workload, self.nodes_rt, profile.resync_period, "capi-nodes")
+        self.deployments = self.management_informers.informer(self.md_rt, "machinedeployments")
+        self.machines = self.management_informers.informer(self.machine_rt, "machines")
+        self.nodes = self.workload_informers.informer(self.nodes_rt, "nodes")
         self.machines_by_owner = OwnerIndex("MachineDeployment")
         self._md_key_by_uid: dict[str, str] = {}
         self._machine_by_node: dict[str, str] = {}
@@ -360,13 +384,10 @@ class ClusterApiController:
         return None
 
     async def run(self) -> None:
-        informers = (self.deployments, self.machines, self.nodes)
-        tasks = [asyncio.create_task(i.run()) for i in informers]
         try:
-            for informer in informers:
-                await informer.synced.wait()
+            await self.management_informers.start(self.deployments, self.machines)
+            await self.workload_informers.start(self.nodes)
             await run_worker("cluster-api", self.queue, self.reconcile)
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            for factory in self._owned_factories.values():
+                await factory.stop()

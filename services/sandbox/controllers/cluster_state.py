@@ -72,6 +72,9 @@ class ClusterState:
         self.pods_by_namespace: dict[str, set[str]] = {}
         self.anti_affinity_pods: set[str] = set()
         self.bad_objects: dict[str, str] = {}  # key -> why the cache could not use it
+        self.awaiting_node: dict[str, set[str]] = {}  # node name -> pods bound to it before it is known
+        self.next_start_index = 0  # where the next pod's node search starts (kube-scheduler's rotation)
+        self._node_list: list[NodeInfo] | None = None
 
     # ------------------------------------------------------------------------------------------- nodes
     def upsert_node(self, node: dict[str, Any]) -> NodeInfo | None:
@@ -87,9 +90,11 @@ class ClusterState:
         if info is None:
             info = NodeInfo(name, node, {}, [], False, {})
             self.nodes[name] = info
+            self._node_list = None
             # pods bound before the node arrived (or after it was re-created) count again
-            for entry in self.pods.values():
-                if entry.node_name is None and self._counts_on_node(entry.pod) == name:
+            for key in self.awaiting_node.pop(name, set()):
+                entry = self.pods.get(key)
+                if entry is not None and entry.node_name is None and self._counts_on_node(entry.pod) == name:
                     self._attach(entry, name)
         info.node = node
         info.labels = node_labels(node)
@@ -102,10 +107,18 @@ class ClusterState:
         info = self.nodes.pop(name, None)
         if info is None:
             return
+        self._node_list = None
         for key in info.pod_keys:
             entry = self.pods.get(key)
             if entry is not None:
                 entry.node_name = None
+                self.awaiting_node.setdefault(name, set()).add(key)
+
+    def node_list(self) -> list[NodeInfo]:
+        """The nodes in a stable order (insertion), cached until a node is added or removed."""
+        if self._node_list is None:
+            self._node_list = list(self.nodes.values())
+        return self._node_list
 
     # -------------------------------------------------------------------------------------------- pods
     @staticmethod
@@ -118,12 +131,18 @@ class ClusterState:
     def _attach(self, entry: PodEntry, node_name: str) -> None:
         info = self.nodes.get(node_name)
         if info is None:
+            self.awaiting_node.setdefault(node_name, set()).add(entry.key)
             return
         add_into(info.requested, entry.requests)
         info.pod_keys.add(entry.key)
         entry.node_name = node_name
 
     def _detach(self, entry: PodEntry) -> None:
+        target = self._counts_on_node(entry.pod)
+        if target is not None and target in self.awaiting_node:
+            self.awaiting_node[target].discard(entry.key)
+            if not self.awaiting_node[target]:
+                del self.awaiting_node[target]
         if entry.node_name is None:
             return
         info = self.nodes.get(entry.node_name)

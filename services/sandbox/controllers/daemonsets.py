@@ -19,11 +19,16 @@ out to existing pods (``OnDelete`` behaviour).
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from typing import Any
 
-from services.sandbox.controllers.informer import Informer, StoreLike, WorkQueue, object_key, run_worker
+from services.sandbox.controllers.informer import (
+    InformerFactory,
+    StoreLike,
+    WorkQueue,
+    object_key,
+    run_worker,
+)
 from services.sandbox.controllers.ownership import OwnerIndex, controller_ref, owner_reference
 from services.sandbox.controllers.predicates import (
     is_terminal,
@@ -45,6 +50,7 @@ DAEMON_TOLERATIONS: tuple[dict[str, Any], ...] = (
     {"key": "node.kubernetes.io/pid-pressure", "operator": "Exists", "effect": "NoSchedule"},
     {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
 )
+POD_EVENT_BATCH = 0.05  # seconds a pod event may wait, so that a burst of pod changes causes one sync
 NETWORK_UNAVAILABLE = {"key": "node.kubernetes.io/network-unavailable", "operator": "Exists", "effect": "NoSchedule"}
 
 
@@ -95,14 +101,18 @@ def pod_node(pod: dict[str, Any]) -> str | None:
 
 
 class DaemonSetController:
-    def __init__(self, store: StoreLike, profile: TimingProfile) -> None:
+    def __init__(
+        self, store: StoreLike, profile: TimingProfile, informers: InformerFactory | None = None
+    ) -> None:
         self.store = store
+        self._own_informers = informers is None
+        self.informers = informers or InformerFactory(store, profile.resync_period)
         self.ds_rt = store.resource("apps/v1", "DaemonSet")
         self.pods_rt = store.resource("v1", "Pod")
         self.nodes_rt = store.resource("v1", "Node")
-        self.daemonsets = Informer(store, self.ds_rt, profile.resync_period, "daemonsets")
-        self.nodes = Informer(store, self.nodes_rt, profile.resync_period, "daemonset-nodes")
-        self.pods = Informer(store, self.pods_rt, profile.resync_period, "daemonset-pods")
+        self.daemonsets = self.informers.informer(self.ds_rt, "daemonsets")
+        self.nodes = self.informers.informer(self.nodes_rt, "nodes")
+        self.pods = self.informers.informer(self.pods_rt, "pods")
         self.pods_by_owner = OwnerIndex("DaemonSet")
         self._ds_key_by_uid: dict[str, str] = {}
         self.daemonsets.add_handler(self._on_daemonset)
@@ -132,7 +142,7 @@ class DaemonSetController:
             return
         owner = self.pods_by_owner.handle(object_key(obj), obj, event_type == "DELETED")
         if owner is not None and owner in self._ds_key_by_uid:
-            self.queue.add(self._ds_key_by_uid[owner])
+            self.queue.add(self._ds_key_by_uid[owner], POD_EVENT_BATCH)
 
     def reconcile(self, key: str) -> float | None:
         ds = self.daemonsets.objects.get(key)
@@ -198,13 +208,9 @@ class DaemonSetController:
         self.pods.observe_write(object_key(created), created)
 
     async def run(self) -> None:
-        informers = (self.daemonsets, self.nodes, self.pods)
-        tasks = [asyncio.create_task(i.run()) for i in informers]
         try:
-            for informer in informers:
-                await informer.synced.wait()
+            await self.informers.start(self.daemonsets, self.nodes, self.pods)
             await run_worker("daemonsets", self.queue, self.reconcile)
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            if self._own_informers:
+                await self.informers.stop()

@@ -20,13 +20,19 @@ second reconcile before the watch catches up never creates pods twice.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 from typing import Any
 
 from services.sandbox.controllers.conditions import set_condition
-from services.sandbox.controllers.informer import Informer, StoreLike, WorkQueue, object_key, run_worker
+from services.sandbox.controllers.informer import (
+    Informer,
+    InformerFactory,
+    StoreLike,
+    WorkQueue,
+    object_key,
+    run_worker,
+)
 from services.sandbox.controllers.ownership import OwnerIndex, controller_ref, owner_reference
 from services.sandbox.controllers.predicates import is_terminal, is_terminating, pod_is_ready
 from services.sandbox.errors import NotFound
@@ -34,6 +40,7 @@ from services.sandbox.profiles import TimingProfile
 
 HASH_LABEL = "pod-template-hash"
 _SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+POD_EVENT_BATCH = 0.05  # seconds a pod event may wait so that a burst causes one ReplicaSet sync
 MAX_POD_WRITES_PER_RECONCILE = 500  # then yield and come back, so one huge scale-up cannot stall the loop
 
 
@@ -81,17 +88,26 @@ def pod_from_template(replicaset: dict[str, Any]) -> dict[str, Any]:
 
 
 class DeploymentController:
-    def __init__(self, store: StoreLike, profile: TimingProfile) -> None:
+    def __init__(
+        self, store: StoreLike, profile: TimingProfile, informers: InformerFactory | None = None
+    ) -> None:
         self.store = store
+        self._own_informers = informers is None
+        self.informers = informers or InformerFactory(store, profile.resync_period)
         self.deploy_rt = store.resource("apps/v1", "Deployment")
         self.rs_rt = store.resource("apps/v1", "ReplicaSet")
         self.pods_rt = store.resource("v1", "Pod")
-        self.deployments = Informer(store, self.deploy_rt, profile.resync_period, "deployments")
-        self.replicasets = Informer(store, self.rs_rt, profile.resync_period, "replicasets")
-        self.pods = Informer(store, self.pods_rt, profile.resync_period, "replicaset-pods")
+        self.deployments = self.informers.informer(self.deploy_rt, "deployments")
+        self.replicasets = self.informers.informer(self.rs_rt, "replicasets")
+        self.pods = self.informers.informer(self.pods_rt, "pods")
         self.rs_by_owner = OwnerIndex("Deployment")
         self.pods_by_owner = OwnerIndex("ReplicaSet")
         self._rs_key_by_uid: dict[str, str] = {}
+        # per ReplicaSet uid: its active pods and, among them, the ready ones (kept current by _on_pod,
+        # so a ReplicaSet with 10,000 pods is synced without rescanning them)
+        self.active_pods: dict[str, set[str]] = {}
+        self.ready_pods: dict[str, set[str]] = {}
+        self._tallied_owner: dict[str, str] = {}
         self.deployments.add_handler(self._on_deployment)
         self.replicasets.add_handler(self._on_replicaset)
         self.pods.add_handler(self._on_pod)
@@ -116,9 +132,20 @@ class DeploymentController:
             self.queue.add(("deploy", f"{obj['metadata'].get('namespace')}/{ref.get('name')}"))
 
     def _on_pod(self, event_type: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        owner = self.pods_by_owner.handle(object_key(obj), obj, event_type == "DELETED")
+        key = object_key(obj)
+        owner = self.pods_by_owner.handle(key, obj, event_type == "DELETED")
+        previous = self._tallied_owner.pop(key, None)
+        if previous is not None:
+            self.active_pods.get(previous, set()).discard(key)
+            self.ready_pods.get(previous, set()).discard(key)
+        if event_type != "DELETED" and owner is not None and not is_terminating(obj) and not is_terminal(obj):
+            self._tallied_owner[key] = owner
+            self.active_pods.setdefault(owner, set()).add(key)
+            if pod_is_ready(obj):
+                self.ready_pods.setdefault(owner, set()).add(key)
         if owner is not None and owner in self._rs_key_by_uid:
-            self.queue.add(("rs", self._rs_key_by_uid[owner]))
+            # pod churn comes in bursts: sync the ReplicaSet at most once per batch window
+            self.queue.add(("rs", self._rs_key_by_uid[owner]), POD_EVENT_BATCH)
 
     # ------------------------------------------------------------------------------------------ reconcile
     def reconcile(self, item: tuple[str, str]) -> float | None:
@@ -130,37 +157,30 @@ class DeploymentController:
         if rs is None or is_terminating(rs):
             return None
         uid = rs["metadata"]["uid"]
-        owned = [self.pods.objects[k] for k in self.pods_by_owner.dependents(uid) if k in self.pods.objects]
-        active = [p for p in owned if not is_terminating(p) and not is_terminal(p)]
+        active_count = len(self.active_pods.get(uid, ()))
         desired = desired_replicas(rs)
         again: float | None = None
-        if len(active) < desired:
-            missing = desired - len(active)
+        if active_count < desired:
+            missing = desired - active_count
             if missing > MAX_POD_WRITES_PER_RECONCILE:
                 missing, again = MAX_POD_WRITES_PER_RECONCILE, 0.0
             for _ in range(missing):
                 created = self.store.create(self.pods_rt, pod_from_template(rs))
-                self.pods.observe_write(object_key(created), created)
-                active.append(created)
-        elif len(active) > desired:
-            surplus = sorted(active, key=deletion_rank)[: len(active) - desired]
-            for pod in surplus:
+                self.pods.observe_write(object_key(created), created)  # updates the tally
+        elif active_count > desired:
+            active = [self.pods.objects[k] for k in self.active_pods.get(uid, ()) if k in self.pods.objects]
+            for pod in sorted(active, key=deletion_rank)[: active_count - desired]:
                 meta = pod["metadata"]
                 try:
                     last = self.store.delete(self.pods_rt, meta["name"], meta.get("namespace"))
                 except NotFound:
                     last = None
                 self.pods.observe_write(object_key(pod), last)
-            gone = {object_key(p) for p in surplus}
-            active = [p for p in active if object_key(p) not in gone]
-        ready = sum(1 for p in active if pod_is_ready(p))
-        template_labels = (((rs.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels") or {}
-        labelled = sum(
-            1 for p in active if all((p["metadata"].get("labels") or {}).get(k) == v for k, v in template_labels.items())
-        )
+        replicas = len(self.active_pods.get(uid, ()))
+        ready = len(self.ready_pods.get(uid, ()))
         status = {
-            "replicas": len(active),
-            "fullyLabeledReplicas": labelled,
+            "replicas": replicas,
+            "fullyLabeledReplicas": replicas,  # pods are only ever created from the template
             "readyReplicas": ready,
             "availableReplicas": ready,
             "observedGeneration": rs["metadata"].get("generation", 1),
@@ -262,12 +282,9 @@ class DeploymentController:
         informer.observe_write(object_key(updated), updated)
 
     async def run(self) -> None:
-        tasks = [asyncio.create_task(i.run()) for i in (self.deployments, self.replicasets, self.pods)]
         try:
-            for informer in (self.deployments, self.replicasets, self.pods):
-                await informer.synced.wait()
+            await self.informers.start(self.deployments, self.replicasets, self.pods)
             await run_worker("deployments", self.queue, self.reconcile)
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            if self._own_informers:
+                await self.informers.stop()

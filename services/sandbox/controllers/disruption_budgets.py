@@ -23,7 +23,6 @@ ReplicaSet in its namespace, or the budget itself changes.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import math
 from collections.abc import Callable, Iterable
@@ -32,12 +31,19 @@ from typing import Any
 
 from services.sandbox.controllers.clock import parse_rfc3339
 from services.sandbox.controllers.conditions import set_condition
-from services.sandbox.controllers.informer import Informer, StoreLike, WorkQueue, object_key, run_worker
+from services.sandbox.controllers.informer import (
+    InformerFactory,
+    StoreLike,
+    WorkQueue,
+    object_key,
+    run_worker,
+)
 from services.sandbox.controllers.ownership import controller_ref
 from services.sandbox.controllers.predicates import is_terminating, match_label_selector, pod_is_ready
 from services.sandbox.profiles import TimingProfile
 
 DISRUPTED_POD_TIMEOUT = 120.0  # seconds, upstream's DeletionTimeout
+POD_EVENT_BATCH = 0.05  # seconds a pod event may wait, so that a burst of pod changes causes one sync
 
 
 def _scaled(value: Any, expected: int, where: str) -> tuple[int, bool]:
@@ -129,15 +135,20 @@ def budget_status(
 
 
 class DisruptionController:
-    def __init__(self, store: StoreLike, profile: TimingProfile) -> None:
+    def __init__(
+        self, store: StoreLike, profile: TimingProfile, informers: InformerFactory | None = None
+    ) -> None:
         self.store = store
+        self._own_informers = informers is None
+        self.informers = informers or InformerFactory(store, profile.resync_period)
         self.pdb_rt = store.resource("policy/v1", "PodDisruptionBudget")
         self.pods_rt = store.resource("v1", "Pod")
         self.rs_rt = store.resource("apps/v1", "ReplicaSet")
-        self.budgets = Informer(store, self.pdb_rt, profile.resync_period, "pdbs")
-        self.pods = Informer(store, self.pods_rt, profile.resync_period, "pdb-pods")
-        self.replicasets = Informer(store, self.rs_rt, profile.resync_period, "pdb-replicasets")
+        self.budgets = self.informers.informer(self.pdb_rt, "pdbs")
+        self.pods = self.informers.informer(self.pods_rt, "pods")
+        self.replicasets = self.informers.informer(self.rs_rt, "replicasets")
         self.pods_by_namespace: dict[str, set[str]] = {}
+        self.matched: dict[str, set[str]] = {}  # budget key -> keys of the pods its selector matches
         self.budgets.add_handler(self._on_budget)
         self.pods.add_handler(self._on_pod)
         self.replicasets.add_handler(self._on_replicaset)
@@ -147,8 +158,20 @@ class DisruptionController:
         return [k for k in self.budgets.objects if k.startswith(f"{namespace}/")]
 
     def _on_budget(self, event_type: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        if event_type != "DELETED":
-            self.queue.add(object_key(obj))
+        key = object_key(obj)
+        if event_type == "DELETED":
+            self.matched.pop(key, None)
+            return
+        selector = (obj.get("spec") or {}).get("selector")
+        if key not in self.matched or old is None or selector != (old.get("spec") or {}).get("selector"):
+            namespace = obj["metadata"].get("namespace") or "default"
+            self.matched[key] = {
+                pod_key
+                for pod_key in self.pods_by_namespace.get(namespace, ())
+                if (pod := self.pods.objects.get(pod_key)) is not None
+                and match_label_selector(selector, pod["metadata"].get("labels"))
+            }
+        self.queue.add(key)
 
     def _on_pod(self, event_type: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         namespace = obj["metadata"].get("namespace") or "default"
@@ -157,11 +180,16 @@ class DisruptionController:
             self.pods_by_namespace.get(namespace, set()).discard(key)
         else:
             self.pods_by_namespace.setdefault(namespace, set()).add(key)
-        labels = [obj["metadata"].get("labels")] + ([old["metadata"].get("labels")] if old else [])
         for budget_key in self._budgets_in(namespace):
             selector = (self.budgets.objects[budget_key].get("spec") or {}).get("selector")
-            if any(match_label_selector(selector, lab) for lab in labels):
-                self.queue.add(budget_key)
+            members = self.matched.setdefault(budget_key, set())
+            was_member = key in members
+            if event_type != "DELETED" and match_label_selector(selector, obj["metadata"].get("labels")):
+                members.add(key)
+            else:
+                members.discard(key)
+            if was_member or key in members:
+                self.queue.add(budget_key, POD_EVENT_BATCH)
 
     def _on_replicaset(self, event_type: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         if old is not None and (old.get("spec") or {}).get("replicas") == (obj.get("spec") or {}).get("replicas"):
@@ -183,14 +211,7 @@ class DisruptionController:
         pdb = self.budgets.objects.get(key)
         if pdb is None or is_terminating(pdb):
             return None
-        namespace = pdb["metadata"].get("namespace") or "default"
-        selector = (pdb.get("spec") or {}).get("selector")
-        pods = [
-            pod
-            for pod_key in self.pods_by_namespace.get(namespace, ())
-            if (pod := self.pods.objects.get(pod_key)) is not None
-            and match_label_selector(selector, pod["metadata"].get("labels"))
-        ]
+        pods = [pod for pod_key in self.matched.get(key, ()) if (pod := self.pods.objects.get(pod_key)) is not None]
         try:
             status, expiry = budget_status(pdb, pods, self._controller_scale, datetime.now(UTC))
         except ValueError as err:  # a malformed budget blocks every eviction, as upstream's failSafe
@@ -205,13 +226,9 @@ class DisruptionController:
         return expiry
 
     async def run(self) -> None:
-        informers = (self.budgets, self.pods, self.replicasets)
-        tasks = [asyncio.create_task(i.run()) for i in informers]
         try:
-            for informer in informers:
-                await informer.synced.wait()
+            await self.informers.start(self.budgets, self.pods, self.replicasets)
             await run_worker("disruption", self.queue, self.reconcile)
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            if self._own_informers:
+                await self.informers.stop()

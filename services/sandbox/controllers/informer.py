@@ -33,6 +33,7 @@ from services.sandbox.errors import ApiError, Expired
 
 log = logging.getLogger(__name__)
 
+RELIST_FACTOR = 10  # a full re-list every this many resync periods; resyncs in between replay the cache
 Handler = Callable[[str, dict[str, Any], dict[str, Any] | None], None]
 
 
@@ -155,8 +156,18 @@ class Informer:
         self.objects[key] = obj
         self._emit("ADDED" if old is None else "MODIFIED", obj, old)
 
+    def _replay(self) -> None:
+        """Periodic resync: hand every cached object to the handlers again (``old`` is the object itself)."""
+        for obj in list(self.objects.values()):
+            self._emit("MODIFIED", obj, obj)
+
     async def run(self) -> None:
-        """List, then watch until cancelled; re-list on 410 and every ``resync_period``."""
+        """List, then watch until cancelled.
+
+        Every ``resync_period`` the cache is replayed to the handlers (client-go's resync: no API traffic);
+        every ``RELIST_FACTOR`` resync periods, on 410 Expired, and whenever the watch cannot be re-opened,
+        the resource is listed again and differences are emitted.
+        """
         loop = asyncio.get_running_loop()
         while True:
             try:
@@ -165,14 +176,15 @@ class Informer:
                 log.warning("sandbox informer %s: list failed: %s", self.name, err)
                 await asyncio.sleep(min(1.0, self.resync_period))
                 continue
-            deadline = loop.time() + self.resync_period
-            while loop.time() < deadline:
+            next_relist = loop.time() + self.resync_period * RELIST_FACTOR
+            next_resync = loop.time() + self.resync_period
+            while loop.time() < next_relist:
                 try:
                     watch = self.store.watch(self.rt, resource_version=self._resource_version)
                 except Expired:
                     break
                 try:
-                    expired = await self._consume(watch, deadline)
+                    expired = await self._consume(watch, next_resync)
                 finally:
                     with contextlib.suppress(Exception):
                         result = watch.close()
@@ -180,6 +192,9 @@ class Informer:
                             await result
                 if expired:
                     break
+                if loop.time() >= next_resync:
+                    self._replay()
+                    next_resync = loop.time() + self.resync_period
 
     async def _consume(self, watch: Any, deadline: float) -> bool:
         """Feed events until the watch ends or the resync deadline; True if the history expired."""
@@ -201,6 +216,50 @@ class Informer:
             if event_type == "ERROR":
                 return True
             self._apply(event_type, obj)
+
+
+class InformerFactory:
+    """Shared informers: one cache and one watch per resource type and store, whoever asks for it.
+
+    Like client-go's SharedInformerFactory: with seven controllers watching pods, each watch event is
+    decoded once instead of seven times. Controllers must treat cached objects as read-only (they copy
+    before modifying). :meth:`start` launches the informers not yet running; :meth:`stop` ends them all.
+    """
+
+    def __init__(self, store: StoreLike, resync_period: float) -> None:
+        self.store = store
+        self.resync_period = resync_period
+        self._informers: dict[Any, Informer] = {}
+        self._tasks: dict[Any, asyncio.Task[None]] = {}
+
+    def informer(self, rt: Any, name: str = "") -> Informer:
+        key = getattr(rt, "storage_key", rt)
+        found = self._informers.get(key)
+        if found is None:
+            found = self._informers[key] = Informer(self.store, rt, self.resync_period, name)
+        return found
+
+    async def start(self, *informers: Informer) -> None:
+        """Run the given informers (if not already running) and wait until each has listed once."""
+        for key, informer in self._informers.items():
+            if informer in informers and key not in self._tasks:
+                self._tasks[key] = asyncio.create_task(informer.run(), name=f"informer-{informer.name}")
+        for informer in informers:
+            await informer.synced.wait()
+
+    async def stop(self) -> None:
+        tasks = list(self._tasks.values())
+        self._tasks.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def failed(self) -> BaseException | None:
+        """The error of an informer task that crashed, if any."""
+        for task in self._tasks.values():
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                return task.exception()
+        return None
 
 
 class WorkQueue:

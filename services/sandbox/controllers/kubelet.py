@@ -41,7 +41,7 @@ from typing import Any
 
 from services.sandbox.controllers.clock import now_rfc3339
 from services.sandbox.controllers.conditions import set_condition
-from services.sandbox.controllers.informer import Informer, StoreLike, WorkQueue, run_worker, split_key
+from services.sandbox.controllers.informer import InformerFactory, StoreLike, WorkQueue, run_worker, split_key
 from services.sandbox.controllers.predicates import (
     HOSTNAME_LABEL,
     NOT_READY_TAINT,
@@ -173,13 +173,17 @@ def running_pod_status(pod: dict[str, Any], host_ip: str, pod_ip: str) -> dict[s
 
 # -------------------------------------------------------------------------------------------- controller
 class Kubelet:
-    def __init__(self, store: StoreLike, profile: TimingProfile) -> None:
+    def __init__(
+        self, store: StoreLike, profile: TimingProfile, informers: InformerFactory | None = None
+    ) -> None:
         self.store = store
+        self._own_informers = informers is None
+        self.informers = informers or InformerFactory(store, profile.resync_period)
         self.profile = profile
         self.pods_rt = store.resource("v1", "Pod")
         self.nodes_rt = store.resource("v1", "Node")
-        self.nodes = Informer(store, self.nodes_rt, profile.resync_period, "kubelet-nodes")
-        self.pods = Informer(store, self.pods_rt, profile.resync_period, "kubelet-pods")
+        self.nodes = self.informers.informer(self.nodes_rt, "nodes")
+        self.pods = self.informers.informer(self.pods_rt, "pods")
         self.nodes.add_handler(self._on_node)
         self.pods.add_handler(self._on_pod)
         self.queue = WorkQueue()
@@ -315,15 +319,9 @@ class Kubelet:
         return None
 
     async def run(self) -> None:
-        tasks = [
-            asyncio.create_task(self.nodes.run()),
-            asyncio.create_task(self.pods.run()),
-        ]
         try:
-            await self.nodes.synced.wait()
-            await self.pods.synced.wait()
+            await self.informers.start(self.nodes, self.pods)
             await run_worker("kubelet", self.queue, self.reconcile)
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            if self._own_informers:
+                await self.informers.stop()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from services.sandbox.controllers.informer import Informer, StoreLike, WorkQueue, run_worker, split_key
+from services.sandbox.controllers.informer import InformerFactory, StoreLike, WorkQueue, run_worker, split_key
 from services.sandbox.controllers.predicates import is_terminal, is_terminating, pod_key, tolerates
 from services.sandbox.errors import NotFound
 from services.sandbox.profiles import TimingProfile
@@ -43,13 +43,17 @@ def eviction_delay(pod: dict[str, Any], taints: list[dict[str, Any]]) -> float |
 
 
 class PodGarbageCollector:
-    def __init__(self, store: StoreLike, profile: TimingProfile) -> None:
+    def __init__(
+        self, store: StoreLike, profile: TimingProfile, informers: InformerFactory | None = None
+    ) -> None:
         self.store = store
+        self._own_informers = informers is None
+        self.informers = informers or InformerFactory(store, profile.resync_period)
         self.profile = profile
         self.pods_rt = store.resource("v1", "Pod")
         self.nodes_rt = store.resource("v1", "Node")
-        self.nodes = Informer(store, self.nodes_rt, profile.resync_period, "podgc-nodes")
-        self.pods = Informer(store, self.pods_rt, profile.resync_period, "podgc-pods")
+        self.nodes = self.informers.informer(self.nodes_rt, "nodes")
+        self.pods = self.informers.informer(self.pods_rt, "pods")
         self.nodes.add_handler(self._on_node)
         self.pods.add_handler(self._on_pod)
         self.pods_by_node: dict[str, set[str]] = {}
@@ -126,16 +130,12 @@ class PodGarbageCollector:
             pass
 
     async def run(self) -> None:
-        informers = (self.nodes, self.pods)
-        tasks = [asyncio.create_task(i.run()) for i in informers]
         try:
-            for informer in informers:
-                await informer.synced.wait()
+            await self.informers.start(self.nodes, self.pods)
             for name in {n for n in self.pods_by_node if n not in self.nodes.objects}:
                 for key in self.pods_by_node[name]:
                     self.queue.add(key)
             await run_worker("pod-gc", self.queue, self.reconcile)
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            if self._own_informers:
+                await self.informers.stop()

@@ -35,7 +35,7 @@ from typing import Any
 from services.sandbox.controllers.cluster_state import ClusterState
 from services.sandbox.controllers.conditions import set_condition
 from services.sandbox.controllers.events import EventRecorder
-from services.sandbox.controllers.informer import Informer, StoreLike
+from services.sandbox.controllers.informer import InformerFactory, StoreLike
 from services.sandbox.controllers.predicates import get_condition, is_terminal, is_terminating, pod_key
 from services.sandbox.controllers.scheduling_filters import Decision, choose_node, equivalence_key
 from services.sandbox.errors import ApiError, Conflict, NotFound
@@ -82,15 +82,19 @@ def pod_node_changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
 
 
 class Scheduler:
-    def __init__(self, store: StoreLike, profile: TimingProfile) -> None:
+    def __init__(
+        self, store: StoreLike, profile: TimingProfile, informers: InformerFactory | None = None
+    ) -> None:
         self.store = store
+        self._own_informers = informers is None
+        self.informers = informers or InformerFactory(store, profile.resync_period)
         self.profile = profile
         self.pods_rt = store.resource("v1", "Pod")
         self.nodes_rt = store.resource("v1", "Node")
         self.state = ClusterState()
         self.pending: dict[str, _Pending] = {}
-        self.pod_informer = Informer(store, self.pods_rt, profile.resync_period, "scheduler-pods")
-        self.node_informer = Informer(store, self.nodes_rt, profile.resync_period, "scheduler-nodes")
+        self.pod_informer = self.informers.informer(self.pods_rt, "pods")
+        self.node_informer = self.informers.informer(self.nodes_rt, "nodes")
         self.pod_informer.add_handler(self._on_pod)
         self.node_informer.add_handler(self._on_node)
         self.events = EventRecorder(store, DEFAULT_SCHEDULER, min_interval=max(1.0, profile.scheduler_backoff_max))
@@ -144,20 +148,17 @@ class Scheduler:
 
     # ---------------------------------------------------------------------------------------------- loop
     async def run(self) -> None:
-        tasks = [asyncio.create_task(self.node_informer.run()), asyncio.create_task(self.pod_informer.run())]
         try:
-            await self.node_informer.synced.wait()
-            await self.pod_informer.synced.wait()
+            await self.informers.start(self.node_informer, self.pod_informer)
             while True:
-                for task in tasks:
-                    if task.done():
-                        task.result()  # surface an informer crash
+                crashed = self.informers.failed()
+                if crashed is not None:
+                    raise crashed
                 await self._cycle()
                 await self._sleep_until_due()
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            if self._own_informers:
+                await self.informers.stop()
 
     async def _sleep_until_due(self) -> None:
         now = self._now()
