@@ -110,7 +110,7 @@ class LocalNatsServer:
             "0",
             *self.extra_args,
         ]
-        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed with it
+        log = open(self.log_path, "ab")
         self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         deadline = time.monotonic() + timeout

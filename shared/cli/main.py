@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 # module path, in the order ``tenon --help`` lists them
 SUBCOMMANDS: tuple[str, ...] = (
+    "shared.cli.up",
+    "shared.cli.run",
     "shared.cli.tap",
     "shared.cli.replay",
     "shared.cli.simulate",

@@ -41,6 +41,8 @@ PODS = ResourceRef("v1", "pods", True)
 NODES = ResourceRef("v1", "nodes", False)
 EVENTS = ResourceRef("v1", "events", True)
 DAEMONSETS = ResourceRef("apps/v1", "daemonsets", True)
+DEPLOYMENTS = ResourceRef("apps/v1", "deployments", True)
+PODDISRUPTIONBUDGETS = ResourceRef("policy/v1", "poddisruptionbudgets", True)
 NODEPOOLS = ResourceRef("karpenter.sh/v1", "nodepools", False)
 NODECLAIMS = ResourceRef("karpenter.sh/v1", "nodeclaims", False)
 CLUSTERAPINODECLASSES = ResourceRef("karpenter.cluster.x-k8s.io/v1alpha1", "clusterapinodeclasses", False)
@@ -49,6 +51,24 @@ MACHINEDEPLOYMENTS = ResourceRef("cluster.x-k8s.io/v1beta1", "machinedeployments
 MACHINES = ResourceRef("cluster.x-k8s.io/v1beta1", "machines", True)
 LEASES = ResourceRef("coordination.k8s.io/v1", "leases", True)
 SECRETS = ResourceRef("v1", "secrets", True)
+
+BY_KIND: dict[str, ResourceRef] = {
+    "Pod": PODS,
+    "Node": NODES,
+    "Event": EVENTS,
+    "DaemonSet": DAEMONSETS,
+    "Deployment": DEPLOYMENTS,
+    "PodDisruptionBudget": PODDISRUPTIONBUDGETS,
+    "NodePool": NODEPOOLS,
+    "NodeClaim": NODECLAIMS,
+    "ClusterAPINodeClass": CLUSTERAPINODECLASSES,
+    "EC2NodeClass": EC2NODECLASSES,
+    "MachineDeployment": MACHINEDEPLOYMENTS,
+    "Machine": MACHINES,
+    "Lease": LEASES,
+    "Secret": SECRETS,
+}
+"""The kinds tenon reads and writes, by ``kind`` (for applying manifests)."""
 
 
 class KubeApiError(RuntimeError):
