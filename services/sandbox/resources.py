@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from services.sandbox.errors import NotFound
 
 ALWAYS_SELECTABLE: frozenset[str] = frozenset({"metadata.name", "metadata.namespace"})
+MAIN_VERBS: tuple[str, ...] = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class ResourceType:
     short_names: tuple[str, ...] = ()
     selectable_fields: frozenset[str] = field(default=frozenset(), compare=False)
     categories: tuple[str, ...] = field(default=(), compare=False)
+    verbs: tuple[str, ...] = field(default=MAIN_VERBS, compare=False)
 
     @property
     def api_version(self) -> str:
@@ -107,6 +109,8 @@ RESOURCES: tuple[ResourceType, ...] = (
                  POD_FIELDS, ("all",)),
     ResourceType("", "v1", "nodes", "Node", False, _STATUS, ("no",), NODE_FIELDS),
     ResourceType("", "v1", "events", "Event", True, frozenset(), ("ev",), EVENT_FIELDS),
+    # the old-style binding collection (kubernetes clients' create_namespaced_binding): create only
+    ResourceType("", "v1", "bindings", "Binding", True, frozenset(), verbs=("create",)),
     ResourceType("events.k8s.io", "v1", "events", "Event", True, frozenset(), ("ev",),
                  frozenset({"regarding.kind", "regarding.namespace", "regarding.name", "regarding.uid", "reason",
                             "reportingController", "type"})),

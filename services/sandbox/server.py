@@ -58,7 +58,7 @@ from services.sandbox.errors import (
     NotFound,
 )
 from services.sandbox.protobuf import decode_object, is_protobuf
-from services.sandbox.resources import ResourceType
+from services.sandbox.resources import MAIN_VERBS, ResourceType
 from services.sandbox.store import Store
 from services.sandbox.tables import render_table, wants_table
 
@@ -68,7 +68,6 @@ _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
-_MAIN_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 SERVER_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-tenon-sandbox", "gitCommit": "tenon",
                   "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23",
                   "compiler": "gc", "platform": "linux/amd64"}
@@ -204,6 +203,11 @@ class ApiServer:
         if q.get("dryRun"):
             raise BadRequest("dryRun is not supported by the tenon sandbox")
         rt, ns, name, sub = target.rt, target.namespace, target.name, target.subresource
+        if rt.verbs != MAIN_VERBS:
+            if not (method == "POST" and name is None and "create" in rt.verbs):
+                raise MethodNotAllowed(f"{method} is not supported on {rt.plural} (verbs: {', '.join(rt.verbs)})")
+            if rt.plural == "bindings" and ns is not None:
+                return json_response(self.bind(await self.body(request), ns, None), 201)
         if name is None:
             if method == "GET":
                 if parse_bool(q.get("watch"), "watch"):
@@ -247,11 +251,7 @@ class ApiServer:
         elif method == "POST":
             body = await self.body(request)
             if sub == "binding" and ns is not None:
-                target_ref = body.get("target") if isinstance(body, dict) else None
-                if not isinstance(target_ref, dict) or not target_ref.get("name"):
-                    raise BadRequest(f'Binding "{name}": target.name: Required value')
-                annotations = (body.get("metadata") or {}).get("annotations")
-                return json_response(self.store.bind(name, ns, target_ref["name"], annotations), 201)
+                return json_response(self.bind(body, ns, name), 201)
             if sub == "eviction" and ns is not None:
                 if not isinstance(body, dict):
                     raise BadRequest("Eviction: the body must be an object")
@@ -265,6 +265,22 @@ class ApiServer:
                                                            options["preconditions"])
             return json_response(last)
         raise MethodNotAllowed(f"{method} is not supported on {rt.plural}{'/' + sub if sub else ''}")
+
+    def bind(self, body: Any, namespace: str, pod_name: str | None) -> dict[str, Any]:
+        """``pods/{name}/binding`` (``pod_name`` from the path) or the ``bindings`` collection (from the body)."""
+        if not isinstance(body, dict):
+            raise BadRequest("Binding: the body must be an object")
+        metadata = body.get("metadata") or {}
+        name = pod_name or metadata.get("name")
+        if not name:
+            raise BadRequest("Binding: metadata.name: Required value (the pod to bind)")
+        if pod_name and metadata.get("name") and metadata["name"] != pod_name:
+            raise BadRequest(f"Binding: metadata.name ({metadata['name']}) does not match the pod in the URL "
+                             f"({pod_name})")
+        target_ref = body.get("target")
+        if not isinstance(target_ref, dict) or not target_ref.get("name"):
+            raise BadRequest(f'Binding "{name}": target.name: Required value')
+        return self.store.bind(name, namespace, target_ref["name"], metadata.get("annotations"))
 
     # ------------------------------------------------------------------ bodies and options
 
@@ -442,7 +458,7 @@ class ApiServer:
         entries: list[dict[str, Any]] = []
         for rt in resources:
             entry: dict[str, Any] = {"name": rt.plural, "singularName": rt.singular, "namespaced": rt.namespaced,
-                                     "kind": rt.kind, "verbs": _MAIN_VERBS}
+                                     "kind": rt.kind, "verbs": list(rt.verbs)}
             if rt.short_names:
                 entry["shortNames"] = list(rt.short_names)
             if rt.categories:

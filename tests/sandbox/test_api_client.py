@@ -182,6 +182,12 @@ async def test_eviction_blocked_by_budget_and_binding(api_sandbox: SandboxHandle
             "metadata": {"name": "web-1"}, "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}},
             _preload_content=False)
         assert response.status == 201 and (await response.json())["status"] == "Success"
+        await core.create_namespaced_pod("default", pod_manifest("web-2", labels={"app": "web"}))
+        old_style = await core.create_namespaced_binding("default", {  # POST .../namespaces/default/bindings
+            "metadata": {"name": "web-2"}, "target": {"apiVersion": "v1", "kind": "Node", "name": "n2"}},
+            _preload_content=False)
+        assert old_style.status == 201
+        assert store.get(pods, "web-2", "default")["spec"]["nodeName"] == "n2"
         pod = store.get(pods, "web-1", "default")
         assert pod["spec"]["nodeName"] == "n1"
         store.update(pods, {**pod, "status": {**pod["status"], "phase": "Running"}}, subresource="status")
@@ -217,6 +223,8 @@ async def test_bad_requests_get_a_status_never_a_trace(api_sandbox: SandboxHandl
         ("GET", "/api/v1/namespaces/default/pods/ghost", None, 404, "NotFound"),
         ("PATCH", "/api/v1/nodes/ghost", {"spec": {}}, 404, "NotFound"),
         ("DELETE", "/api/v1/nodes", "[1]", 400, "BadRequest"),
+        ("GET", "/api/v1/namespaces/default/bindings", None, 405, "MethodNotAllowed"),
+        ("POST", "/api/v1/namespaces/default/pods/ghost/binding", {"target": {"name": "n1"}}, 404, "NotFound"),
     ]
     async with aiohttp.ClientSession() as session:
         for method, path, body, code, reason in cases:
