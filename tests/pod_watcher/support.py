@@ -1,0 +1,75 @@
+"""Helpers for the pod-watcher's integration tests: run a watcher term against the sandbox, read the log."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
+
+from proto import subjects
+from proto.events import Event
+from services.pod_watcher.service import PodWatcher, PodWatcherSettings
+from services.sandbox.testing import SandboxHandle
+from shared.eventlog.interface import EventLog
+from shared.kube.client import load_kube
+from shared.kube.resources import Kube
+
+E = TypeVar("E", bound=Event)
+
+
+@contextlib.asynccontextmanager
+async def running_watcher(sandbox: SandboxHandle, event_log: EventLog, *, kube_class: type[Kube] = Kube,
+                          **settings: Any) -> AsyncIterator[PodWatcher]:
+    """One leadership term of the pod-watcher against the sandbox's workload cluster (stopped on exit)."""
+    kube = await load_kube(str(sandbox.workload_kubeconfig))
+    if kube_class is not Kube:
+        kube = kube_class(kube.api)
+    values: dict[str, Any] = {"batch_idle_seconds": 0.5, "batch_max_seconds": 5.0, **settings}
+    watcher = PodWatcher(kube, event_log, PodWatcherSettings(kubeconfig=str(sandbox.workload_kubeconfig), **values))
+    stopping = asyncio.Event()
+    task = asyncio.create_task(watcher.run(stopping))
+    try:
+        yield watcher
+    finally:
+        stopping.set()
+        try:
+            await asyncio.wait_for(task, 10)
+        finally:
+            await kube.close()
+
+
+async def logged(event_log: EventLog, event_type: type[E]) -> list[E]:
+    """Every event of this type in the log, in log order."""
+    return [e async for r in event_log.read(subjects.ALL_EVENTS) if isinstance(e := r.event, event_type)]
+
+
+async def wait_for_events(event_log: EventLog, event_type: type[E], check: Callable[[list[E]], bool], *,
+                          timeout: float = 10.0, what: str = "events") -> list[E]:
+    """Poll the log until the events of ``event_type`` satisfy ``check``."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        events = await logged(event_log, event_type)
+        if check(events):
+            return events
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}; have {len(events)}: "
+                                 f"{[summary(e) for e in events]}")
+        await asyncio.sleep(0.1)
+
+
+def summary(event: Event) -> str:
+    for field_name in ("node", "pod"):
+        obj = getattr(event, field_name, None)
+        if isinstance(obj, dict):
+            return f"{type(event).__name__}({getattr(event, 'change', '')} {obj['metadata']['name']})"
+    return type(event).__name__
+
+
+async def wait_until(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not (result := check()):
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+    return result

@@ -1,0 +1,78 @@
+"""Pending pods become PendingBatch events: real nats-server, the sandbox's kube-scheduler, kubernetes-asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from proto.events import PendingBatch
+from services.sandbox.testing import running_sandbox
+from shared.eventlog.jetstream import JetStreamEventLog
+from tests.pod_watcher.support import logged, running_watcher, wait_for_events, wait_until
+from tests.sandbox.controller_support import condition, deployment, node, pod
+
+pytestmark = pytest.mark.integration
+
+
+def unschedulable(p: dict[str, Any] | None) -> bool:
+    c = condition(p, "PodScheduled") if p else None
+    return bool(c and c.get("status") == "False" and c.get("reason") == "Unschedulable")
+
+
+async def test_a_deployment_of_8_pods_is_one_batch_without_daemonset_or_deleted_pods(
+        jetstream_log: JetStreamEventLog) -> None:
+    async with running_sandbox("fast") as sandbox:
+        store = sandbox.workload_store
+        pods_rt = store.resource("v1", "Pod")
+        # a node too small for anything, so the DaemonSet makes a pod that is Unschedulable too
+        store.create(store.resource("v1", "Node"), node("tiny", cpu="500m"))
+        store.create(store.resource("apps/v1", "DaemonSet"), {
+            "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent", "namespace": "default"},
+            "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": {
+                "metadata": {"labels": {"app": "agent"}},
+                "spec": {"containers": [{"name": "a", "image": "a:1", "resources": {"requests": {"cpu": "1"}}}]}}}})
+        await wait_until(lambda: any(unschedulable(p) for p in store.list(pods_rt, "default")[0]),
+                         what="the DaemonSet pod Unschedulable")
+
+        async with running_watcher(sandbox, jetstream_log, batch_idle_seconds=0.5):
+            doomed = pod("doomed", cpu="1", labels={"app": "doomed"})
+            doomed["metadata"]["finalizers"] = ["tests.tenon.dev/hold"]
+            store.create(pods_rt, doomed)
+            store.create(store.resource("apps/v1", "Deployment"), deployment("inflate", 8, cpu="1"))
+            await wait_until(lambda: unschedulable(store.get(pods_rt, "doomed", "default")), what="doomed pending")
+            store.delete(pods_rt, "doomed", "default")  # held by its finalizer: being deleted, still there
+
+            batches = await wait_for_events(jetstream_log, PendingBatch, lambda b: len(b) >= 1, what="a batch")
+            await asyncio.sleep(1.0)  # longer than the idle window: a second batch would have closed by now
+            batches = await logged(jetstream_log, PendingBatch)
+            assert len(batches) == 1
+            batch = batches[0]
+            names = sorted(p["metadata"]["name"] for p in batch.pods)
+            assert len(names) == 8 and all(n.startswith("inflate-") for n in names)
+            assert batch.window_closed_by == "idle"
+            assert (batch.decided_at - batch.window_opened_at).total_seconds() >= 0.5
+            assert batch.batch_id == batch.id == batch.correlation_id
+            for p in batch.pods:  # whole objects, as the scheduler will need them
+                assert p["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "1"}
+                assert unschedulable(p) and "managedFields" not in p["metadata"]
+                assert p["metadata"]["uid"]
+
+            store.create(pods_rt, pod("late", cpu="1"))
+            batches = await wait_for_events(jetstream_log, PendingBatch, lambda b: len(b) >= 2, what="the next batch")
+            assert [p["metadata"]["name"] for p in batches[1].pods] == ["late"]
+            assert batches[1].id != batches[0].id
+
+
+async def test_pods_still_pending_are_offered_again_after_the_rebatch_delay(jetstream_log: JetStreamEventLog) -> None:
+    async with running_sandbox("fast") as sandbox:
+        store = sandbox.workload_store
+        async with running_watcher(sandbox, jetstream_log, batch_idle_seconds=0.2, batch_max_seconds=1.0,
+                                   rebatch_seconds=1.0):
+            store.create(store.resource("v1", "Pod"), pod("stuck", cpu="1"))
+            batches = await wait_for_events(jetstream_log, PendingBatch, lambda b: len(b) >= 2, timeout=5,
+                                            what="the pod batched twice")
+            assert [[p["metadata"]["name"] for p in b.pods] for b in batches[:2]] == [["stuck"], ["stuck"]]
+            gap = (batches[1].decided_at - batches[0].decided_at).total_seconds()
+            assert gap >= 1.0
