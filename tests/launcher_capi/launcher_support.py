@@ -1,0 +1,160 @@
+"""Helpers for the launcher-capi tests: manifests, the events a scheduler would write, a running launcher.
+
+The tests play the scheduler and the pod-watcher themselves: they publish ``NodeClassesSnapshot`` and append
+``NodeClaimPlanned`` / ``NodeClaimAbandoned`` on the real log, and watch what the launcher does to the sandbox's
+management cluster (whose simulated Cluster API controller turns replicas into Machines with providerIDs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from proto import subjects
+from proto.events import (
+    Event,
+    InstanceChoice,
+    NodeClaimAbandoned,
+    NodeClaimPlanned,
+    NodeClassesSnapshot,
+)
+from proto.ids import derive_id
+from services.launcher_capi.service import CapiLauncher, LauncherSettings
+from services.sandbox.store import Store
+from services.sandbox.testing import SandboxHandle
+from shared.eventlog import EventLog
+from shared.kube import load_kube
+
+CAPACITY = "capacity.cluster-autoscaler.kubernetes.io/"
+MAX_SIZE = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
+PRICE = "tenon.sh/price-per-hour"
+CLAIM = "tenon.sh/nodeclaim"
+DELETE_MACHINE = "cluster.x-k8s.io/delete-machine"
+NODECLASS = "default"
+SIZES = {"c3-4": ("2", "4Gi", "0.048"), "c3-8": ("4", "8Gi", "0.096"), "c3-16": ("8", "16Gi", "0.192")}
+
+
+def machine_deployment(name: str, *, replicas: int = 0, max_size: int | None = None,
+                       annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    cpu, memory, price = SIZES.get(name, ("4", "8Gi", "0.1"))
+    notes = {CAPACITY + "cpu": cpu, CAPACITY + "memory": memory, PRICE: price,
+             CAPACITY + "labels": f"node.kubernetes.io/instance-type={name}"}
+    if max_size is not None:
+        notes[MAX_SIZE] = str(max_size)
+    notes.update(annotations or {})
+    return {
+        "apiVersion": "cluster.x-k8s.io/v1beta1",
+        "kind": "MachineDeployment",
+        "metadata": {"name": name, "namespace": "default",
+                     "labels": {"node.cluster.x-k8s.io/karpenter-member": "", "cluster.x-k8s.io/cluster-name": "demo"},
+                     "annotations": notes},
+        "spec": {
+            "clusterName": "demo",
+            "replicas": replicas,
+            "selector": {"matchLabels": {}},
+            "template": {"metadata": {"labels": {}},
+                         "spec": {"clusterName": "demo", "failureDomain": "zone-a",
+                                  "bootstrap": {"configRef": {"kind": "KubeadmConfigTemplate", "name": "b"}},
+                                  "infrastructureRef": {"kind": "OpenStackMachineTemplate", "name": name}}},
+        },
+    }
+
+
+def nodeclass(name: str = NODECLASS) -> dict[str, Any]:
+    return {"apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1", "kind": "ClusterAPINodeClass",
+            "metadata": {"name": name},
+            "spec": {"scalableResourceSelector": {"matchLabels": {"cluster.x-k8s.io/cluster-name": "demo"}}}}
+
+
+def choice(instance_type: str, zone: str | None = "zone-a") -> InstanceChoice:
+    return InstanceChoice(instance_type, zone, "on-demand", float(SIZES.get(instance_type, ("", "", "0.1"))[2]))
+
+
+def planned(claim: str, instance_type: str, *fallbacks: str, node_class: str = NODECLASS) -> NodeClaimPlanned:
+    return NodeClaimPlanned(
+        id=derive_id("scheduler", "NodeClaimPlanned", claim), decided_at=datetime.now(UTC), producer="scheduler",
+        correlation_id=claim, nodeclaim=claim, nodepool="default", node_class=node_class,
+        choice=choice(instance_type), fallbacks=tuple(choice(t) for t in fallbacks),
+        pods=("default/p-1",), requirements=(), labels={},
+    )
+
+
+def abandoned(claim: str) -> NodeClaimAbandoned:
+    return NodeClaimAbandoned(id=derive_id("scheduler", "NodeClaimAbandoned", claim), decided_at=datetime.now(UTC),
+                              producer="scheduler", correlation_id=claim, nodeclaim=claim, reason="not registered")
+
+
+async def publish_nodeclasses(event_log: EventLog, *objects: dict[str, Any]) -> None:
+    event = NodeClassesSnapshot(id=derive_id("pod-watcher", "NodeClassesSnapshot", *(str(o) for o in objects)),
+                                decided_at=datetime.now(UTC), producer="pod-watcher", nodeclasses=objects)
+    await event_log.publish(subjects.NODECLASSES, event)
+
+
+async def append_claim_event(event_log: EventLog, event: Any) -> int:
+    subject = subjects.nodeclaim(event.nodeclaim)
+    last = await event_log.last_subject_sequence(subject)
+    return (await event_log.append(subject, event, expected_last_sequence=last)).sequence
+
+
+async def claim_events(event_log: EventLog, claim: str) -> list[Event]:
+    return [r.event async for r in event_log.read(subjects.nodeclaim(claim)) if r.event is not None]
+
+
+async def catalog_events(event_log: EventLog, node_class: str = NODECLASS) -> list[Any]:
+    return [r.event async for r in event_log.read(subjects.catalog(node_class)) if r.event is not None]
+
+
+def md_rt(store: Store) -> Any:
+    return store.resource("cluster.x-k8s.io/v1beta1", "MachineDeployment")
+
+
+def machine_rt(store: Store) -> Any:
+    return store.resource("cluster.x-k8s.io/v1beta1", "Machine")
+
+
+def machines_of(store: Store, md: str, *, include_deleting: bool = True) -> list[dict[str, Any]]:
+    items = store.list(machine_rt(store), "default")[0]
+    return [m for m in items if m["metadata"].get("labels", {}).get("cluster.x-k8s.io/deployment-name") == md
+            and (include_deleting or not m["metadata"].get("deletionTimestamp"))]
+
+
+def replicas_of(store: Store, md: str) -> int:
+    return int(store.get(md_rt(store), md, "default")["spec"].get("replicas") or 0)
+
+
+async def wait_until(check: Callable[[], Any], *, timeout: float = 10.0, what: str = "condition") -> Any:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return result
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.03)
+
+
+@contextlib.asynccontextmanager
+async def running_launcher(event_log: EventLog, sandbox: SandboxHandle, **settings: Any
+                           ) -> AsyncIterator[CapiLauncher]:
+    """The launcher in this event loop against the sandbox's management cluster, stopped on exit."""
+    management = await load_kube(str(sandbox.management_kubeconfig))
+    options = {"resync_interval": 0.3, **settings}
+    launcher = CapiLauncher(event_log, management, settings=LauncherSettings(**options))
+    stopping = asyncio.Event()
+    task = asyncio.create_task(launcher.run(stopping))
+    try:
+        await wait_until(lambda: task.done() or launcher.deployments.synced.is_set() and launcher.catalogs_published,
+                         what="launcher started")
+        if task.done():
+            task.result()
+        yield launcher
+    finally:
+        stopping.set()
+        await asyncio.wait_for(task, 30)
+        await management.close()
