@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from proto import events as ev
 from services.scheduler import lifecycle, planner
-from services.scheduler.projection import ClusterProjection
+from shared.projection import ClusterProjection
 
 
 class SchedulerDecider:

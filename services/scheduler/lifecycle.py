@@ -23,7 +23,7 @@ from typing import Any
 
 from proto import events as ev
 from proto.ids import derive_id
-from services.scheduler.projection import ClaimState, ClusterProjection, KubeObject
+from shared.projection import ClaimState, ClusterProjection, KubeObject
 
 PRODUCER = "scheduler"
 UNREGISTERED_TAINT = "karpenter.sh/unregistered"

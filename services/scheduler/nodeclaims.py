@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from services.scheduler.planner import NOMINATED_PODS
-from services.scheduler.projection import ClaimState, ClusterProjection
+from shared.projection import ClaimState, ClusterProjection
 
 CONDITIONS = ("Launched", "Registered", "Initialized", "Ready")
 

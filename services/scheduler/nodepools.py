@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from services.scheduler.projection import ClusterProjection
+from shared.projection import ClusterProjection
 from shared.scheduling import InputError, parse_objects
 from shared.scheduling.quantities import QuantityError, format_quantity, to_canonical
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from proto import events as ev
 from proto.ids import derive_id
-from services.scheduler.projection import ClusterProjection, KubeObject, object_key
+from shared.projection import ClusterProjection, KubeObject, object_key
 from shared.scheduling import InputError, Plan, PlannedNodeClaim, parse_objects, solve
 
 PRODUCER = "scheduler"

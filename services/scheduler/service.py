@@ -33,10 +33,10 @@ from services.scheduler import lifecycle
 from services.scheduler.decider import SchedulerDecider
 from services.scheduler.nodeclaims import nodeclaim_spec, nodeclaim_status
 from services.scheduler.nodepools import nodepool_status
-from services.scheduler.projection import ClusterProjection
 from shared.eventlog import ConcurrencyConflict, ConsumerSettings, LogRecord, TransientError
 from shared.kube import NODECLAIMS, NODEPOOLS, NODES, Kube, KubeApiError
 from shared.kube.client import load_kube
+from shared.projection import ClusterProjection
 from shared.service import ServiceContext
 
 log = logging.getLogger("tenon.scheduler")

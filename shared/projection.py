@@ -1,4 +1,4 @@
-"""The scheduler's view of the cluster, built only from the event log (pure).
+"""The cluster as the event log tells it (pure): the view the scheduler and the disruption service decide on.
 
 Every input of a scheduling decision is an event, so the projection is a fold over the log: apply events in
 log order and you get exactly what the live scheduler saw when it decided. That is what makes ``tenon replay
