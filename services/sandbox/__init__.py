@@ -36,7 +36,6 @@ Layers (each module one concept, pure logic apart from I/O):
     and NODE, node Ready state, NodeClaim NODE/READY, Machine PHASE).
 
 What is deliberately left out: authentication and RBAC, protobuf beyond those three kinds, server-side
-apply's field ownership (apply is approximated as a merge patch), foreground cascading deletion (treated as
-background), schema conversion between API versions of one kind, ``dryRun``, pod logs/exec, and persistence
-(state lives in memory).
+apply's field ownership (apply is approximated as a merge patch), schema conversion between API versions of
+one kind, ``dryRun``, pod logs/exec, and persistence (state lives in memory).
 """

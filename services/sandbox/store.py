@@ -32,7 +32,8 @@ Design
   and ``deletionGracePeriodSeconds`` are set and the simulated kubelet deletes them later with grace 0.
   Removing an object queues background garbage collection of its dependents (``ownerReferences``), run on the
   next event-loop iteration (or at once when no loop is running); ``Orphan`` propagation strips the owner
-  reference instead. Deleting a namespace deletes its contents and removes the namespace once it is empty.
+  reference instead, and ``Foreground`` keeps the owner (``foregroundDeletion`` finalizer) until its dependents
+  are gone. Deleting a namespace deletes its contents and removes the namespace once it is empty.
 * **Subresources.** ``status`` writes touch only ``.status``; main-resource writes keep the old ``.status``
   for kinds that have the subresource, and bump ``metadata.generation`` only when something outside
   ``metadata``/``status`` changed. ``binding``, ``eviction`` and ``scale`` have their own methods
@@ -108,6 +109,7 @@ _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 _NAME_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+FOREGROUND_FINALIZER = "foregroundDeletion"
 _SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 _META_KEPT_ON_UPDATE = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
                         "generation", "namespace", "name")
@@ -323,6 +325,8 @@ class Store:
         self._dependents: dict[str, set[tuple[tuple[str, str], Key]]] = {}
         self._gc_queue: list[tuple[str, str]] = []  # (owner uid, propagation policy)
         self._gc_scheduled = False
+        self._foreground: set[str] = set()  # owners waiting (foregroundDeletion) for their dependents to go
+        self._foreground_ready: list[str] = []  # of those, owners whose last dependent just went
         ns_rt = registry.resource("v1", "Namespace")
         for ns in _SYSTEM_NAMESPACES:
             self.create(ns_rt, {"metadata": {"name": ns}})
@@ -397,11 +401,34 @@ class Store:
         for watcher in tuple(bucket.watchers):
             watcher._offer(event, old)
         if type_ == "DELETED":
-            if uid and uid in self._dependents:
-                self._queue_gc(uid, "Background")
+            if uid:
+                self._foreground.discard(uid)
+                if uid in self._dependents:
+                    self._queue_gc(uid, "Background")
             if rt.namespaced:
                 self._maybe_finish_namespace(key[0])
+        while self._foreground_ready:
+            self._finish_foreground(self._foreground_ready.pop())
         return new
+
+    def _finish_foreground(self, owner_uid: str) -> None:
+        """The owner's dependents are gone: drop its foregroundDeletion finalizer (which may remove it)."""
+        self._foreground.discard(owner_uid)
+        located = self._uids.get(owner_uid)
+        if located is None:
+            return
+        bucket = self._buckets[located[0]]
+        owner = bucket.objects.get(located[1])
+        if owner is None or FOREGROUND_FINALIZER not in (owner["metadata"].get("finalizers") or ()):
+            return
+        new = dict(owner)
+        new["metadata"] = dict(owner["metadata"])
+        remaining = [f for f in owner["metadata"]["finalizers"] if f != FOREGROUND_FINALIZER]
+        if remaining:
+            new["metadata"]["finalizers"] = remaining
+        else:
+            del new["metadata"]["finalizers"]
+        self._commit_update(bucket.rt, located[1], new, owner)
 
     def _index_owners(self, storage_key: tuple[str, str], key: Key, old: dict[str, Any] | None,
                       new: dict[str, Any] | None) -> None:
@@ -415,6 +442,8 @@ class Store:
                 deps.discard((storage_key, key))
                 if not deps:
                     del self._dependents[owner]
+                    if owner in self._foreground:
+                        self._foreground_ready.append(owner)
         for owner in new_owners - old_owners:
             self._dependents.setdefault(owner, set()).add((storage_key, key))
 
@@ -774,6 +803,19 @@ class Store:
             meta["deletionTimestamp"] = rfc3339(time.time() + grace)
             meta["deletionGracePeriodSeconds"] = grace
             return self._out(rt, self._commit(rt, "MODIFIED", key, new, old)), False
+        uid = meta.get("uid", "")
+        if propagation_policy == "Foreground" and uid and self._dependents.get(uid):
+            # The owner stays, with deletionTimestamp and the foregroundDeletion finalizer, until the
+            # garbage collector has deleted every dependent; then the finalizer goes and so does the owner.
+            if meta.get("deletionTimestamp") and FOREGROUND_FINALIZER in (meta.get("finalizers") or ()):
+                return self._out(rt, old), False
+            meta["finalizers"] = [*(meta.get("finalizers") or ()), FOREGROUND_FINALIZER]
+            meta.setdefault("deletionTimestamp", rfc3339())
+            meta["deletionGracePeriodSeconds"] = 0
+            self._foreground.add(uid)
+            committed = self._commit(rt, "MODIFIED", key, new, old)
+            self._queue_gc(uid, "Foreground")
+            return self._out(rt, committed), False
         if meta.get("finalizers"):
             if meta.get("deletionTimestamp") and meta.get("deletionGracePeriodSeconds") == 0:
                 return self._out(rt, old), False
@@ -870,7 +912,7 @@ class Store:
         self._gc_scheduled = False
         deleted = 0
         while self._gc_queue:
-            owner_uid, _policy = self._gc_queue.pop(0)
+            owner_uid, policy = self._gc_queue.pop(0)
             for storage_key, key in list(self._dependents.get(owner_uid, ())):
                 bucket = self._buckets[storage_key]
                 dep = bucket.objects.get(key)
@@ -886,7 +928,10 @@ class Store:
                 if dep["metadata"].get("deletionTimestamp") and bucket.rt.plural != "pods":
                     continue
                 with contextlib.suppress(ApiError):
-                    self.delete_with_result(bucket.rt, key[1], key[0] or None)
+                    # dependents of an owner deleted in the foreground are deleted in the foreground too
+                    self.delete_with_result(bucket.rt, key[1], key[0] or None,
+                                            propagation_policy="Foreground" if policy == "Foreground"
+                                            else "Background")
                     deleted += 1
         return deleted
 

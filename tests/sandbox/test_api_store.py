@@ -351,3 +351,30 @@ async def test_a_watcher_too_far_behind_is_ended_not_buffered_forever() -> None:
     assert store.watcher_count(pods) == 0
     resumed = store.watch(pods, resource_version=store.get(pods, "p2", "default")["metadata"]["resourceVersion"])
     assert [(await resumed.__anext__()).object["metadata"]["name"] for _ in range(2)] == ["p3", "p4"]
+
+
+async def test_foreground_deletion_keeps_the_owner_until_dependents_are_gone(store: Store) -> None:
+    deployments, replicasets = store.resource("apps/v1", "Deployment"), store.resource("apps/v1", "ReplicaSet")
+    pods = store.resource("v1", "Pod")
+    deployment = store.create(deployments, {"metadata": {"name": "web", "namespace": "default"}, "spec": {}})
+
+    def ref(owner: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
+                 "uid": owner["metadata"]["uid"], "blockOwnerDeletion": True}]
+
+    rs = store.create(replicasets, {"metadata": {"name": "web-1", "namespace": "default",
+                                                 "ownerReferences": ref(deployment)}, "spec": {}})
+    pod = pod_manifest("web-1-a", grace=30)
+    pod["metadata"]["ownerReferences"] = ref(rs)
+    store.create(pods, pod)
+    store.bind("web-1-a", "default", "n1")  # bound: deleted gracefully, the kubelet finishes it
+
+    waiting = store.delete(deployments, "web", "default", propagation_policy="Foreground")
+    assert waiting is not None and waiting["metadata"]["finalizers"] == ["foregroundDeletion"]
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert store.get(replicasets, "web-1", "default")["metadata"]["finalizers"] == ["foregroundDeletion"]
+    assert store.get(pods, "web-1-a", "default")["metadata"]["deletionTimestamp"]
+    assert store.get(deployments, "web", "default")  # still there: its dependents are not gone yet
+    store.delete(pods, "web-1-a", "default", grace_period_seconds=0)  # the kubelet's final delete
+    assert store.list(replicasets)[0] == [] and store.list(deployments)[0] == []
