@@ -13,6 +13,7 @@ Well-known label keys are constants here so all modules spell them the same way.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from shared.scheduling.requirements import LabelSelector, Requirement
 
@@ -108,7 +109,7 @@ class Pod:
     node_name: str = ""
     owner: str = ""  # "Deployment/web" for expanded workloads
 
-    @property
+    @cached_property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 

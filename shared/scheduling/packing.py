@@ -178,7 +178,7 @@ class Packer:
             if allowed is not None and tpl.index not in allowed:
                 continue
             alloc = tpl.alloc
-            if any(u > a for u, a in zip(used, alloc, strict=True)):
+            if used[0] > alloc[0] or used[1] > alloc[1] or any(u > a for u, a in zip(used, alloc, strict=True)):
                 continue
             priced = tpl.price_for(okeys)
             if priced is None or not self.budget.allows(tpl):
@@ -235,8 +235,12 @@ class Packer:
              contents: dict[int, int], tpl_index: int, used: list[int]) -> frozenset[OfferKey] | None:
         """First-fit-decreasing into ``room`` (mutated, as are counts/limits/contents/used)."""
         dims = range(len(room))
+        three = len(room) == 3
         for req, group in buckets:
-            if any(r > f for r, f in zip(req, room, strict=True)):
+            if three:
+                if req[0] > room[0] or req[1] > room[1] or req[2] > room[2]:
+                    continue
+            elif any(r > f for r, f in zip(req, room, strict=True)):
                 continue
             for c in group:
                 avail = c.count - contents.get(c.index, 0)
@@ -339,6 +343,8 @@ class Packer:
         best_ratio = min((t.min_price / max(self.value_of(t.alloc, weights), 1e-12) for t in all_cands),
                          default=float("inf"))
         value = {c.index: self.value_of(c.req, weights) for c in classes}
+        bound = {t.index: t.min_price / max(self.value_of(t.alloc, weights), 1e-12) for t in all_cands}
+        by_bound = sorted(all_cands, key=lambda t: (bound[t.index], t.min_price, t.index))
         buckets = self.buckets(classes, weights)
         seeds = sorted((c for c in classes if c.seed), key=lambda c: (-value[c.index], c.index))
         near_cache: dict[int, tuple[tuple[Template, float, OfferKey] | None, list[Template]]] = {}
@@ -394,7 +400,9 @@ class Packer:
                         break  # room that comes free with the seed's own node: nothing beats it
             else:
                 best_key = None
-                for tpl in all_cands:
+                for tpl in by_bound:
+                    if best_key is not None and bound[tpl.index] > best_key[0]:
+                        break  # even full, this template could not beat the best bin found
                     if not self.budget.allows(tpl):
                         continue
                     result = self._evaluate(tpl, buckets, None)

@@ -124,6 +124,7 @@ class _Solve:
         self._okeys_cache: dict[int, frozenset[OfferKey]] = {}
         self._explained: dict[tuple[object, ...], tuple[str, list[str], list[Considered]]] = {}
         self._sorted_templates: dict[str, list[Template]] = {}
+        self._formatted: dict[tuple[int, ...], dict[str, str]] = {}
         self._feasible_by_spec = cache
         self.rules = HostnameRules()
         self.rules.register(list(self.pending) + self.bound)
@@ -299,14 +300,18 @@ class _Solve:
                     f = pinned(pod)
                     feasible = {i: feasible[i] & f[i] for i in feasible if i in f and feasible[i] & f[i]}
                 feasible = {i: o for i, o in feasible.items() if fits(vec, self.templates[i].alloc)}
-            matches: set[int] = set()
-            limits: dict[int, int] = {}
-            for pod in members:
-                m, lims = self.rules.features(pod)
-                matches.update(m)
-                for sid, lim in lims:
-                    limits[sid] = min(lim, limits.get(sid, lim))
-            hostname_affinity_unmet = any(
+            if len(members) == 1:
+                matches_t, limits_t = self.rules.features(members[0])
+            else:
+                matches: set[int] = set()
+                limits: dict[int, int] = {}
+                for pod in members:
+                    m, lims = self.rules.features(pod)
+                    matches.update(m)
+                    for sid, lim in lims:
+                        limits[sid] = min(lim, limits.get(sid, lim))
+                matches_t, limits_t = tuple(sorted(matches)), tuple(sorted(limits.items()))
+            hostname_affinity_unmet = any(pod.pod_affinity for pod in members) and any(
                 term.topology_key == HOSTNAME and not any(
                     term_scope(term.selector, term.namespaces, term.all_namespaces).matches(o) for o in members)
                 for pod in members for term in pod.pod_affinity)
@@ -327,12 +332,13 @@ class _Solve:
                         "*": f"pods that must share a node (pod affinity on hostname: "
                              f"{', '.join(p.key for p in members)}) do not fit together on any instance type"}
                 continue
-            counted = {sid: sum(1 for p in members if sid in self.rules.features(p)[0]) for sid in matches}
-            if len(members) > 1 and any(counted.get(sid, 0) > lim for sid, lim in limits.items()):
-                for pod in members:
-                    self.unschedulable[pod.key] = {"*": "its pod affinity and anti-affinity contradict each other"}
-                continue
-            items.append((members, vec, okeys, tuple(sorted(matches)), tuple(sorted(limits.items())), feasible))
+            if len(members) > 1:
+                counted = {sid: sum(1 for p in members if sid in self.rules.features(p)[0]) for sid in matches_t}
+                if any(counted.get(sid, 0) > lim for sid, lim in limits_t):
+                    for pod in members:
+                        self.unschedulable[pod.key] = {"*": "its pod affinity and anti-affinity contradict each other"}
+                    continue
+            items.append((members, vec, okeys, matches_t, limits_t, feasible))
         return items
 
     def _self_affine(self, pod: Pod) -> bool:
@@ -398,7 +404,8 @@ class _Solve:
             weights = dual_weights(tpls, demand, 0, 1)
             n_pods = sum(len(c.members) for c in pack_classes)
             small = n_pods <= 400
-            packer = Packer(tpls, budget, weights, improve_budget=2500 if small else 60, portfolio=small)
+            packer = Packer(tpls, budget, weights, max_candidates=24,
+                            improve_budget=2500 if small else 60, portfolio=small)
             bins = packer.pack(pack_classes)
             bins = packer.improve(bins, [PackClass(c.index, c.req, 0, c.okeys, c.matches, c.limits, c.templates)
                                          for c in pack_classes])
@@ -472,11 +479,11 @@ class _Solve:
                                     Budget(self.names, {}, {}), want)
             self._explained[memo_key] = cached
         because, fallbacks, considered = cached
-        by_name = {t.instance_type.name: t for t in tpls}
         flexible = [b.template.instance_type.name, *fallbacks]
         keep = MAX_FALLBACKS
         for req in pool.requirements:
             if req.min_values:
+                by_name = {t.instance_type.name: t for t in tpls}
                 values = {by_name[n].labels.get(req.key) for n in flexible} - {None}
                 if len(values) < req.min_values:
                     return (f"minValues {req.min_values} for {req.key} not met: only {len(values)} "
@@ -493,7 +500,10 @@ class _Solve:
         totals = list(b.used)
         for d, name in enumerate(self.names):
             totals[d] += b.template.daemon_requests.get(name, 0)
-        requests = {n: format_quantity(n, v) for n, v in zip(self.names, totals, strict=True) if v}
+        requests = self._formatted.get(tuple(totals))
+        if requests is None:
+            requests = {n: format_quantity(n, v) for n, v in zip(self.names, totals, strict=True) if v}
+            self._formatted[tuple(totals)] = requests
         return PlannedNodeClaim(
             node_pool=pool.name,
             instance_type=b.template.instance_type.name,

@@ -98,8 +98,10 @@ class HostnameRules:
     """Per pod: hostname selector ids it matches and the limits it imposes on its node."""
 
     index: SelectorIndex = field(default_factory=SelectorIndex)
+    _memo: dict[int, tuple[tuple[int, ...], tuple[tuple[int, int], ...]]] = field(default_factory=dict)
 
     def register(self, pods: Iterable[Pod]) -> None:
+        self._memo.clear()
         for pod in pods:
             for term in pod.pod_anti_affinity:
                 if term.topology_key == HOSTNAME:
@@ -111,6 +113,12 @@ class HostnameRules:
                 self.index.add(("port", port.port, port.protocol))
 
     def features(self, pod: Pod) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
+        found = self._memo.get(id(pod))
+        if found is None:
+            found = self._memo[id(pod)] = self._features(pod)
+        return found
+
+    def _features(self, pod: Pod) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
         matches = self.index.matching(pod)
         limits: dict[int, int] = {}
         for term in pod.pod_anti_affinity:
@@ -197,7 +205,7 @@ def assign_domains(pending: Sequence[Pod], domains_of: dict[str, dict[str, set[s
             eligible = sorted(d for d in domains_of.get(pod.key, {}).get(key, set()) if d)
             matches = set(index.matching(pod))
             if not eligible:
-                if spreads or affinity or anti:
+                if affinity or anti or any(t.when_unsatisfiable == "DoNotSchedule" for t in spreads):
                     failures[pod.key] = f"no node offers a {key} for its topology constraints"
                 continue
             valid: list[tuple[tuple[int, int, str], str]] = []
