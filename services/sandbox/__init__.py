@@ -37,5 +37,5 @@ Layers (each module one concept, pure logic apart from I/O):
 
 What is deliberately left out: authentication and RBAC, protobuf beyond those three kinds, server-side
 apply's field ownership (apply is approximated as a merge patch), schema conversion between API versions of
-one kind, ``dryRun``, pod logs/exec, and persistence (state lives in memory).
+one kind, pod logs/exec, and persistence (state lives in memory).
 """

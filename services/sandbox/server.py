@@ -198,10 +198,18 @@ class ApiServer:
         return Target(rt, None, rest[1] if len(rest) > 1 else None, sub)
 
     async def handle(self, request: web.Request, target: Target) -> web.StreamResponse:
+        dry_run = request.query.get("dryRun")
+        if not dry_run or request.method == "GET":
+            return await self.handle_request(request, target)
+        if dry_run != "All":
+            raise BadRequest(f'dryRun: Unsupported value: "{dry_run}": supported values: "All"')
+        await request.read()  # the body is read before the flag is set: nothing awaits inside the dry run
+        with self.store.dry_run():
+            return await self.handle_request(request, target)
+
+    async def handle_request(self, request: web.Request, target: Target) -> web.StreamResponse:
         method = request.method
         q = request.query
-        if q.get("dryRun"):
-            raise BadRequest("dryRun is not supported by the tenon sandbox")
         rt, ns, name, sub = target.rt, target.namespace, target.name, target.subresource
         if rt.verbs != MAIN_VERBS:
             if not (method == "POST" and name is None and "create" in rt.verbs):

@@ -34,6 +34,8 @@ Design
   next event-loop iteration (or at once when no loop is running); ``Orphan`` propagation strips the owner
   reference instead, and ``Foreground`` keeps the owner (``foregroundDeletion`` finalizer) until its dependents
   are gone. Deleting a namespace deletes its contents and removes the namespace once it is empty.
+* **Dry run.** Inside ``with store.dry_run():`` every write runs admission, conflicts and patches as usual
+  and returns its would-be result, but the commit step stores and publishes nothing (``?dryRun=All``).
 * **Subresources.** ``status`` writes touch only ``.status``; main-resource writes keep the old ``.status``
   for kinds that have the subresource, and bump ``metadata.generation`` only when something outside
   ``metadata``/``status`` changed. ``binding``, ``eviction`` and ``scale`` have their own methods
@@ -51,7 +53,7 @@ import random
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -327,9 +329,22 @@ class Store:
         self._gc_scheduled = False
         self._foreground: set[str] = set()  # owners waiting (foregroundDeletion) for their dependents to go
         self._foreground_ready: list[str] = []  # of those, owners whose last dependent just went
+        self._dry_run = False
         ns_rt = registry.resource("v1", "Namespace")
         for ns in _SYSTEM_NAMESPACES:
             self.create(ns_rt, {"metadata": {"name": ns}})
+
+    @contextlib.contextmanager
+    def dry_run(self) -> Iterator[None]:
+        """Within the block, writes validate and answer as usual but change nothing (``dryRun=All``).
+
+        Safe because store calls are synchronous: no other caller can run while the flag is set.
+        """
+        previous, self._dry_run = self._dry_run, True
+        try:
+            yield
+        finally:
+            self._dry_run = previous
 
     # ---------------------------------------------------------------- look-ups
 
@@ -378,6 +393,11 @@ class Store:
     def _commit(self, rt: ResourceType, type_: str, key: Key, new: dict[str, Any],
                 old: dict[str, Any] | None) -> dict[str, Any]:
         """Assign the next resourceVersion to ``new`` (whose metadata dict must be private) and publish it."""
+        if self._dry_run:
+            # dryRun=All: the caller sees the object it would get; nothing is stored, published or collected.
+            # Keeping the current resourceVersion is what the real server returns for a dry-run update.
+            new["metadata"]["resourceVersion"] = (old or new)["metadata"].get("resourceVersion", str(self._rv))
+            return new
         bucket = self._bucket(rt)
         self._rv += 1
         rv = self._rv
@@ -812,7 +832,8 @@ class Store:
             meta["finalizers"] = [*(meta.get("finalizers") or ()), FOREGROUND_FINALIZER]
             meta.setdefault("deletionTimestamp", rfc3339())
             meta["deletionGracePeriodSeconds"] = 0
-            self._foreground.add(uid)
+            if not self._dry_run:
+                self._foreground.add(uid)
             committed = self._commit(rt, "MODIFIED", key, new, old)
             self._queue_gc(uid, "Foreground")
             return self._out(rt, committed), False
@@ -896,6 +917,8 @@ class Store:
             self._commit_update(bucket.rt, key, new, dep)
 
     def _queue_gc(self, uid: str, policy: str) -> None:
+        if self._dry_run:
+            return
         self._gc_queue.append((uid, policy))
         if self._gc_scheduled:
             return

@@ -162,3 +162,21 @@ async def test_create_generators_send_protobuf(api_sandbox: SandboxHandle, kubec
     assert pdb["spec"] == {"minAvailable": "50%", "selector": {"matchLabels": {"app": "web"}}}
     unsupported = await kubectl("create", "configmap", "settings")  # not a kind the sandbox serves
     assert unsupported.code != 0 and '"configmaps" is not served in v1' in unsupported.stderr, unsupported.stderr
+
+
+async def test_server_side_dry_run_and_diff(api_sandbox: SandboxHandle, kubectl: KubectlRunner) -> None:
+    store = api_sandbox.workload_store
+    deployments = store.resource("apps/v1", "Deployment")
+    dry_create = await kubectl("apply", "--dry-run=server", "-f", "-", stdin=DEPLOYMENT)
+    assert dry_create.code == 0 and "(server dry run)" in dry_create.stdout, dry_create.stderr
+    assert store.list(deployments)[0] == []
+    await kubectl("apply", "-f", "-", stdin=DEPLOYMENT)
+    rv = store.resource_version
+    diff = await kubectl("diff", "-f", "-", stdin=DEPLOYMENT.replace("replicas: 2", "replicas: 5"))
+    assert diff.code == 1, diff.stderr  # kubectl diff exits 1 when there are differences
+    assert "-  replicas: 2" in diff.stdout and "+  replicas: 5" in diff.stdout
+    assert store.resource_version == rv  # nothing was written
+    store.create(store.resource("v1", "Node"), node_manifest("node-a"))
+    dry_cordon = await kubectl("cordon", "node-a", "--dry-run=server")
+    assert dry_cordon.code == 0, dry_cordon.stderr
+    assert not store.get(store.resource("v1", "Node"), "node-a")["spec"].get("unschedulable")

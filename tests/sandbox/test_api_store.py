@@ -378,3 +378,17 @@ async def test_foreground_deletion_keeps_the_owner_until_dependents_are_gone(sto
     assert store.get(deployments, "web", "default")  # still there: its dependents are not gone yet
     store.delete(pods, "web-1-a", "default", grace_period_seconds=0)  # the kubelet's final delete
     assert store.list(replicasets)[0] == [] and store.list(deployments)[0] == []
+
+
+def test_dry_run_validates_and_answers_but_changes_nothing(store: Store) -> None:
+    pods = store.resource("v1", "Pod")
+    store.create(pods, pod_manifest("p"))
+    rv = store.resource_version
+    with store.dry_run():
+        would_be = store.patch(pods, "p", "default", {"metadata": {"labels": {"x": "1"}}}, MERGE)
+        assert would_be["metadata"]["labels"] == {"x": "1"}
+        assert store.delete(pods, "p", "default") is None  # unbound: would be removed at once
+        with pytest.raises(Invalid):
+            store.create(pods, {**pod_manifest("bad"), "spec": {"containers": []}})
+    assert store.resource_version == rv
+    assert store.get(pods, "p", "default")["metadata"]["labels"] == {}
