@@ -24,8 +24,12 @@ MAX_FALLBACKS = 20
 
 def explain_choice(chosen: Template, price: float, used: Sequence[int], okeys: frozenset[OfferKey] | None,
                    allowed: frozenset[int], pool_templates: Sequence[Template], resource_names: Sequence[str],
-                   budget: Budget, want_fallbacks: int = MAX_FALLBACKS) -> tuple[str, list[str], list[Considered]]:
-    """(why the chosen type won, fallback type names cheaper first, verdicts on the others)."""
+                   budget: Budget, want_fallbacks: int = MAX_FALLBACKS, offer: OfferKey | None = None,
+                   ) -> tuple[str, list[str], list[Considered]]:
+    """(why the chosen type won, fallback type names cheaper first, verdicts on the others).
+
+    A fallback must offer the chosen offering's zone and capacity type (``offer``): the NodeClaim pins them.
+    """
     fallbacks: list[tuple[float, str]] = []
     considered: list[Considered] = []
     ordered = pool_templates  # sorted by (min_price, name) by the caller
@@ -48,6 +52,8 @@ def explain_choice(chosen: Template, price: float, used: Sequence[int], okeys: f
             verdict = "no available offering in the zone/capacity type these pods need"
         elif budget.blocking(tpl):
             verdict = budget.blocking(tpl)
+        elif offer is not None and offer not in tpl.offerings:
+            verdict = f"no offering in {offer[0] or 'the zone'} ({offer[1]}) where the chosen type is bought"
         else:
             fallbacks.append((tprice or 0.0, name))
             verdict = "fallback: fits, costs more"

@@ -468,7 +468,7 @@ class _Solve:
             allowed = classes[ci].templates if allowed is None else allowed & classes[ci].templates
         assert allowed is not None
         want = max([MAX_FALLBACKS] + [len(tpls) for r in pool.requirements if r.min_values])
-        memo_key = (b.template.index, tuple(b.used), b.okeys, allowed)
+        memo_key = (b.template.index, tuple(b.used), b.okeys, allowed, b.offer)
         cached = self._explained.get(memo_key)
         if cached is None:
             ordered = self._sorted_templates.get(pool.name)
@@ -476,7 +476,7 @@ class _Solve:
                 ordered = sorted(tpls, key=lambda t: (t.min_price, t.instance_type.name))
                 self._sorted_templates[pool.name] = ordered
             cached = explain_choice(b.template, b.price, b.used, b.okeys, allowed, ordered, self.names,
-                                    Budget(self.names, {}, {}), want)
+                                    Budget(self.names, {}, {}), want, b.offer)
             self._explained[memo_key] = cached
         because, fallbacks, considered = cached
         flexible = [b.template.instance_type.name, *fallbacks]
