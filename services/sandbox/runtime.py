@@ -168,7 +168,6 @@ def run(config: SandboxConfig, on_ready: Callable[[Sandbox], None] | None = None
             await serve_until_stopped(config, stop, on_ready)
         except OSError as exc:
             log.error("sandbox: cannot start: %s", exc)
-            print(f"tenon sandbox: cannot start: {exc}")
             return 1
         return 0
 
