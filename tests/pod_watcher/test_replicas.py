@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 
 
 def observation_keys(events: list[Event]) -> list[tuple[str, str, str, str]]:
-    out = []
+    out: list[tuple[str, str, str, str]] = []
     for e in events:
         if isinstance(e, NodeObserved | BoundPodObserved):
             obj = e.node if isinstance(e, NodeObserved) else e.pod
