@@ -54,6 +54,21 @@ def _invalid(rt: ResourceType, obj: dict[str, Any], field: str, problem: str) ->
     )
 
 
+_LABEL_NAME_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+
+
+def is_label_key(key: str) -> bool:
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _NAME_RE.match(prefix)):
+        return False
+    return 0 < len(name) <= 63 and bool(_LABEL_NAME_RE.match(name))
+
+
+def is_label_value(value: str) -> bool:
+    return len(value) <= 63 and bool(_LABEL_VALUE_RE.match(value))
+
+
 def is_rfc3339(value: Any) -> bool:
     if not isinstance(value, str):
         return False
@@ -107,6 +122,15 @@ def validate(rt: ResourceType, obj: dict[str, Any]) -> None:
         for key, value in values.items():
             if not isinstance(value, str):
                 raise _invalid(rt, obj, f"metadata.{map_field}[{key}]", "Invalid value: values must be strings")
+            if map_field == "labels":
+                if not is_label_key(key):
+                    raise _invalid(rt, obj, f"metadata.labels[{key}]",
+                                   f'Invalid value: "{key}": a label key is an optional DNS-subdomain prefix and "/" '
+                                   "followed by a name of at most 63 alphanumeric characters, '-', '_' or '.'")
+                if not is_label_value(value):
+                    raise _invalid(rt, obj, f"metadata.labels[{key}]",
+                                   f'Invalid value: "{value}": a label value must be at most 63 alphanumeric '
+                                   "characters, '-', '_' or '.', starting and ending with an alphanumeric")
     finalizers = meta.get("finalizers")
     if finalizers is not None and (not isinstance(finalizers, list)
                                    or not all(isinstance(f, str) and f for f in finalizers)):

@@ -60,6 +60,12 @@ def test_invalid_objects_are_rejected_naming_the_field(store: Store) -> None:
         store.create(pods, owned)
     with pytest.raises(Invalid, match=r"metadata\.name"):
         store.create(nodes, node_manifest("Not_A_Name"))
+    with pytest.raises(Invalid, match=r"metadata\.labels\[zone\]"):
+        store.create(nodes, node_manifest("n2", {"zone": "eu west"}))
+    with pytest.raises(Invalid, match=r"metadata\.labels\[-bad\]"):
+        store.create(nodes, node_manifest("n2", {"-bad": "x"}))
+    assert store.create(nodes, node_manifest("n2", {"topology.kubernetes.io/zone": "eu-west-1a",
+                                                    "node-role.kubernetes.io/worker": ""}))
 
 
 def test_stale_update_conflicts_and_status_is_a_separate_subresource(store: Store) -> None:
