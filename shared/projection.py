@@ -16,6 +16,7 @@ into it; copying thousands of objects per event would cost more than the decisio
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from proto import events as ev
@@ -85,6 +86,9 @@ class ClusterProjection:
     daemonsets: dict[str, KubeObject] = field(default_factory=dict)
     catalogs: dict[str, ev.CatalogSnapshot] = field(default_factory=dict)
     claims: dict[str, ClaimState] = field(default_factory=dict)
+    pods_by_node: dict[str, dict[str, KubeObject]] = field(default_factory=dict)
+    last_pod_activity: dict[str, datetime] = field(default_factory=dict)
+    """Node name -> when a pod last arrived on it or left it (for consolidateAfter)."""
     pending: dict[str, KubeObject] = field(default_factory=dict)
     """Pods seen in PendingBatches and not (yet) bound or gone: what an abandoned claim's pods go back to."""
 
@@ -93,6 +97,13 @@ class ClusterProjection:
         if state is None:
             state = self.claims[name] = ClaimState(name)
         return state
+
+    def pods_on(self, node_name: str) -> list[KubeObject]:
+        """Pods bound to the node and not finished."""
+        return [
+            pod for pod in self.pods_by_node.get(node_name, {}).values()
+            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ]
 
     def node_by_provider_id(self, provider_id: str) -> KubeObject | None:
         for node in self.nodes.values():
@@ -112,10 +123,15 @@ class ClusterProjection:
                     self.nodes[name] = event.node
             case ev.BoundPodObserved():
                 key = object_key(event.pod)
-                if event.change == "removed":
-                    self.bound_pods.pop(key, None)
-                else:
+                node_name = (event.pod.get("spec") or {}).get("nodeName")
+                if node_name:
+                    self.last_pod_activity[node_name] = event.decided_at
+                previous = self.bound_pods.pop(key, None)
+                if previous is not None:
+                    self.pods_by_node.get((previous.get("spec") or {}).get("nodeName") or "", {}).pop(key, None)
+                if event.change != "removed":
                     self.bound_pods[key] = event.pod
+                    self.pods_by_node.setdefault(node_name or "", {})[key] = event.pod
                 self.pending.pop(key, None)
             case ev.NodePoolsSnapshot():
                 self.nodepools = {object_key(np): np for np in event.nodepools}

@@ -27,6 +27,7 @@ from shared.projection import ClaimState, ClusterProjection, KubeObject
 
 PRODUCER = "scheduler"
 UNREGISTERED_TAINT = "karpenter.sh/unregistered"
+TERMINATION_FINALIZER = "karpenter.sh/termination"
 LAUNCH_TIMEOUT = timedelta(minutes=5)
 REGISTRATION_TIMEOUT = timedelta(minutes=15)
 
@@ -71,6 +72,10 @@ def registration_patch(claim: ClaimState, node: KubeObject) -> dict[str, Any] | 
     patch: dict[str, Any] = {}
     if wanted_labels:
         patch["metadata"] = {"labels": wanted_labels}
+    finalizers = list(meta.get("finalizers") or [])
+    if TERMINATION_FINALIZER not in finalizers:
+        # a user's `kubectl delete node` then waits for a graceful drain instead of orphaning the machine
+        patch.setdefault("metadata", {})["finalizers"] = [*finalizers, TERMINATION_FINALIZER]
     if kept != taints:
         patch["spec"] = {"taints": kept}
     return patch or None

@@ -11,6 +11,7 @@ from services.scheduler.planner import NOMINATED_PODS
 from shared.projection import ClaimState, ClusterProjection
 
 CONDITIONS = ("Launched", "Registered", "Initialized", "Ready")
+TERMINATION_FINALIZER = "karpenter.sh/termination"
 
 
 def _iso(moment: datetime) -> str:
@@ -41,6 +42,8 @@ def nodeclaim_spec(projection: ClusterProjection, claim: ClaimState) -> dict[str
         "metadata": {
             "name": claim.name,
             "labels": dict(planned.labels),
+            # held until the claim is Terminated: a user's delete becomes a graceful termination, not a leak
+            "finalizers": [TERMINATION_FINALIZER],
             "annotations": {
                 NOMINATED_PODS: ",".join(planned.pods),
                 "tenon.sh/price-per-hour": str(planned.choice.price_per_hour),

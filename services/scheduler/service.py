@@ -189,7 +189,9 @@ class SchedulerService:
             return
         if claim.phase in ("Abandoned", "Terminated", "Failed"):
             try:
-                await self.kube.delete(NODECLAIMS, name)
+                if await self.kube.get_or_none(NODECLAIMS, name) is not None:
+                    await self.kube.patch(NODECLAIMS, name, {"metadata": {"finalizers": []}})
+                    await self.kube.delete(NODECLAIMS, name)
             except KubeApiError as exc:
                 log.warning("could not delete NodeClaim object", extra={"nodeclaim": name, "error": str(exc)})
             return
