@@ -1,0 +1,148 @@
+"""Termination against the sandbox: PodDisruptionBudgets hold, a restart mid-drain finishes once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from proto import events as ev
+from proto import subjects
+from services.disruption.service import DisruptionService
+from services.sandbox.testing import SandboxHandle, running_sandbox
+from shared.eventlog.jetstream import JetStreamEventLog
+from shared.kube import NODECLAIMS, NODES, PODS, Kube, load_kube
+from shared.kube.resources import PODDISRUPTIONBUDGETS
+from shared.service import ServiceContext
+
+CLAIM, NODE = "default-abcde", "node-a"
+
+
+def envelope(event_id: str) -> dict[str, Any]:
+    return {"id": event_id, "decided_at": datetime.now(UTC), "producer": "test"}
+
+
+async def until(predicate: Callable[[], Any], timeout: float = 15.0) -> Any:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = await predicate()
+        if value:
+            return value
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.1)
+
+
+@pytest.fixture
+async def sandbox() -> AsyncIterator[SandboxHandle]:
+    async with running_sandbox("fast") as handle:
+        yield handle
+
+
+@pytest.fixture
+async def kube(sandbox: SandboxHandle) -> AsyncIterator[Kube]:
+    client = await load_kube(str(sandbox.workload_kubeconfig))
+    yield client
+    await client.close()
+
+
+async def seed(event_log: JetStreamEventLog, kube: Kube) -> None:
+    """A registered, initialized claim whose node runs one application pod guarded by a PDB."""
+    node = await kube.create(NODES, {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": NODE, "labels": {"karpenter.sh/nodepool": "default", "kubernetes.io/hostname": NODE}},
+        "spec": {"providerID": "p://a"},
+        "status": {"capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                   "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}},
+    })
+    pod = await kube.create(PODS, {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "guarded", "namespace": "default", "labels": {"app": "guarded"}},
+        "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "pause"}]},
+    })
+    await kube.create(PODDISRUPTIONBUDGETS, {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "guarded", "namespace": "default"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "guarded"}}},
+    })
+    await kube.create(NODECLAIMS, {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                                   "metadata": {"name": CLAIM, "finalizers": ["karpenter.sh/termination"]},
+                                   "spec": {}})
+    pool = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+            "spec": {"template": {"spec": {"nodeClassRef": {"name": "default"}}},
+                     "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"}}}
+    subject = subjects.nodeclaim(CLAIM)
+    await event_log.publish(subjects.NODEPOOLS, ev.NodePoolsSnapshot(**envelope("np"), nodepools=(pool,)))
+    for event in (
+        ev.NodeClaimPlanned(**envelope("plan"), nodeclaim=CLAIM, nodepool="default", node_class="default",
+                            choice=ev.InstanceChoice("c3-8", None, "on-demand", 0.1), fallbacks=(),
+                            pods=("default/guarded",), requirements=(), labels={}),
+        ev.NodeClaimLaunched(**envelope("launch"), nodeclaim=CLAIM, provider_id="p://a", instance_type="c3-8"),
+        ev.NodeClaimRegistered(**envelope("reg"), nodeclaim=CLAIM, node=NODE, provider_id="p://a"),
+        ev.NodeClaimInitialized(**envelope("init"), nodeclaim=CLAIM, node=NODE),
+    ):
+        await event_log.append(subject, event, expected_last_sequence=await event_log.last_subject_sequence(subject))
+    await event_log.publish(subjects.node(NODE), ev.NodeObserved(**envelope("node"), change="added", node=node))
+    await event_log.publish(subjects.bound_pod("default", "guarded"),
+                            ev.BoundPodObserved(**envelope("pod"), change="added", pod=pod))
+
+
+async def claim_events(event_log: JetStreamEventLog) -> list[ev.Event]:
+    return [r.decode() async for r in event_log.read(subjects.nodeclaim(CLAIM))]
+
+
+def start(event_log: JetStreamEventLog, kube: Kube) -> tuple[ServiceContext, asyncio.Task[None]]:
+    ctx = ServiceContext("disruption", "test", event_log)
+    service = DisruptionService(ctx, kube, tick_seconds=0.2)
+    service.terminator.max_backoff = 0.3
+    return ctx, asyncio.create_task(service.run())
+
+
+async def test_pdb_holds_the_drain_and_a_restart_finishes_it_once(
+    jetstream_log: JetStreamEventLog, kube: Kube
+) -> None:
+    await seed(jetstream_log, kube)
+    ctx, task = start(jetstream_log, kube)
+
+    async def guarded_running() -> bool:
+        pod = await kube.get(PODS, "guarded", "default")
+        return (pod.get("status") or {}).get("phase") == "Running"
+
+    await until(guarded_running)
+    # a user deletes the NodeClaim: tenon's finalizer holds it, and the graceful path starts
+    await kube.delete(NODECLAIMS, CLAIM)
+
+    async def tainted() -> bool:
+        node = await kube.get(NODES, NODE)
+        return any(t["key"] == "karpenter.sh/disrupted" for t in node["spec"].get("taints", []))
+
+    await until(tainted)
+    requested = [e for e in await claim_events(jetstream_log) if isinstance(e, ev.DisruptionRequested)]
+    assert [r.method for r in requested] == ["delete"]
+    await asyncio.sleep(1.5)  # the PDB (maxUnavailable 0) refuses every eviction meanwhile
+    assert await kube.get_or_none(PODS, "guarded", "default") is not None
+    assert not any(isinstance(e, ev.NodeClaimDrained) for e in await claim_events(jetstream_log))
+
+    # the service dies mid-drain; a new leader resumes the same termination
+    ctx.stopping.set()
+    await asyncio.wait_for(task, 20)
+    ctx, task = start(jetstream_log, kube)
+    await kube.patch(PODDISRUPTIONBUDGETS, "guarded", {"spec": {"maxUnavailable": 1}}, namespace="default")
+
+    async def drained() -> list[ev.Event]:
+        return [e for e in await claim_events(jetstream_log) if isinstance(e, ev.NodeClaimDrained)]
+
+    [done] = await until(drained, timeout=20)
+    assert isinstance(done, ev.NodeClaimDrained) and done.evicted == ("default/guarded",)
+
+    async def node_gone() -> bool:
+        return await kube.get_or_none(NODES, NODE) is None
+
+    await until(node_gone)
+    await asyncio.sleep(0.5)
+    assert len(await drained()) == 1
+    assert len([e for e in await claim_events(jetstream_log) if isinstance(e, ev.DisruptionRequested)]) == 1
+    ctx.stopping.set()
+    await asyncio.wait_for(task, 20)
