@@ -149,7 +149,7 @@ async def running_launcher(event_log: EventLog, sandbox: SandboxHandle, **settin
     stopping = asyncio.Event()
     task = asyncio.create_task(launcher.run(stopping))
     try:
-        await wait_until(lambda: task.done() or launcher.deployments.synced.is_set() and launcher.catalogs_published,
+        await wait_until(lambda: task.done() or (launcher.deployments.synced.is_set() and launcher.catalogs_published),
                          what="launcher started")
         if task.done():
             task.result()

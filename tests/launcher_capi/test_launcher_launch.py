@@ -7,6 +7,7 @@ claim's story in the log.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from proto import subjects
@@ -58,7 +59,8 @@ async def test_planned_claim_scales_binds_and_launches_once_even_when_redelivere
             assert replicas_of(store, "c3-4") == 0 and replicas_of(store, "c3-16") == 0
 
             # the same Planned record handled again (what a redelivery does), then a full reconcile
-            record = [r async for r in jetstream_log.read(subjects.nodeclaim("claim-a"))][0]
+            records = [r async for r in jetstream_log.read(subjects.nodeclaim("claim-a"))]
+            record = records[0]
             assert isinstance(record.event, NodeClaimPlanned)
             await launcher.handle(record)
             await launcher.reconcile()
@@ -112,7 +114,7 @@ async def test_abandoned_claim_removes_exactly_its_machine(jetstream_log: JetStr
             for claim in ("claim-1", "claim-2", "claim-3"):
                 await append_claim_event(jetstream_log, planned(claim, "c3-8"))
             for claim in ("claim-1", "claim-2", "claim-3"):
-                await wait_until(lambda c=claim: _launched(jetstream_log, c), what=f"{claim} Launched")
+                await wait_until(functools.partial(_launched, jetstream_log, claim), what=f"{claim} Launched")
             assert replicas_of(store, "c3-8") == 3
             owner = {m["metadata"]["annotations"][CLAIM]: m["metadata"]["name"] for m in machines_of(store, "c3-8")}
             assert sorted(owner) == ["claim-1", "claim-2", "claim-3"]
