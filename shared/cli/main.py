@@ -18,6 +18,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "shared.cli.run",
     "shared.cli.tap",
     "shared.cli.replay",
+    "shared.cli.explain",
     "shared.cli.simulate",
     "shared.cli.sandbox",
     "shared.cli.broker",
