@@ -15,6 +15,7 @@ does (``metadata.name`` and ``metadata.namespace`` are always allowed); an unkno
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -53,8 +54,8 @@ class ResourceType:
     def list_kind(self) -> str:
         return f"{self.kind}List"
 
-    @property
-    def storage_key(self) -> tuple[str, str]:
+    @functools.cached_property
+    def storage_key(self) -> tuple[str, str]:  # cached: the store asks for it several times per write
         return (self.group, self.plural)
 
     @property

@@ -223,7 +223,7 @@ class ApiServer:
                 return self.list_objects(request, target)
             if method == "POST":
                 body = await self.body(request)
-                return json_response(self.store.create(rt, body, ns), 201)
+                return json_response(self._as_version(rt, self.store.create(rt, body, ns, owned=True)), 201)
             if method == "DELETE":
                 options = await self.delete_options(request)
                 items = self.store.delete_collection(rt, ns, q.get("labelSelector"), q.get("fieldSelector"),
@@ -251,11 +251,12 @@ class ApiServer:
                 if body_name != name:
                     raise BadRequest(f'the name of the object ({body_name}) does not match the name on the URL '
                                      f"({name})")
-                return json_response(self.store.update(rt, body, sub, ns))
+                return json_response(self._as_version(rt, self.store.update(rt, body, sub, ns, owned=True)))
         elif method == "PATCH":
             body = await self.body(request, allow_list=True)
             content_type = request.headers.get("Content-Type", "")
-            return json_response(self.store.patch(rt, name, ns, body, content_type, sub))
+            return json_response(self._as_version(rt, self.store.patch(rt, name, ns, body, content_type, sub,
+                                                                       owned=True)))
         elif method == "POST":
             body = await self.body(request)
             if sub == "binding" and ns is not None:
@@ -273,6 +274,13 @@ class ApiServer:
                                                            options["preconditions"])
             return json_response(last)
         raise MethodNotAllowed(f"{method} is not supported on {rt.plural}{'/' + sub if sub else ''}")
+
+    @staticmethod
+    def _as_version(rt: ResourceType, stored: dict[str, Any]) -> dict[str, Any]:
+        """A stored object as the requested version presents it (only ``apiVersion`` differs; no copy if same)."""
+        if stored.get("kind") != rt.kind or stored.get("apiVersion") == rt.api_version:
+            return stored  # e.g. an autoscaling/v1 Scale from a scale patch stays as it is
+        return {**stored, "apiVersion": rt.api_version}
 
     def bind(self, body: Any, namespace: str, pod_name: str | None) -> dict[str, Any]:
         """``pods/{name}/binding`` (``pod_name`` from the path) or the ``bindings`` collection (from the body)."""

@@ -452,8 +452,12 @@ class Store:
 
     def _index_owners(self, storage_key: tuple[str, str], key: Key, old: dict[str, Any] | None,
                       new: dict[str, Any] | None) -> None:
-        old_owners = {r.get("uid") for r in (old or {}).get("metadata", {}).get("ownerReferences") or ()}
-        new_owners = {r.get("uid") for r in (new or {}).get("metadata", {}).get("ownerReferences") or ()}
+        old_refs = old["metadata"].get("ownerReferences") if old is not None else None
+        new_refs = new["metadata"].get("ownerReferences") if new is not None else None
+        if not old_refs and not new_refs:
+            return  # the common case, kept cheap
+        old_owners = {r.get("uid") for r in old_refs or ()}
+        new_owners = {r.get("uid") for r in new_refs or ()}
         if old_owners == new_owners:
             return
         for owner in old_owners - new_owners:
@@ -548,10 +552,18 @@ class Store:
 
     # ---------------------------------------------------------------- create
 
-    def create(self, rt: ResourceType, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+    def create(self, rt: ResourceType, obj: dict[str, Any], namespace: str | None = None, *,
+               owned: bool = False) -> dict[str, Any]:
+        """Create; returns the created object (a private copy).
+
+        ``owned=True`` is for a caller that hands ``obj`` over and only serializes the result (the HTTP
+        layer): no defensive copy of the input, and the stored object itself is returned, which must not be
+        modified; its ``apiVersion`` may be another served version of the kind.
+        """
         if not isinstance(obj, dict):
             raise BadRequest(f"{rt.kind}: the request body must be a JSON object")
-        obj = clone(obj)
+        if not owned:
+            obj = clone(obj)
         self._check_type(rt, obj)
         meta = obj.get("metadata")
         if meta is None:
@@ -601,7 +613,8 @@ class Store:
         if key in self._bucket(rt).objects:
             raise AlreadyExists(f'{qualified(rt.plural, rt.group)} "{key[1]}" already exists',
                                 details=object_details(rt.plural, rt.group, key[1]))
-        return self._out(rt, self._commit(rt, "ADDED", key, obj, None))
+        stored = self._commit(rt, "ADDED", key, obj, None)
+        return stored if owned else self._out(rt, stored)
 
     def _check_type(self, rt: ResourceType, obj: dict[str, Any]) -> None:
         kind, api_version = obj.get("kind"), obj.get("apiVersion")
@@ -627,12 +640,12 @@ class Store:
     # ---------------------------------------------------------------- update
 
     def update(self, rt: ResourceType, obj: dict[str, Any], subresource: str | None = None,
-               namespace: str | None = None) -> dict[str, Any]:
-        """Replace an object (PUT). ``subresource="status"`` replaces only ``.status``."""
+               namespace: str | None = None, *, owned: bool = False) -> dict[str, Any]:
+        """Replace an object (PUT). ``subresource="status"`` replaces only ``.status``. ``owned``: see create."""
         if not isinstance(obj, dict):
             raise BadRequest(f"{rt.kind}: the request body must be a JSON object")
-        obj = clone(obj)
-        return self._out(rt, self._update_owned(rt, obj, subresource, namespace))
+        stored = self._update_owned(rt, obj if owned else clone(obj), subresource, namespace)
+        return stored if owned else self._out(rt, stored)
 
     def _update_owned(self, rt: ResourceType, obj: dict[str, Any], subresource: str | None,
                       namespace: str | None) -> dict[str, Any]:
@@ -696,8 +709,11 @@ class Store:
     # ---------------------------------------------------------------- patch
 
     def patch(self, rt: ResourceType, name: str, namespace: str | None, body: Any, content_type: str,
-              subresource: str | None = None) -> dict[str, Any]:
-        """Apply a merge, strategic-merge (built-in kinds only) or JSON patch; apply-patch creates if absent."""
+              subresource: str | None = None, *, owned: bool = False) -> dict[str, Any]:
+        """Apply a merge, strategic-merge (built-in kinds only) or JSON patch; apply-patch creates if absent.
+
+        ``owned=True`` returns the stored object itself (see :meth:`create`).
+        """
         key = self._key(rt, name, namespace)
         media = content_type.split(";", 1)[0].strip().lower()
         if media == patching.APPLY_PATCH and key not in self._bucket(rt).objects and subresource is None:
@@ -719,7 +735,8 @@ class Store:
                           "namespace")
         if subresource not in (None, "status"):
             raise NotFound(f'{rt.plural} has no "{subresource}" subresource that accepts patches')
-        return self._out(rt, self._update_owned(rt, patched, subresource, key[0] or None))
+        stored = self._update_owned(rt, patched, subresource, key[0] or None)
+        return stored if owned else self._out(rt, stored)
 
     # ---------------------------------------------------------------- scale
 
