@@ -10,7 +10,8 @@ What it reads, and why it stays cheap on a long log:
 * a claim: its own subject ``tenon.nodeclaim.<claim>`` first. ``NodeClaimPlanned`` carries the decision time of
   the event it answers, so ``tenon.pending`` and ``tenon.scheduling.batch`` are read from a few minutes before
   that (clock skew between hosts) rather than from the start of the log, the PendingBatch no further than the
-  plan itself, and ``tenon.disruption.decision`` from the plan on (a decision cannot precede its claim);
+  plan itself, and ``tenon.disruption.decision`` from the plan on (a decision cannot precede its claim). The
+  time bound is a shortcut only: when it misses the batch or its answer, the subject is read again whole;
 * a pod: its own subject ``tenon.cluster.pod.<ns>.<pod>``, the batches (``--since`` bounds the search), the
   answers to them, then the subjects of the claims those answers planned, and the disruption decisions.
 
@@ -34,6 +35,7 @@ from shared.cli.natsopts import add_connection_arguments, parse_time, settings_f
 from shared.eventlog.jetstream import JetStreamEventLog
 from shared.eventlog.records import EventLogError, LogRecord
 from shared.explain import (
+    REPLAN_PREFIX,
     LoggedEvent,
     NodeClaimExplanation,
     PodExplanation,
@@ -104,11 +106,11 @@ async def explain(args: argparse.Namespace) -> NodeClaimExplanation | PodExplana
 
 
 class _Reader:
-    """Reads subjects into one pile of records, counting what it read."""
+    """Reads subjects into one pile of records (each sequence once), counting what it read."""
 
     def __init__(self, event_log: JetStreamEventLog) -> None:
         self.event_log = event_log
-        self.records: list[LogRecord] = []
+        self.records: dict[int, LogRecord] = {}
 
     async def read(
         self,
@@ -119,6 +121,12 @@ class _Reader:
         stop_sequence: int | None = None,
     ) -> list[LogRecord]:
         read: list[LogRecord] = []
+        # every subject read here is exact, so the last message on it is known: stopping there saves read()'s
+        # one-second wait for more, and an empty subject is not read at all
+        last = await self.event_log.last_subject_sequence(subject)
+        if last == 0 or (start_sequence is not None and start_sequence > last):
+            return read
+        stop_sequence = last if stop_sequence is None else min(stop_sequence, last)
         # read() is an async generator: closing it on the way out deletes the ordered consumer at once
         async with aclosing(
             self.event_log.read(  # type: ignore[type-var]
@@ -127,11 +135,11 @@ class _Reader:
         ) as records:
             async for record in records:
                 read.append(record)
-        self.records.extend(read)
+                self.records.setdefault(record.sequence, record)
         return read
 
     def logged(self) -> tuple[list[LoggedEvent], int]:
-        return logged_events(self.records)
+        return logged_events(self.records[s] for s in sorted(self.records))
 
 
 def _first_planned(records: list[LogRecord]) -> tuple[int, ev.NodeClaimPlanned] | None:
@@ -142,26 +150,46 @@ def _first_planned(records: list[LogRecord]) -> tuple[int, ev.NodeClaimPlanned] 
     return None
 
 
-async def _read_claim_context(reader: _Reader, planned: list[tuple[int, ev.NodeClaimPlanned]]) -> None:
-    """The batches, answers and disruption decisions around the given plans (all of them if none)."""
-    if planned:
-        first_sequence = min(seq for seq, _ in planned)
-        since = min(p.decided_at for _, p in planned) - CLOCK_SKEW
-        last_sequence = max(seq for seq, _ in planned)
-        await reader.read(subjects.PENDING, start_time=since, stop_sequence=last_sequence)
-        await reader.read(subjects.BATCH_DECISIONS, start_time=since)
-        await reader.read(subjects.DISRUPTION_DECISIONS, start_sequence=first_sequence)
-    else:
+def _answers_batch(record: LogRecord, planned: ev.NodeClaimPlanned) -> bool:
+    event = record.event
+    return isinstance(event, ev.PendingBatch) and (
+        event.id == planned.causation_id or event.batch_id == planned.batch_id
+    )
+
+
+def _answers_claim(record: LogRecord, claim: str) -> bool:
+    event = record.event
+    return isinstance(event, ev.BatchPlanned) and claim in event.nodeclaims
+
+
+async def _read_claim_context(reader: _Reader, found: tuple[int, ev.NodeClaimPlanned] | None) -> None:
+    """The batch, its answer and the disruption decisions around a plan (the whole subjects without one).
+
+    The time bound is only a shortcut: when it misses (clocks further apart than CLOCK_SKEW, a scheduler
+    that answered late), the subject is read again without it, so the answer never depends on the clocks.
+    """
+    if found is None:
         await reader.read(subjects.PENDING)
         await reader.read(subjects.BATCH_DECISIONS)
         await reader.read(subjects.DISRUPTION_DECISIONS)
+        return
+    sequence, planned = found
+    since = planned.decided_at - CLOCK_SKEW
+    replan = (planned.batch_id or "").startswith(REPLAN_PREFIX)
+    if not replan:
+        batches = await reader.read(subjects.PENDING, start_time=since, stop_sequence=sequence)
+        if not any(_answers_batch(r, planned) for r in batches):
+            await reader.read(subjects.PENDING, stop_sequence=sequence)
+    answers = await reader.read(subjects.BATCH_DECISIONS, start_time=since)
+    if not any(_answers_claim(r, planned.nodeclaim) for r in answers):
+        await reader.read(subjects.BATCH_DECISIONS)
+    await reader.read(subjects.DISRUPTION_DECISIONS, start_sequence=sequence)
 
 
 async def explain_nodeclaim_from_log(event_log: JetStreamEventLog, name: str) -> NodeClaimExplanation:
     reader = _Reader(event_log)
     own = await reader.read(subjects.nodeclaim(name))
-    found = _first_planned(own)
-    await _read_claim_context(reader, [found] if found else [])
+    await _read_claim_context(reader, _first_planned(own))
     records, searched = reader.logged()
     return explain_nodeclaim(name, records, searched)
 
@@ -185,6 +213,9 @@ async def explain_pod_from_log(
         return explain_pod(pod, records, searched)
     start = (min(holding.values()) - CLOCK_SKEW) if holding else since
     answers = await reader.read(subjects.BATCH_DECISIONS, start_time=start)
+    answered = {r.event.batch_id for r in answers if isinstance(r.event, ev.BatchPlanned)}
+    if start is not None and not set(holding) <= answered:  # the time bound missed an answer: read them all
+        answers = await reader.read(subjects.BATCH_DECISIONS)
     # the claims of the answers to the pod's batches (and, transitively, of re-plans of those claims)
     wanted_batches = set(holding)
     claims_read: set[str] = set()
@@ -204,7 +235,7 @@ async def explain_pod_from_log(
                 found = _first_planned(own)
                 if found and pod in found[1].pods:
                     planned.append(found)
-                    wanted_batches.add(f"replan-{claim}")
+                    wanted_batches.add(f"{REPLAN_PREFIX}{claim}")
                     progress = True
         # answers mentioning the pod directly (a re-plan placing it on existing room, or unschedulable)
         for record in answers:

@@ -78,24 +78,25 @@ def subject_of(event: ev.Event) -> str:
 class Story:
     """A log under construction: the CAPI demo seeded, then whatever the test appends."""
 
-    def __init__(self) -> None:
+    def __init__(self, start: datetime = START) -> None:
+        self.start = start
         self.log: list[LoggedEvent] = []
         self.projection = ClusterProjection()
         self._batches = 0
         nodepool_file = demo_objects("nodepool.yaml")
-        self.add(make_event(ev.NodePoolsSnapshot, producer="pod-watcher", key=("np",), decided_at=START,
+        self.add(make_event(ev.NodePoolsSnapshot, producer="pod-watcher", key=("np",), decided_at=self.start,
                             nodepools=tuple(d for d in nodepool_file if d["kind"] == "NodePool")), at=0)
-        self.add(make_event(ev.NodeClassesSnapshot, producer="pod-watcher", key=("nc",), decided_at=START,
+        self.add(make_event(ev.NodeClassesSnapshot, producer="pod-watcher", key=("nc",), decided_at=self.start,
                             nodeclasses=tuple(d for d in nodepool_file if d["kind"] == "ClusterAPINodeClass")), at=0)
-        self.add(make_event(ev.DaemonSetsSnapshot, producer="pod-watcher", key=("ds",), decided_at=START,
+        self.add(make_event(ev.DaemonSetsSnapshot, producer="pod-watcher", key=("ds",), decided_at=self.start,
                             daemonsets=tuple(demo_objects("daemonset.yaml"))), at=0)
-        self.add(make_event(ev.CatalogSnapshot, producer="launcher-capi", key=("catalog",), decided_at=START,
+        self.add(make_event(ev.CatalogSnapshot, producer="launcher-capi", key=("catalog",), decided_at=self.start,
                             provider="cluster-api", node_class="default", instance_types=(),
                             sources=tuple(demo_objects("machinedeployments.yaml"))), at=0)
 
     def add(self, event: ev.Event, *, at: float) -> LoggedEvent:
         """Append ``event`` as stored ``at`` seconds after START."""
-        record = LoggedEvent(len(self.log) + 1, START + timedelta(seconds=at), event)
+        record = LoggedEvent(len(self.log) + 1, self.start + timedelta(seconds=at), event)
         self.log.append(record)
         self.projection.apply(event, record.sequence)
         return record
@@ -104,9 +105,9 @@ class Story:
         self._batches += 1
         batch_id = f"batch-{self._batches}"
         batch = make_event(
-            ev.PendingBatch, producer="pod-watcher", key=(batch_id,), decided_at=START + timedelta(seconds=at),
+            ev.PendingBatch, producer="pod-watcher", key=(batch_id,), decided_at=self.start + timedelta(seconds=at),
             correlation_id=batch_id, batch_id=batch_id, pods=tuple(pods),
-            window_opened_at=START + timedelta(seconds=at - 1), window_closed_by="idle",
+            window_opened_at=self.start + timedelta(seconds=at - 1), window_closed_by="idle",
         )
         self.add(batch, at=at)
         return batch
@@ -135,7 +136,7 @@ class Story:
     def claim_event(self, event_type: type[ev.NodeClaimEvent], claim: str, *, at: float, producer: str,
                     **fields: Any) -> ev.NodeClaimEvent:
         event = make_event(event_type, producer=producer, key=(claim, event_type.__name__, at),
-                           decided_at=START + timedelta(seconds=at), correlation_id=claim, nodeclaim=claim, **fields)
+                           decided_at=self.start + timedelta(seconds=at), correlation_id=claim, nodeclaim=claim, **fields)
         self.add(event, at=at)
         return event
 
@@ -143,13 +144,13 @@ class Story:
                  budget: str = "default: nodes 10%", candidates: tuple[ev.DisruptionCandidate, ...] = (),
                  blocked: tuple[ev.BlockedCandidate, ...] = ()) -> ev.DisruptionDecision:
         event = make_event(ev.DisruptionDecision, producer="disruption", key=("decision", at),
-                           decided_at=START + timedelta(seconds=at), method=method, candidates=candidates,
+                           decided_at=self.start + timedelta(seconds=at), method=method, candidates=candidates,
                            reason=reason, budget=budget, blocked=blocked)
         self.add(event, at=at)
         return event
 
     def bound(self, pod: dict[str, Any], node: str, *, at: float) -> ev.BoundPodObserved:
         event = make_event(ev.BoundPodObserved, producer="pod-watcher", key=(pod["metadata"]["uid"], at, "added"),
-                           decided_at=START + timedelta(seconds=at), change="added", pod=bound_pod(pod, node))
+                           decided_at=self.start + timedelta(seconds=at), change="added", pod=bound_pod(pod, node))
         self.add(event, at=at)
         return event
