@@ -28,12 +28,12 @@ class EventRecorder:
         self.component = component
         self.min_interval = min_interval
         self.rt = store.resource("v1", "Event")
-        # (uid, reason) -> (event name, namespace, message, loop time of last write, count)
-        self._seen: dict[tuple[str, str], tuple[str, str, str, float, int]] = {}
+        # uid -> reason -> (event name, namespace, message, loop time of last write, count)
+        self._seen: dict[str, dict[str, tuple[str, str, str, float, int]]] = {}
 
     def forget(self, uid: str) -> None:
-        for key in [k for k in self._seen if k[0] == uid]:
-            del self._seen[key]
+        """Drop what is remembered about an object that is gone (its Events stay in the store)."""
+        self._seen.pop(uid, None)
 
     def record(self, obj: dict[str, Any], event_type: str, reason: str, message: str) -> None:
         """Create or bump the Event for ``obj``; failures are logged, never raised (events are best effort)."""
@@ -42,7 +42,7 @@ class EventRecorder:
         namespace = meta.get("namespace") or "default"
         now = asyncio.get_running_loop().time()
         stamp = now_rfc3339()
-        seen = self._seen.get((uid, reason))
+        seen = self._seen.get(uid, {}).get(reason)
         try:
             if seen is None:
                 name = f"{meta.get('name')}.{time.time_ns():x}"
@@ -72,7 +72,7 @@ class EventRecorder:
                     },
                     namespace,
                 )
-                self._seen[(uid, reason)] = (name, namespace, message, now, 1)
+                self._seen.setdefault(uid, {})[reason] = (name, namespace, message, now, 1)
                 return
             name, namespace, last_message, last_write, count = seen
             if last_message == message and now - last_write < self.min_interval:
@@ -82,8 +82,8 @@ class EventRecorder:
             event["count"] = count + 1
             event["lastTimestamp"] = stamp
             self.store.update(self.rt, event)
-            self._seen[(uid, reason)] = (name, namespace, message, now, count + 1)
+            self._seen.setdefault(uid, {})[reason] = (name, namespace, message, now, count + 1)
         except NotFound:
-            self._seen.pop((uid, reason), None)
+            self._seen.get(uid, {}).pop(reason, None)
         except ApiError as err:
             log.debug("sandbox %s: event %s on %s not recorded: %s", self.component, reason, uid, err)

@@ -63,6 +63,7 @@ class _Pending:
     attempts: int = 0
     next_try: float = 0.0
     backoff_until: float = 0.0  # end of the current backoff (a cluster change moves next_try here)
+    status_written: float = float("-inf")  # loop time of our last PodScheduled=False write
 
 
 def pod_node_changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
@@ -211,7 +212,7 @@ class Scheduler:
                 decision = Decision(None, f"binding to node {decision.node_name} failed; will retry")
             elif klass is not None:
                 failed_classes[klass] = decision
-            self._mark_unschedulable(entry.pod, decision.message)
+            deferred = self._mark_unschedulable(entry.pod, decision.message, item)
             self.failures += 1
             item.attempts += 1
             backoff = min(
@@ -222,6 +223,8 @@ class Scheduler:
             # With nothing changing, the pod waits for the periodic flush (the real scheduler's
             # unschedulable queue); a cluster change brings it back at ``backoff_until``.
             item.next_try = self._now() + max(backoff, self.profile.resync_period)
+            if deferred:  # come back when the new message may be written
+                item.next_try = min(item.next_try, item.status_written + self.profile.scheduler_backoff_max)
 
     # -------------------------------------------------------------------------------------------- writes
     def _bind(self, pod: dict[str, Any], node_name: str) -> bool:
@@ -238,22 +241,31 @@ class Scheduler:
             return False
         return True
 
-    def _mark_unschedulable(self, pod: dict[str, Any], message: str) -> None:
+    def _mark_unschedulable(self, pod: dict[str, Any], message: str, item: _Pending) -> bool:
+        """Write ``PodScheduled=False/Unschedulable`` and a FailedScheduling event.
+
+        The first failure is written at once. Later ones only when the message changed, and, if the pod is
+        already marked Unschedulable, at most once per ``scheduler_backoff_max``: while 1,000 nodes join,
+        the "0/N nodes are available" counts change on every retry and rewriting 10,000 pods each time
+        would only churn the watches. Returns True when a changed message was held back for that reason.
+        """
         current = get_condition(pod, "PodScheduled")
-        if not (
-            current
-            and current.get("status") == "False"
-            and current.get("reason") == "Unschedulable"
-            and current.get("message") == message
-        ):
-            meta = pod["metadata"]
-            namespace = meta.get("namespace") or "default"
-            try:
-                fresh = self.store.get(self.pods_rt, meta["name"], namespace)
-                if wants_scheduling(fresh):
-                    set_condition(fresh, "PodScheduled", "False", "Unschedulable", message)
-                    self.store.update(self.pods_rt, fresh, subresource="status")
-            except ApiError as err:
-                log.debug("sandbox scheduler: status of %s/%s not written: %s", namespace, meta["name"], err)
+        marked = current is not None and current.get("status") == "False" and current.get("reason") == "Unschedulable"
+        now = self._now()
+        if marked and current.get("message") == message:  # type: ignore[union-attr]
+            return False
+        if marked and now - item.status_written < self.profile.scheduler_backoff_max:
+            return True
+        item.status_written = now
+        meta = pod["metadata"]
+        namespace = meta.get("namespace") or "default"
+        try:
+            fresh = self.store.get(self.pods_rt, meta["name"], namespace)
+            if wants_scheduling(fresh):
+                set_condition(fresh, "PodScheduled", "False", "Unschedulable", message)
+                self.store.update(self.pods_rt, fresh, subresource="status")
+        except ApiError as err:
+            log.debug("sandbox scheduler: status of %s/%s not written: %s", namespace, meta["name"], err)
         self.events.record(pod, "Warning", "FailedScheduling", message)
+        return False
 
