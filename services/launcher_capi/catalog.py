@@ -57,6 +57,10 @@ NODECLASS_KIND = "ClusterAPINodeClass"
 PROVIDER = "cluster-api"
 SKIPPED_EVENT_REASON = "TenonMachineDeploymentSkipped"
 EVENT_COMPONENT = "tenon-launcher-capi"
+SCALED_UP_FOR = "tenon.sh/scaled-up-for"
+SCALED_DOWN_FOR = "tenon.sh/scaled-down-for"
+BOOKKEEPING_ANNOTATIONS = (SCALED_UP_FOR, SCALED_DOWN_FOR)
+"""The launcher's records on an MD (see :mod:`.launching`): they say nothing about what the MD offers."""
 
 
 @dataclass(frozen=True, order=True)
@@ -168,9 +172,13 @@ def catalog_entry(it: InstanceType, key: MachineDeploymentKey) -> KubeObject:
 
 
 def catalog_source(md: Mapping[str, Any]) -> KubeObject:
-    """An MD reduced to what decides its instance type (no status, no resourceVersion, no managedFields)."""
+    """An MD reduced to what decides its instance type (no status, resourceVersion, managedFields or the
+    launcher's own bookkeeping annotations, which change with every launch)."""
     meta = md.get("metadata") or {}
-    kept_meta = {k: meta[k] for k in ("name", "namespace", "uid", "labels", "annotations") if k in meta}
+    kept_meta = {k: meta[k] for k in ("name", "namespace", "uid", "labels") if k in meta}
+    if "annotations" in meta:
+        annotations = meta["annotations"] or {}
+        kept_meta["annotations"] = {k: v for k, v in annotations.items() if k not in BOOKKEEPING_ANNOTATIONS}
     return {
         "apiVersion": md.get("apiVersion", "cluster.x-k8s.io/v1beta1"),
         "kind": "MachineDeployment",

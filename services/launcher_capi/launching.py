@@ -58,7 +58,7 @@ from proto.events import (
     NodeClaimPlanned,
     NodeClaimTerminated,
 )
-from services.launcher_capi.catalog import MachineDeploymentKey
+from services.launcher_capi.catalog import SCALED_DOWN_FOR, SCALED_UP_FOR, MachineDeploymentKey
 from shared.eventlog.factories import make_event
 
 CLAIM_ANNOTATION = "tenon.sh/nodeclaim"
@@ -67,8 +67,6 @@ DELETE_MACHINE_ANNOTATION = "cluster.x-k8s.io/delete-machine"
 DEPLOYMENT_NAME_LABEL = "cluster.x-k8s.io/deployment-name"
 PAUSED_ANNOTATION = "cluster.x-k8s.io/paused"
 MAX_SIZE_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
-SCALED_UP_FOR = "tenon.sh/scaled-up-for"
-SCALED_DOWN_FOR = "tenon.sh/scaled-down-for"
 PRODUCER = "launcher-capi"
 
 Targets = Mapping[str, Mapping[tuple[str, str | None], MachineDeploymentKey]]

@@ -436,8 +436,9 @@ class CapiLauncher:
             return
         self.deployments.put(updated)
         log.info(
-            "machinedeployment scaled",
-            extra={"machinedeployment": str(key), "from": scale.replicas_from, "to": scale.replicas_to},
+            "machinedeployment scaled" if scale.replicas_to != scale.replicas_from else "machinedeployment records updated",
+            extra={"machinedeployment": str(key), "from": scale.replicas_from, "to": scale.replicas_to,
+                   "scaled_up_for": list(scale.scaled_up_for), "scaled_down_for": list(scale.scaled_down_for)},
         )
 
     async def _append(self, append: AppendClaimEvent) -> None:

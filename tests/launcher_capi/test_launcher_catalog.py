@@ -58,12 +58,13 @@ def test_every_member_becomes_an_exact_instance_type_and_a_broken_one_is_skipped
     assert [s["metadata"]["name"] for s in content.sources] == ["c3-16", "c3-4", "c3-8"]
 
 
-def test_content_hash_follows_prices_and_replicas_but_not_status() -> None:
+def test_content_hash_follows_prices_and_replicas_but_not_status_or_launch_records() -> None:
     md = machine_deployment("c3-8", replicas=1, max_size=4)
     base = build_catalog(nodeclass(), [md]).content_hash
     with_status = copy.deepcopy(md)
     with_status["status"] = {"replicas": 1, "readyReplicas": 1}
     with_status["metadata"]["resourceVersion"] = "999"
+    with_status["metadata"]["annotations"]["tenon.sh/scaled-up-for"] = "claim-a"  # the launcher's own record
     assert build_catalog(nodeclass(), [with_status]).content_hash == base
     repriced = copy.deepcopy(md)
     repriced["metadata"]["annotations"][PRICE] = "0.2"
