@@ -62,7 +62,9 @@ Outcome = Literal["chosen", "fallback", "lost"]
 
 @dataclass(frozen=True)
 class LoggedEvent:
-    """One event as it sits in the log: its stream sequence and when the broker stored it."""
+    """One event as it sits in the log: its stream sequence and when the broker stored it.
+
+    A service explaining events it has not appended yet may pass sequence 0 and its own clock."""
 
     sequence: int
     recorded_at: datetime
@@ -83,11 +85,15 @@ def logged_events(records: Iterable[LogRecord]) -> tuple[list[LoggedEvent], int]
 
 
 def _ordered(records: Iterable[LoggedEvent]) -> list[LoggedEvent]:
-    """Log order, each sequence once (the CLI merges several subject reads)."""
-    seen: dict[int, LoggedEvent] = {}
+    """Log order, each event once (the CLI merges several subject reads).
+
+    Keyed by event id, not sequence, so a caller that has no sequences yet (a service explaining the events it
+    is about to append, all with sequence 0) keeps them all, in the order given.
+    """
+    seen: dict[str, LoggedEvent] = {}
     for record in records:
-        seen.setdefault(record.sequence, record)
-    return [seen[s] for s in sorted(seen)]
+        seen.setdefault(record.event.id, record)
+    return sorted(seen.values(), key=lambda r: r.sequence)
 
 
 # --- small formatting helpers ---------------------------------------------------------------------------------
@@ -116,6 +122,11 @@ def _relative(delta: timedelta) -> str:
 def _stamp(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ") if moment.utcoffset() in (None, timedelta(0)) \
         else moment.isoformat(timespec="seconds")
+
+
+def _seq(sequence: int) -> str:
+    """A stream sequence as ``#N`` (``#-`` for an event not appended yet)."""
+    return f"#{sequence}" if sequence else "#-"
 
 
 def _iso(moment: datetime) -> str:
@@ -248,8 +259,8 @@ class NodeClaimExplanation:
         if origin and origin.replan_of:
             cause = f"planned again for the pods of abandoned claim {origin.replan_of}"
         elif origin and origin.batch_sequence is not None:
-            cause = (f"answers batch {origin.batch_id} (#{origin.batch_sequence}, {len(origin.batch_pods)} "
-                     f"pending pod(s))")
+            where = f"#{origin.batch_sequence}, " if origin.batch_sequence else ""
+            cause = f"answers batch {origin.batch_id} ({where}{len(origin.batch_pods)} pending pod(s))"
         else:
             cause = f"answers batch {p.batch_id or '?'} (its PendingBatch is not in the log)"
         pods = ", ".join(p.pods) if p.pods else "-"
@@ -292,7 +303,7 @@ class NodeClaimExplanation:
                              f"(batch {origin.batch_id}).")
             elif origin.batch_sequence is not None and origin.batch_at is not None:
                 lines.append(
-                    f"  It answers PendingBatch {origin.batch_id} (#{origin.batch_sequence} at "
+                    f"  It answers PendingBatch {origin.batch_id} ({_seq(origin.batch_sequence)} at "
                     f"{_stamp(origin.batch_at)}, {len(origin.batch_pods)} pending pod(s), window closed by "
                     f"{origin.window_closed_by})."
                 )
@@ -320,13 +331,13 @@ class NodeClaimExplanation:
         lines += ["", "Where it is in its life"]
         for step in self.life:
             rel = _relative(step.since_planned) if step.since_planned is not None else "?"
-            lines.append(f"  #{step.sequence:<7} {rel:>9}  {step.step:<20} {step.detail}")
+            lines.append(f"  {_seq(step.sequence):<8} {rel:>9}  {step.step:<20} {step.detail}")
         lines.append(f"  now: {self.phase}")
         lines += ["", "Disruption"]
         if not self.disruptions:
             lines.append("  no disruption decision has named it")
         for d in self.disruptions:
-            lines.append(f"  #{d.sequence:<7} {_stamp(d.at)}  {d.sentence()}")
+            lines.append(f"  {_seq(d.sequence):<8} {_stamp(d.at)}  {d.sentence()}")
         if self.notes:
             lines += ["", "Notes"] + [f"  {note}" for note in self.notes]
         return "\n".join(lines)
@@ -756,16 +767,16 @@ def _pod_outcome(key: str, batch_id: str, batch: LoggedEvent | None, answer: Log
                     f"{_price(planned.choice.price_per_hour)} in NodePool {planned.nodepool}") if planned else \
                 f"a new claim {claim}"
             return BatchOutcomeForPod(batch_id, batch_seq, batch_at, answer.sequence, "new-claim",
-                                      f"{what} (#{answer.sequence})", nodeclaim=claim, claim=explanation)
+                                      f"{what} ({_seq(answer.sequence)})", nodeclaim=claim, claim=explanation)
     for placement in plan.existing:
         if placement.pod == key:
             kind = "in-flight NodeClaim" if placement.kind == "NodeClaim" else "Node"
             return BatchOutcomeForPod(batch_id, batch_seq, batch_at, answer.sequence, "existing",
-                                      f"fits on existing room: {kind} {placement.node} (#{answer.sequence})")
+                                      f"fits on existing room: {kind} {placement.node} ({_seq(answer.sequence)})")
     for unschedulable in plan.unschedulable:
         if unschedulable.pod == key:
             return BatchOutcomeForPod(batch_id, batch_seq, batch_at, answer.sequence, "unschedulable",
-                                      f"unschedulable: {unschedulable.reason} (#{answer.sequence})",
+                                      f"unschedulable: {unschedulable.reason} ({_seq(answer.sequence)})",
                                       reasons=dict(unschedulable.reasons))
     unseen = [c for c in plan.nodeclaims if c not in claim_pods]
     detail = "not in the answer: it was already bound when the scheduler planned"
@@ -773,7 +784,7 @@ def _pod_outcome(key: str, batch_id: str, batch: LoggedEvent | None, answer: Log
         detail = (f"not placed on existing room nor unschedulable; the answer's claims {', '.join(unseen)} "
                   "are not in the log read, one of them may hold it")
     return BatchOutcomeForPod(batch_id, batch_seq, batch_at, answer.sequence, "not-in-answer",
-                              f"{detail} (#{answer.sequence})")
+                              f"{detail} ({_seq(answer.sequence)})")
 
 
 def _ended(bound: LoggedEvent | None) -> tuple[str | None, str | None]:
@@ -785,5 +796,5 @@ def _ended(bound: LoggedEvent | None) -> tuple[str | None, str | None]:
     phase = (event.pod.get("status") or {}).get("phase")
     stamp = _stamp(bound.recorded_at)
     if event.change == "removed":
-        return f"removed from node {node} (#{bound.sequence} at {stamp})", None
-    return f"bound to node {node}" + (f", {phase}" if phase else "") + f" (#{bound.sequence} at {stamp})", node
+        return f"removed from node {node} ({_seq(bound.sequence)} at {stamp})", None
+    return f"bound to node {node}" + (f", {phase}" if phase else "") + f" ({_seq(bound.sequence)} at {stamp})", node

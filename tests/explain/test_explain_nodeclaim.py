@@ -7,7 +7,7 @@ import json
 import pytest
 
 from proto import events as ev
-from shared.explain import MAX_EVENT_MESSAGE, explain_nodeclaim, nodeclaim_event_message
+from shared.explain import MAX_EVENT_MESSAGE, LoggedEvent, explain_nodeclaim, nodeclaim_event_message
 from tests.explain.story import Story, pending_pod
 
 
@@ -185,3 +185,11 @@ def test_the_event_message_fits_a_kubernetes_event_and_keeps_the_point() -> None
     assert len(long_message) <= MAX_EVENT_MESSAGE
     assert "c3-8 won on price" in long_message and "Disruption: emptiness: considered but blocked" in long_message
     assert "…" in long_message
+
+
+def test_a_service_can_explain_the_plan_it_is_about_to_append() -> None:
+    """The scheduler attaches the message to its NodeClaim before the log has sequences for the events."""
+    story, planned = field_case()
+    unsequenced = [LoggedEvent(0, r.recorded_at, r.event) for r in story.log]
+    message = nodeclaim_event_message(explain_nodeclaim(planned.nodeclaim, unsequenced))
+    assert "answers batch batch-1" in message and "c3-8 won on price" in message
