@@ -94,6 +94,7 @@ async def explain(args: argparse.Namespace) -> NodeClaimExplanation | PodExplana
     settings = settings_from_args(args, name="tenon-explain", fail_fast=True)
     event_log = await JetStreamEventLog.connect(settings, provision=False)
     try:
+        await event_log.last_sequence()  # a broker no tenon service has provisioned is an error, not "not found"
         if args.pod is not None:
             return await explain_pod_from_log(event_log, args.pod, since=args.since)
         return await explain_nodeclaim_from_log(event_log, args.nodeclaim)

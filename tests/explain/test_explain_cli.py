@@ -97,6 +97,13 @@ def test_an_unreachable_broker_is_one_line_and_exit_1(capsys: pytest.CaptureFixt
     assert err.startswith("tenon explain: cannot reach NATS at") and "\n" not in err
 
 
+def test_a_broker_without_the_tenon_stream_is_an_error_not_a_miss(
+    nats_server: LocalNatsServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["explain", "default-x", "-s", nats_server.url]) == 1
+    assert "stream TENON_EVENTS does not exist on this broker" in capsys.readouterr().err
+
+
 def test_bad_usage_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explain", "--pod", "no-namespace"]) == 2
     assert "expected NAMESPACE/NAME" in capsys.readouterr().err
