@@ -776,7 +776,9 @@ def _pod_outcome(key: str, batch_id: str, batch: LoggedEvent | None, answer: Log
     for unschedulable in plan.unschedulable:
         if unschedulable.pod == key:
             return BatchOutcomeForPod(batch_id, batch_seq, batch_at, answer.sequence, "unschedulable",
-                                      f"unschedulable: {unschedulable.reason} ({_seq(answer.sequence)})",
+                                      # the reasons per NodePool are listed under the line when there are any
+                                      f"unschedulable ({_seq(answer.sequence)})" + (
+                                          "" if unschedulable.reasons else f": {unschedulable.reason}"),
                                       reasons=dict(unschedulable.reasons))
     unseen = [c for c in plan.nodeclaims if c not in claim_pods]
     detail = "not in the answer: it was already bound when the scheduler planned"

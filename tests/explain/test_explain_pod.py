@@ -91,3 +91,12 @@ def test_a_batch_not_answered_yet_and_a_pod_not_in_the_log() -> None:
     assert missing.text() == f"no pod named default/ghost in the log (searched {len(story.log)} events)"
     with pytest.raises(ValueError, match="expected NAMESPACE/NAME"):
         explain_pod("ghost", story.log)
+
+
+def test_an_invalid_pod_says_why_it_could_not_be_read() -> None:
+    story = Story()
+    batch = story.pending([pending_pod("typo", "three")], at=10)
+    story.plan(batch, at=11)
+    (held,) = explain_pod("default/typo", story.log).batches
+    assert held.outcome == "unschedulable" and held.reasons == {}
+    assert held.detail.startswith("unschedulable (#6): invalid pod:") and "three" in held.detail
