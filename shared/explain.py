@@ -247,10 +247,6 @@ class NodeClaimExplanation:
 
     # -- summaries shared by text(), the event message and JSON --
 
-    @property
-    def winner(self) -> InstanceVerdict | None:
-        return next((v for v in self.considered if v.outcome == "chosen"), None)
-
     def why_exists(self) -> str:
         if self.planned is None:
             return "its NodeClaimPlanned is not in the log (older than the stream keeps?)"
