@@ -64,7 +64,8 @@ class EventLog(abc.ABC):
 
     @abc.abstractmethod
     async def last_subject_sequence(self, subject: str) -> int:
-        """Stream sequence of the last message on ``subject``; 0 when there is none."""
+        """Stream sequence of the last message on ``subject`` (a wildcard filter: on any subject it matches);
+        0 when there is none."""
 
     @abc.abstractmethod
     def read(

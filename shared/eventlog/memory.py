@@ -112,7 +112,11 @@ class InMemoryEventLog(EventLog):
         return PublishResult(stream.name, sequence)
 
     async def last_subject_sequence(self, subject: str) -> int:
-        return self._stream_for(subject).last_by_subject.get(subject, 0)
+        stream = self._stream_for(subject)
+        if "*" in subject or ">" in subject:  # a filter: the newest message on any subject it matches, as JetStream
+            return max((seq for name, seq in stream.last_by_subject.items() if subjects.matches(subject, name)),
+                       default=0)
+        return stream.last_by_subject.get(subject, 0)
 
     async def read(  # type: ignore[override]
         self,

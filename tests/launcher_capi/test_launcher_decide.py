@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import cast
 
 from proto.events import NodeClaimAbandoned, NodeClaimLaunched, NodeClaimLaunchFailed
 from proto.ids import derive_id
@@ -16,7 +17,10 @@ from services.launcher_capi.launching import (
     apply_claim_event,
     decide,
 )
-from tests.launcher_capi.launcher_support import planned
+from services.launcher_capi.service import CapiLauncher
+from shared.eventlog.memory import InMemoryEventLog
+from shared.kube import Kube
+from tests.launcher_capi.launcher_support import append_claim_event, nodeclass, planned, publish_nodeclasses
 
 C38 = MachineDeploymentKey("default", "c3-8")
 C316 = MachineDeploymentKey("default", "c3-16")
@@ -139,3 +143,23 @@ def test_a_machine_bound_to_an_unknown_claim_is_removed_only_after_the_grace_per
     decision = decide(state({}, md(1), machines=(stray,), now=160.0, leak_grace=60.0))
     assert [m.name for m in decision.marks] == ["c3-8-s"] and "leaked" in decision.marks[0].reason
     assert [s.replicas_to for s in decision.scales] == [0]
+
+
+async def test_rebuild_folds_each_claims_story_and_the_latest_node_classes_from_the_log() -> None:
+    event_log = InMemoryEventLog()
+    launcher = CapiLauncher(event_log, cast(Kube, None))
+    await launcher.rebuild()
+    assert launcher.claims == {} and launcher.nodeclasses == {}
+    await append_claim_event(event_log, planned("a", "c3-8", "c3-16"))
+    await publish_nodeclasses(event_log, nodeclass("old"))
+    await append_claim_event(event_log, planned("b", "c3-8"))
+    failed = NodeClaimLaunchFailed(id="f", decided_at=datetime.now(UTC), producer="launcher-capi", nodeclaim="a",
+                                   instance_type="c3-8", reason="max size")
+    await append_claim_event(event_log, failed)
+    await publish_nodeclasses(event_log, nodeclass())
+    launcher = CapiLauncher(event_log, cast(Kube, None))
+    await launcher.rebuild()
+    assert sorted(launcher.nodeclasses) == ["default"]
+    assert sorted(launcher.claims) == ["a", "b"]
+    a = launcher.claims["a"]
+    assert (a.failed_attempts, a.last_sequence, a.current_choice and a.current_choice.instance_type) == (1, 4, "c3-16")
