@@ -86,6 +86,9 @@ async def tap(args: argparse.Namespace) -> int:
                 start_sequence = None  # caught up at once means the whole log, like --all
             else:
                 start_sequence = await event_log.last_sequence(stream) + 1
+        if not args.no_follow:
+            where = f"#{start_sequence}" if start_sequence else (f"{args.since:%Y-%m-%dT%H:%M:%SZ}" if args.since else "the start")
+            print(f"tenon tap: following {stream} from {where}; Ctrl-C stops", file=sys.stderr, flush=True)
         async for record in event_log.read(
             subject,
             start_sequence=start_sequence,

@@ -17,14 +17,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.live import Live
 from rich.table import Table
 
-from shared.kube import MACHINEDEPLOYMENTS, NODECLAIMS, NODES, PODS, Kube
-from shared.stack import LocalStack, apply_manifests, connect, demo_manifests
+if TYPE_CHECKING:  # imported when run, so `tenon --help` and `tenon tap` start fast
+    from shared.kube import Kube
+    from shared.stack import LocalStack
 
 MILESTONES = ("claimsCreated", "launched", "registered", "initialized", "allPodsRunning")
 
@@ -69,6 +69,8 @@ def claim_phase(claim: dict[str, Any]) -> str:
 
 
 async def observe(workload: Kube, management: Kube, app: str, started: float) -> Observation:
+    from shared.kube import MACHINEDEPLOYMENTS, NODECLAIMS, NODES, PODS
+
     pods, _ = await workload.list(PODS, "default", label_selector=f"app={app}")
     all_pods, _ = await workload.list(PODS)
     claims, _ = await workload.list(NODECLAIMS)
@@ -151,6 +153,10 @@ def summary(obs: Observation, timeline: Timeline) -> dict[str, Any]:
 
 
 async def play(stack: LocalStack, args: argparse.Namespace, console: Console) -> int:
+    from rich.live import Live
+
+    from shared.stack import apply_manifests, connect, demo_manifests
+
     workload, management = await connect(stack)
     try:
         infrastructure, workloads = demo_manifests(args.demo)
@@ -198,6 +204,8 @@ async def play(stack: LocalStack, args: argparse.Namespace, console: Console) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    from shared.stack import LocalStack
+
     console = Console(stderr=args.json)
     profile = args.profile or ("fast" if args.exit_when_done else "field")
     time_scale = args.time_scale or (1.0 if profile == "fast" else 0.25)

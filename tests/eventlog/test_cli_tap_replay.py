@@ -120,11 +120,14 @@ def test_tap_follows_live_events_without_durable_state(nats_server: LocalNatsSer
     process = subprocess.Popen(
         [sys.executable, "-m", "shared.cli.main", "tap", "--server", nats_server.url, "--type", "NodeObserved"],
         stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
     )
     try:
+        assert process.stderr is not None
+        assert "following TENON_EVENTS from #6" in process.stderr.readline()  # connected, waiting for new
+
         async def publish_later() -> int:
-            await asyncio.sleep(1.5)  # tap is connected and waiting by then
             event_log = await JetStreamEventLog.connect(ConnectionSettings(servers=(nats_server.url,)))
             event = make_event(NodeObserved, producer="pod-watcher", key=("live",), change="added",
                                node={"metadata": {"name": "live-node"}})
