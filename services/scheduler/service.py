@@ -34,8 +34,10 @@ from services.scheduler.decider import SchedulerDecider
 from services.scheduler.nodeclaims import nodeclaim_spec, nodeclaim_status
 from services.scheduler.nodepools import nodepool_status
 from shared.eventlog import ConcurrencyConflict, ConsumerSettings, LogRecord, TransientError
+from shared.explain import LoggedEvent, explain_nodeclaim, nodeclaim_event_message
 from shared.kube import NODECLAIMS, NODEPOOLS, NODES, Kube, KubeApiError
 from shared.kube.client import load_kube
+from shared.kube.events import post_event
 from shared.projection import ClusterProjection
 from shared.service import ServiceContext
 
@@ -121,7 +123,7 @@ class SchedulerService:
             claim = self.projection.claim(decision.nodeclaim)
             if claim.planned is None:
                 claim.planned = decision  # the object needs it now; the fold of the event itself comes later
-            await self._create_nodeclaim(decision.nodeclaim)
+            await self._create_nodeclaim(decision.nodeclaim, cause)
             log.info(
                 "claim planned",
                 extra={"nodeclaim": decision.nodeclaim, "instance_type": decision.choice.instance_type,
@@ -172,16 +174,21 @@ class SchedulerService:
                 return
             raise TransientError(str(exc)) from None
 
-    async def _create_nodeclaim(self, name: str) -> None:
+    async def _create_nodeclaim(self, name: str, cause: ev.Event | None = None) -> None:
         claim = self.projection.claims[name]
         body = nodeclaim_spec(self.projection, claim)
         try:
-            await self.kube.create(NODECLAIMS, body)
+            created = await self.kube.create(NODECLAIMS, body)
         except KubeApiError as exc:
             if exc.status != 409:
                 log.warning("could not create NodeClaim object", extra={"nodeclaim": name, "error": str(exc)})
-                return
+            return  # 409: created before this redelivery, its Event with it
         await self._write_status(name)
+        if claim.planned is not None:
+            now = datetime.now(UTC)
+            story = [LoggedEvent(0, now, e) for e in (cause, claim.planned) if e is not None]
+            message = nodeclaim_event_message(explain_nodeclaim(name, story))
+            await post_event(self.kube, created, reason="Planned", message=message)
 
     async def sync_nodeclaim(self, name: str) -> None:
         claim = self.projection.claims.get(name)

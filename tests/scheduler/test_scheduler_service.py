@@ -20,7 +20,7 @@ from services.scheduler.decider import SchedulerDecider
 from services.scheduler.service import SchedulerService
 from shared.eventlog.factories import make_event
 from shared.eventlog.jetstream import JetStreamEventLog
-from shared.kube import NODECLAIMS, NODEPOOLS, NODES, Kube, load_kube
+from shared.kube import EVENTS, NODECLAIMS, NODEPOOLS, NODES, Kube, load_kube
 from shared.replay import replay
 from shared.service import ServiceContext
 
@@ -119,9 +119,19 @@ async def test_a_3_vcpu_pod_gets_one_c3_8_and_a_nodeclaim_object(
     assert [f.instance_type for f in claim.fallbacks] == ["c3-16"]
     assert claim.causation_id == batch.id and claim.nodepool == "default"
 
+    async def planned_events() -> list[dict[str, Any]]:
+        kube_events, _ = await kube.list(EVENTS, "default")
+        return [e for e in kube_events if e["involvedObject"]["name"] == claim.nodeclaim]
+
+    deadline = asyncio.get_running_loop().time() + 5
+    while not await planned_events():  # the object, its status, then its Event
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.05)
     obj = await kube.get(NODECLAIMS, claim.nodeclaim)
     assert obj["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "c3-8"
     assert {c["type"]: c["status"] for c in obj["status"]["conditions"]}["Launched"] == "Unknown"
+    [planned_event] = await planned_events()
+    assert planned_event["reason"] == "Planned" and "c3-8" in planned_event["message"]
 
     decisions = await events_of(jetstream_log, ev.BatchPlanned)
     assert [d.nodeclaims for d in decisions] == [(claim.nodeclaim,)]
