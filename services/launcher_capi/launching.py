@@ -436,7 +436,8 @@ def _decide_deployment(
             listed_live.append(name)
         else:
             listed_gone.append(name)
-    owed = [c for c in waiting if c.name not in listed_live]
+    listed_names = set(listed_live)
+    owed = [c for c in waiting if c.name not in listed_names]
     # an owed claim takes over the entry of a claim that went away before its Machine came: no new replica
     while owed and listed_gone:
         listed_gone.pop(0)

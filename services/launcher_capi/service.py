@@ -40,8 +40,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from proto import subjects
-from proto.codec import UndecodableEvent
-from proto.events import CatalogSnapshot, NodeClassesSnapshot
+from proto.events import (
+    CatalogSnapshot,
+    DisruptionRequested,
+    NodeClaimDrained,
+    NodeClaimInitialized,
+    NodeClaimRegistered,
+    NodeClassesSnapshot,
+)
 from services.launcher_capi.catalog import (
     CatalogContent,
     MachineDeploymentKey,
@@ -84,6 +90,8 @@ from shared.scheduling.catalog import MEMBER_LABEL
 log = logging.getLogger("tenon.launcher_capi")
 
 MAX_ROUNDS = 16
+PASSIVE_EVENTS = (NodeClaimRegistered, NodeClaimInitialized, NodeClaimDrained, DisruptionRequested)
+"""Claim events that move a claim's sequence but change nothing the launcher decides."""
 
 
 @dataclass(frozen=True)
@@ -266,11 +274,15 @@ class CapiLauncher:
                 self._reconcile_wanted.set()
 
     async def handle(self, record: LogRecord) -> None:
-        try:
-            event = record.decode()
-        except UndecodableEvent:
-            raise
+        """One event from ``tenon.nodeclaim.*``: fold it in, then act on the whole state.
+
+        Returning acks the message, so a Planned claim is acknowledged only after its scale-up is recorded on
+        the MachineDeployment. Events that no decision reads (the node lifecycle's) are only folded in.
+        """
+        event = record.decode()  # an UndecodableEvent is dead-lettered by the runner
         apply_claim_event(self.claims, event, record.sequence)
+        if isinstance(event, PASSIVE_EVENTS):
+            return
         try:
             await self.reconcile()
         except (KubeApiError, OSError, TimeoutError) as exc:

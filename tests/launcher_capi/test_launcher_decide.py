@@ -137,6 +137,18 @@ def test_a_gone_claims_replica_goes_to_the_next_owed_claim_without_scaling() -> 
     assert [(s.replicas_to, s.scaled_up_for) for s in decision.scales] == [(1, ("b",))]
 
 
+def test_a_claim_abandoned_before_its_machine_came_gets_that_machine_removed() -> None:
+    projection = claims("a")
+    _abandon(projection, "a", 50)
+    fresh = machine("c3-8-new")
+    decision = decide(state(projection, md(1, up=("a",)), machines=(fresh,)))
+    assert [(b.name, b.claim) for b in decision.binds] == [("c3-8-new", "a")]
+    decision = decide(state(projection, md(1), machines=(machine("c3-8-new", "a"),)))
+    assert [m.name for m in decision.marks] == ["c3-8-new"]
+    assert [(s.replicas_to, s.scaled_down_for) for s in decision.scales] == [(0, ("c3-8-new",))]
+    assert decision.appends == []
+
+
 def test_a_machine_bound_to_an_unknown_claim_is_removed_only_after_the_grace_period() -> None:
     stray = machine("c3-8-s", "nobody", first_seen=100.0)
     assert decide(state({}, md(1), machines=(stray,), now=150.0, leak_grace=60.0)).empty
