@@ -27,6 +27,7 @@ from services.disruption.termination import Terminator, remove_stale_taints
 from shared.eventlog import ConcurrencyConflict, ConsumerSettings, LogRecord
 from shared.kube import NODECLAIMS, Kube, Relisted, WatchChange, list_and_watch
 from shared.kube.client import load_kube
+from shared.kube.events import post_event
 from shared.projection import ClusterProjection
 from shared.service import ServiceContext
 
@@ -128,6 +129,10 @@ class DisruptionService:
             return False  # the claim moved on; the next tick decides again with fresh state
         claim.disruption = event  # the consumer folds the same event again later (idempotent)
         self._ensure_termination(name)
+        obj = await self.kube.get_or_none(NODECLAIMS, name)
+        if obj is not None:
+            await post_event(self.kube, obj, reason="DisruptionRequested", message=f"{method}: {reason}"
+                             + (f" (decision {decision_id})" if decision_id else ""))
         return True
 
     async def _tick_forever(self) -> None:
