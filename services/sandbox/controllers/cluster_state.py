@@ -60,6 +60,12 @@ class PodEntry:
     cache: dict[str, Any] = field(default_factory=dict)  # derived data (parsed terms), reset on update
 
 
+def _same_version(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    meta_a, meta_b = a.get("metadata") or {}, b.get("metadata") or {}
+    version = meta_a.get("resourceVersion")
+    return bool(version) and version == meta_b.get("resourceVersion") and meta_a.get("uid") == meta_b.get("uid")
+
+
 def has_required_anti_affinity(pod: Mapping[str, Any]) -> bool:
     anti = ((pod.get("spec") or {}).get("affinity") or {}).get("podAntiAffinity") or {}
     return bool(anti.get("requiredDuringSchedulingIgnoredDuringExecution"))
@@ -153,6 +159,9 @@ class ClusterState:
 
     def upsert_pod(self, pod: dict[str, Any]) -> PodEntry | None:
         key = pod_key(pod)
+        known = self.pods.get(key)
+        if known is not None and (known.pod is pod or _same_version(known.pod, pod)):
+            return known  # a resync replay or a duplicate event: nothing changed
         try:
             requests = pod_requests(pod)
         except (QuantityError, ValueError) as err:
@@ -199,6 +208,8 @@ class ClusterState:
             return
         pod = dict(entry.pod)
         pod["spec"] = {**(pod.get("spec") or {}), "nodeName": node_name}
+        # no resourceVersion: this is our guess, and the binding's watch event must replace it
+        pod["metadata"] = {**(pod.get("metadata") or {}), "resourceVersion": ""}
         self.upsert_pod(pod)
 
     # ------------------------------------------------------------------------------------------ queries

@@ -64,6 +64,13 @@ class _Pending:
     next_try: float = 0.0
     backoff_until: float = 0.0  # end of the current backoff (a cluster change moves next_try here)
     status_written: float = float("-inf")  # loop time of our last PodScheduled=False write
+    last_attempt: float = float("-inf")
+
+    def due_at(self, changed_at: float) -> float:
+        """When to try again: ``next_try``, or the end of the backoff if the cluster changed since."""
+        if self.last_attempt < changed_at and self.backoff_until < self.next_try:
+            return self.backoff_until
+        return self.next_try
 
 
 def pod_node_changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
@@ -100,6 +107,7 @@ class Scheduler:
         self.node_informer.add_handler(self._on_node)
         self.events = EventRecorder(store, DEFAULT_SCHEDULER, min_interval=max(1.0, profile.scheduler_backoff_max))
         self._wakeup = asyncio.Event()
+        self._changed_at = float("-inf")  # loop time of the last change that can make pending pods fit
         self.binds = 0
         self.failures = 0
 
@@ -142,9 +150,8 @@ class Scheduler:
             self._cluster_changed()
 
     def _cluster_changed(self) -> None:
-        for item in self.pending.values():
-            if item.next_try > item.backoff_until:
-                item.next_try = item.backoff_until
+        """Something that can make pods fit happened: every pod tried before now is due after its backoff."""
+        self._changed_at = self._now()
         self._wakeup.set()
 
     # ---------------------------------------------------------------------------------------------- loop
@@ -163,7 +170,8 @@ class Scheduler:
 
     async def _sleep_until_due(self) -> None:
         now = self._now()
-        earliest = min((p.next_try for p in self.pending.values()), default=None)
+        changed_at = self._changed_at
+        earliest = min((p.due_at(changed_at) for p in self.pending.values()), default=None)
         if earliest is not None and earliest <= now:
             await asyncio.sleep(0)
             return
@@ -175,7 +183,8 @@ class Scheduler:
 
     def _due_pods(self) -> list[str]:
         now = self._now()
-        due = [key for key, item in self.pending.items() if item.next_try <= now]
+        changed_at = self._changed_at
+        due = [key for key, item in self.pending.items() if item.due_at(changed_at) <= now]
 
         def order(key: str) -> tuple[int, str, str]:
             pod = self.state.pods[key].pod
@@ -215,6 +224,7 @@ class Scheduler:
             deferred = self._mark_unschedulable(entry.pod, decision.message, item)
             self.failures += 1
             item.attempts += 1
+            item.last_attempt = self._now()
             backoff = min(
                 self.profile.scheduler_backoff_max,
                 self.profile.scheduler_backoff_initial * 2 ** (item.attempts - 1),
