@@ -25,6 +25,7 @@ SUITES: tuple[str, ...] = (
     "eventlog",
     "scheduling",
     "sandbox",
+    "sandbox_controllers",
 )
 
 RESULTS_PATH = Path(__file__).parent / "results.json"
