@@ -5,11 +5,11 @@ function from (state, input event) to the events it would publish (``decide``). 
 decider with I/O; ``tenon replay`` runs the same decider offline over a recorded range, with no broker writes
 and no cluster, and compares what it decides now with what was recorded then.
 
-How a replay runs: for each record in order, if the event is one the decider answers, ``decide`` runs against
-the state *as recorded up to that point*; then ``evolve`` applies the recorded event (including the service's
-own recorded outputs). Feeding the recorded outputs back, rather than the replayed ones, keeps every decision
-compared against the world the live service saw, so one divergence shows as one difference instead of a
-cascade. Decisions must take their clock from the input event (``decided_at``), not from the wall clock, so
+How a replay runs: for each record in order, ``decide`` runs against the state *as recorded up to that point*;
+then ``evolve`` applies the record and, right after it, the service's recorded answers to it (as the live
+service folds its own decisions before its next input; they are not applied again where they sit in the log).
+Feeding the recorded outputs back, rather than the replayed ones, keeps every decision compared against the
+world the live service saw, so one divergence shows as one difference instead of a cascade. Decisions must take their clock from the input event (``decided_at``), not from the wall clock, so
 the same input gives the same output.
 
 Recorded decisions are matched to inputs by ``causationId``; they are compared without ``decidedAt`` (the
@@ -112,20 +112,31 @@ def replay(decider: Decider, records: Iterable[LogRecord]) -> ReplayReport:
     """Run ``decider`` over ``records`` (already limited to the range wanted)."""
     report = ReplayReport()
     state = decider.initial_state()
-    by_input: dict[str, DecisionComparison] = {}
+    decoded: list[tuple[LogRecord, Event]] = []
     for record in records:
         report.records_read += 1
         try:
-            event = record.decode()
+            decoded.append((record, record.decode()))
         except ValueError:
             report.undecodable.append(record.sequence)
-            continue
-        if event.producer == decider.name and event.causation_id in by_input:
-            by_input[event.causation_id].recorded.append(event)
-        comparison = DecisionComparison(record.sequence, type(event).__name__, list(decider.decide(state, event)), [])
-        by_input[event.id] = comparison
-        report.comparisons.append(comparison)
-        state = decider.evolve(state, event)
+    # the live service folds its own answers to an input right after deciding it, before the next input
+    # (they reach the log later, possibly behind other inputs); replay folds the recorded answers at the same
+    # point, and not again where they sit in the log
+    answers: dict[str, list[Event]] = {}
+    for _, event in decoded:
+        if event.producer == decider.name and event.causation_id is not None:
+            answers.setdefault(event.causation_id, []).append(event)
+    folded: set[str] = set()
+    for record, event in decoded:
+        recorded = answers.get(event.id, [])
+        replayed = list(decider.decide(state, event))
+        report.comparisons.append(DecisionComparison(record.sequence, type(event).__name__, replayed, recorded))
+        if event.id not in folded:
+            state = decider.evolve(state, event)
+        for answer in recorded:
+            if answer.id not in folded:
+                state = decider.evolve(state, answer)
+                folded.add(answer.id)
     # inputs that neither the replay nor the live service answered are not decisions
     report.comparisons = [c for c in report.comparisons if c.replayed or c.recorded]
     return report

@@ -122,7 +122,7 @@ class SchedulerService:
             await self._append(decision, expected=0, first=True)
             claim = self.projection.claim(decision.nodeclaim)
             if claim.planned is None:
-                claim.planned = decision  # the object needs it now; the fold of the event itself comes later
+                claim.planned = decision  # planned before, by an earlier delivery: the object may still be due
             await self._create_nodeclaim(decision.nodeclaim, cause)
             log.info(
                 "claim planned",
@@ -165,6 +165,12 @@ class SchedulerService:
             raise TransientError(str(conflict)) from None
         if result.duplicate:
             log.info("duplicate suppressed", extra={"nodeclaim": event.nodeclaim, "event": type(event).__name__})
+        # Fold our own decision now rather than when the log delivers it back: the next input must see it
+        # (a Node event right behind the one that registered the claim must not register it again). Replay
+        # does the same with the recorded answers, so live and replayed decisions see the same state.
+        self.projection.apply(event)
+        claim = self.projection.claim(event.nodeclaim)
+        claim.last_sequence = max(claim.last_sequence, result.sequence)
 
     async def _patch_node(self, name: str, patch: dict[str, Any]) -> None:
         try:
@@ -264,9 +270,6 @@ class SchedulerService:
                 await self._append(abandoned, expected=self.projection.claims[abandoned.nodeclaim].last_sequence)
             except TransientError:
                 continue  # the claim moved on meanwhile; look again next tick
-            # fold our own decision now, so the next tick does not decide it again before the consumer
-            # delivers it back (the consumer's fold of the same event is idempotent)
-            self.projection.claims[abandoned.nodeclaim].abandoned = abandoned
         await self.sync_nodepools()
 
 
