@@ -37,6 +37,7 @@ SERVICE_MODULES: dict[str, str] = {
     "pod-watcher": "services.pod_watcher",
     "scheduler": "services.scheduler",
     "launcher-capi": "services.launcher_capi",
+    "disruption": "services.disruption",
 }
 MANAGEMENT_KINDS = {"MachineDeployment", "Machine", "MachineSet", "Cluster"}
 DEMO_DIR = Path(__file__).resolve().parents[1] / "deploy" / "examples" / "capi-demo"
@@ -101,9 +102,12 @@ class LocalStack:
                 raise RuntimeError("the sandbox did not write its kubeconfigs within 30 s")
             time.sleep(0.05)
 
-    def start_service(self, name: str, identity: str | None = None) -> None:
-        env = {"TENON_IDENTITY": identity or f"{name}-{len(self.processes)}"}
-        self._spawn(name, [sys.executable, "-m", SERVICE_MODULES[name]], env)
+    def start_service(self, name: str, *, replica: int = 1) -> str:
+        """Start one replica of a service; returns its key in ``processes`` (``name``, or ``name#2``...)."""
+        key = name if replica == 1 else f"{name}#{replica}"
+        env = {"TENON_IDENTITY": f"{name}-{replica}-{os.getpid()}"}
+        self._spawn(key, [sys.executable, "-m", SERVICE_MODULES[name]], env)
+        return key
 
     def _spawn(self, name: str, command: list[str], extra: Mapping[str, str] | None = None) -> None:
         env = self.env() if self.broker else dict(os.environ)

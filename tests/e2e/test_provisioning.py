@@ -1,0 +1,141 @@
+"""End to end on Cluster API: pending pods become machines, nodes and Running pods, through separate service
+processes that share nothing but the event log (real nats-server, sandbox clusters, fast timing profile)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from shared.kube import MACHINEDEPLOYMENTS, MACHINES, NODECLAIMS, PODS, Kube
+from shared.stack import DEMO_DIR, LocalStack, apply_manifests, connect, load_manifests
+
+INFRASTRUCTURE = ("nodepool.yaml", "machinedeployments.yaml", "daemonset.yaml")
+
+
+@pytest.fixture
+def stack() -> Iterator[LocalStack]:
+    with LocalStack(profile="fast") as running:
+        yield running
+
+
+async def until(probe: Callable[[], Any], timeout: float = 45.0, what: str = "") -> Any:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what or 'the condition'}")
+        await asyncio.sleep(0.2)
+
+
+def workload(name: str) -> list[dict[str, Any]]:
+    return load_manifests([DEMO_DIR / name])
+
+
+async def provision(stack: LocalStack, manifest: str, app: str) -> tuple[list[dict[str, Any]], Kube, Kube]:
+    """Apply the demo infrastructure and a workload; wait until every pod of ``app`` runs."""
+    kube, management = await connect(stack)
+    await apply_manifests(kube, management, load_manifests([DEMO_DIR / f for f in INFRASTRUCTURE]))
+    await asyncio.sleep(0.5)
+    await apply_manifests(kube, management, workload(manifest))
+
+    async def all_running() -> list[dict[str, Any]] | None:
+        assert not stack.dead_services(), {n: stack.tail(n) for n in stack.dead_services()}
+        pods, _ = await kube.list(PODS, "default", label_selector=f"app={app}")
+        running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+        expected = sum(d["spec"]["replicas"] for d in workload(manifest))
+        return pods if len(running) == expected == len(pods) else None
+
+    pods = await until(all_running, what=f"{app} pods Running")
+    return pods, kube, management
+
+
+async def claims_by_type(kube: Kube) -> list[str]:
+    claims, _ = await kube.list(NODECLAIMS)
+    return sorted(c["metadata"]["labels"]["node.kubernetes.io/instance-type"] for c in claims)
+
+
+def tap_json(stack: LocalStack) -> list[dict[str, Any]]:
+    out = subprocess.run(
+        [sys.executable, "-m", "shared.cli.main", "tap", "--server", stack.nats_url, "--no-follow", "--json"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+    return [json.loads(line) for line in out.splitlines()]
+
+
+async def test_one_3_vcpu_pod_gets_one_c3_8(stack: LocalStack) -> None:
+    pods, kube, management = await provision(stack, "workload-one-3cpu.yaml", "big")
+    assert await claims_by_type(kube) == ["c3-8"]
+    replicas = {m["metadata"]["name"]: m["spec"]["replicas"] for m in (await management.list(MACHINEDEPLOYMENTS))[0]}
+    assert replicas == {"c3-4": 0, "c3-8": 1, "c3-16": 0}
+    await kube.close()
+    await management.close()
+
+
+async def test_eight_1_vcpu_pods_get_a_c3_16_and_a_c3_4_and_the_log_tells_and_replays_it(stack: LocalStack) -> None:
+    pods, kube, management = await provision(stack, "workload-eight-1cpu.yaml", "small")
+    assert await claims_by_type(kube) == ["c3-16", "c3-4"]
+    machines, _ = await management.list(MACHINES)
+    assert len(machines) == 2
+    await kube.close()
+    await management.close()
+
+    # tap: each claim's chain, in log order, each step answering the one before
+    records = tap_json(stack)
+    events = [r["event"] for r in records if "event" in r]
+    by_id = {e["id"]: (i, e) for i, e in enumerate(events)}
+    planned = [e for e in events if e["type"] == "NodeClaimPlanned"]
+    assert len(planned) == 2
+    for plan in planned:
+        batch_index, batch = by_id[plan["causationId"]]
+        assert batch["type"] == "PendingBatch"
+        chain = [(i, e["type"]) for i, e in enumerate(events) if e.get("nodeclaim") == plan["nodeclaim"]]
+        assert [t for _, t in chain] == ["NodeClaimPlanned", "NodeClaimLaunched", "NodeClaimRegistered",
+                                         "NodeClaimInitialized"]
+        assert batch_index < chain[0][0]
+
+    # replay: the scheduler's decisions recomputed offline from the log alone are the recorded ones
+    replayed = subprocess.run(
+        [sys.executable, "-m", "shared.cli.main", "replay", "scheduler", "--server", stack.nats_url, "--diff"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert "0 differ from the log" in replayed.stdout
+    assert replayed.stdout.count("NodeClaimPlanned:") == 2
+
+
+async def test_two_replicas_of_every_service_act_once(stack: LocalStack) -> None:
+    for name in ("pod-watcher", "scheduler", "launcher-capi", "disruption"):
+        stack.start_service(name, replica=2)
+    pods, kube, management = await provision(stack, "workload-eight-1cpu.yaml", "small")
+    assert await claims_by_type(kube) == ["c3-16", "c3-4"]
+    machines, _ = await management.list(MACHINES)
+    assert len(machines) == 2
+    events = [r["event"] for r in tap_json(stack) if "event" in r]
+    assert len([e for e in events if e["type"] == "PendingBatch"]) == 1
+    assert len([e for e in events if e["type"] == "NodeClaimLaunched"]) == 2
+    await kube.close()
+    await management.close()
+
+
+def test_tenon_up_runs_the_demo_unattended() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "shared.cli.main", "up", "--demo", "inflate", "--exit-when-done", "--json",
+         "--timeout", "120"],
+        capture_output=True, text=True, timeout=240,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads(result.stdout)
+    assert sorted(c["instanceType"] for c in summary["nodeClaims"]) == ["c3-16", "c3-4"]
+    assert sum(len(c["pods"]) for c in summary["nodeClaims"]) == 8
+    timeline = summary["timeline"]
+    assert 0 < timeline["claimsCreated"] <= timeline["launched"] <= timeline["registered"] \
+        <= timeline["initialized"] <= timeline["allPodsRunning"]
+    assert summary["totalPricePerHour"] == pytest.approx(0.25)
