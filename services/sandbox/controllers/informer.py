@@ -6,14 +6,21 @@ Controllers follow the client-go pattern, in-process against the sandbox ``Store
   ``namespace/name``), then watches from the list's resourceVersion and calls its handlers with
   ``(event_type, new, old)`` for every change. If the watch ends it resumes from the last resourceVersion it
   saw; if the store answers 410 Expired (history compacted) it re-lists and emits the differences as
-  synthetic ADDED/MODIFIED/DELETED events, so handlers never miss a deletion. It also re-lists every
-  ``resync_period`` seconds as a safety net, which is also what makes a controller recover from a bug or a
-  dropped write.
+  synthetic ADDED/MODIFIED/DELETED events, so handlers never miss a deletion. Every ``resync_period`` it
+  replays its cache to the handlers (``old`` is the object itself), which re-queues every key: the safety
+  net that makes a controller recover from a dropped write or a bug; every ``RELIST_FACTOR`` resyncs it also
+  re-lists from the store.
+* an :class:`InformerFactory` shares one informer per resource and store between controllers (seven
+  controllers watch pods; each event is decoded and cached once). Cached objects are read-only: controllers
+  copy before they modify. ``observe_write`` puts the result of a controller's own write into the cache at
+  once (write-through), so a second reconcile before the watch event arrives sees it; the watch event for
+  that same version is then ignored.
 * a :class:`WorkQueue` holds keys to reconcile, each at most once, with the earliest due time winning; a
   worker (:func:`run_worker`) pops due keys and calls the controller's synchronous ``reconcile(key)``, which
   returns ``None`` when done or a delay in seconds to be called again (the simulated component is waiting
   for a timer to expire). An ``ApiError`` such as a 409 Conflict from a stale write re-queues the key after a
-  short backoff rather than killing the controller.
+  short backoff rather than killing the controller. Handlers that see bursts (pod events) enqueue with a
+  small delay, so a burst of 500 pod changes causes one reconcile of their owner, not 500.
 
 Handlers run inside the watch task and must be quick: they update indexes and enqueue keys; the writes
 happen in ``reconcile``. The store is synchronous and in-process, so a reconcile is a short, non-blocking
