@@ -263,8 +263,11 @@ class CapiLauncher:
 
     async def _reconcile_loop(self) -> None:
         while True:
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that lands as the event fires,
+            # and this loop would then outlive the launcher's stop
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._reconcile_wanted.wait(), timeout=self.settings.resync_interval)
+                async with asyncio.timeout(self.settings.resync_interval):
+                    await self._reconcile_wanted.wait()
             self._reconcile_wanted.clear()
             try:
                 await self.reconcile()
