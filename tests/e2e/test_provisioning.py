@@ -39,7 +39,7 @@ def workload(name: str) -> list[dict[str, Any]]:
     return load_manifests([DEMO_DIR / name])
 
 
-async def provision(stack: LocalStack, manifest: str, app: str) -> tuple[list[dict[str, Any]], Kube, Kube]:
+async def provision(stack: LocalStack, manifest: str, app: str) -> tuple[Kube, Kube]:
     """Apply the demo infrastructure and a workload; wait until every pod of ``app`` runs."""
     kube, management = await connect(stack)
     await apply_manifests(kube, management, load_manifests([DEMO_DIR / f for f in INFRASTRUCTURE]))
@@ -53,8 +53,8 @@ async def provision(stack: LocalStack, manifest: str, app: str) -> tuple[list[di
         expected = sum(d["spec"]["replicas"] for d in workload(manifest))
         return pods if len(running) == expected == len(pods) else None
 
-    pods = await until(all_running, what=f"{app} pods Running")
-    return pods, kube, management
+    await until(all_running, what=f"{app} pods Running")
+    return kube, management
 
 
 async def claims_by_type(kube: Kube) -> list[str]:
@@ -71,7 +71,7 @@ def tap_json(stack: LocalStack) -> list[dict[str, Any]]:
 
 
 async def test_one_3_vcpu_pod_gets_one_c3_8(stack: LocalStack) -> None:
-    pods, kube, management = await provision(stack, "workload-one-3cpu.yaml", "big")
+    kube, management = await provision(stack, "workload-one-3cpu.yaml", "big")
     assert await claims_by_type(kube) == ["c3-8"]
     replicas = {m["metadata"]["name"]: m["spec"]["replicas"] for m in (await management.list(MACHINEDEPLOYMENTS))[0]}
     assert replicas == {"c3-4": 0, "c3-8": 1, "c3-16": 0}
@@ -80,7 +80,7 @@ async def test_one_3_vcpu_pod_gets_one_c3_8(stack: LocalStack) -> None:
 
 
 async def test_eight_1_vcpu_pods_get_a_c3_16_and_a_c3_4_and_the_log_tells_and_replays_it(stack: LocalStack) -> None:
-    pods, kube, management = await provision(stack, "workload-eight-1cpu.yaml", "small")
+    kube, management = await provision(stack, "workload-eight-1cpu.yaml", "small")
     assert await claims_by_type(kube) == ["c3-16", "c3-4"]
     machines, _ = await management.list(MACHINES)
     assert len(machines) == 2
@@ -88,7 +88,7 @@ async def test_eight_1_vcpu_pods_get_a_c3_16_and_a_c3_4_and_the_log_tells_and_re
     await management.close()
 
     # tap: each claim's chain, in log order, each step answering the one before
-    records = tap_json(stack)
+    records = await asyncio.to_thread(tap_json, stack)
     events = [r["event"] for r in records if "event" in r]
     by_id = {e["id"]: (i, e) for i, e in enumerate(events)}
     planned = [e for e in events if e["type"] == "NodeClaimPlanned"]
@@ -102,7 +102,8 @@ async def test_eight_1_vcpu_pods_get_a_c3_16_and_a_c3_4_and_the_log_tells_and_re
         assert batch_index < chain[0][0]
 
     # replay: the scheduler's decisions recomputed offline from the log alone are the recorded ones
-    replayed = subprocess.run(
+    replayed = await asyncio.to_thread(
+        subprocess.run,
         [sys.executable, "-m", "shared.cli.main", "replay", "scheduler", "--server", stack.nats_url, "--diff"],
         capture_output=True, text=True, timeout=120,
     )
@@ -114,11 +115,11 @@ async def test_eight_1_vcpu_pods_get_a_c3_16_and_a_c3_4_and_the_log_tells_and_re
 async def test_two_replicas_of_every_service_act_once(stack: LocalStack) -> None:
     for name in ("pod-watcher", "scheduler", "launcher-capi", "disruption"):
         stack.start_service(name, replica=2)
-    pods, kube, management = await provision(stack, "workload-eight-1cpu.yaml", "small")
+    kube, management = await provision(stack, "workload-eight-1cpu.yaml", "small")
     assert await claims_by_type(kube) == ["c3-16", "c3-4"]
     machines, _ = await management.list(MACHINES)
     assert len(machines) == 2
-    events = [r["event"] for r in tap_json(stack) if "event" in r]
+    events = [r["event"] for r in await asyncio.to_thread(tap_json, stack) if "event" in r]
     assert len([e for e in events if e["type"] == "PendingBatch"]) == 1
     assert len([e for e in events if e["type"] == "NodeClaimLaunched"]) == 2
     await kube.close()
