@@ -9,16 +9,19 @@ and exactly that Machine and its Node go.
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 from typing import Any
 
 import pytest
 
 from services.sandbox.testing import running_sandbox
-from tests.sandbox.controller_support import deployment
+from tests.sandbox.controller_support import deployment, node
 
 pytestmark = pytest.mark.integration
 
 GROUP, VERSION = "cluster.x-k8s.io", "v1beta2"
+KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 
 
 async def poll(check: Any, timeout: float = 10.0, what: str = "condition") -> Any:
@@ -92,3 +95,47 @@ async def test_unschedulable_pods_run_once_cluster_api_nodes_join() -> None:
                 return target not in names and target not in node_names and len(names) == 1
 
             await poll(marked_gone, what="the marked machine and its node removed")
+
+
+async def kubectl(kubeconfig: Any, home: Any, *args: str) -> tuple[int, str, str]:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "NO_PROXY": "127.0.0.1"}
+    process = await asyncio.create_subprocess_exec(
+        KUBECTL, "--kubeconfig", str(kubeconfig), "--cache-dir", str(home / "cache"), *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    return process.returncode or 0, out.decode(), err.decode()
+
+
+@pytest.mark.skipif(not os.access(KUBECTL, os.X_OK), reason="kubectl is not installed")
+async def test_kubectl_drain_moves_pods_while_the_budget_holds(tmp_path: Any) -> None:
+    async with running_sandbox("fast") as sandbox:
+        store = sandbox.workload_store
+        for name in ("a", "b"):
+            store.create(store.resource("v1", "Node"), node(name, cpu="4"))
+        store.create(store.resource("apps/v1", "Deployment"), deployment("web", 3, cpu="1"))
+        store.create(store.resource("policy/v1", "PodDisruptionBudget"), {
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}})
+
+        def running_on() -> list[str]:
+            pods = store.list(store.resource("v1", "Pod"), label_selector="app=web")[0]
+            return sorted(p["spec"]["nodeName"] for p in pods
+                          if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp"))
+
+        async def settled() -> bool:
+            return len(running_on()) == 3
+
+        await poll(settled, what="3 pods running")
+        code, out, err = await kubectl(sandbox.workload_kubeconfig, tmp_path, "drain", "a",
+                                       "--ignore-daemonsets", "--timeout=30s")
+        assert code == 0, err
+        assert "node/a cordoned" in out + err and "drained" in out + err
+        # two of the three pods were on a (least-allocated spreading: a, b, a); evicting both at once would
+        # leave one healthy pod, so the budget answered 429 once and kubectl waited for the replacement
+        assert "violate the pod's disruption budget" in err
+        assert store.get(store.resource("v1", "Node"), "a")["spec"]["unschedulable"] is True
+
+        async def moved() -> bool:
+            return running_on() == ["b", "b", "b"]
+
+        await poll(moved, what="all pods running on b")
