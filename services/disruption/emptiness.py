@@ -5,6 +5,9 @@ A candidate is a NodeClaim that is Initialized, not already being disrupted, who
 ``consolidateAfter`` is not ``Never``, and whose Node has carried no pod other than DaemonSet pods since at
 least ``consolidateAfter`` ago (counted from the last pod arriving or leaving, or from initialization).
 
+A node bought for pods that are still pending is not a candidate for ``NOMINATION_TTL`` after it initialized:
+it is empty only because they have not landed yet (Karpenter's "nominated" nodes).
+
 A candidate is *blocked* (and the decision says by what) when the Node carries
 ``karpenter.sh/do-not-disrupt: "true"``, when any pod on it does, or when the pool's budget for the ``Empty``
 reason is used up. Oldest-empty candidates go first, so a budget lets the longest-idle nodes go.
@@ -29,6 +32,8 @@ PRODUCER = "disruption"
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 NODEPOOL_LABEL = "karpenter.sh/nodepool"
 EMPTY_POLICIES = ("WhenEmpty", "WhenEmptyOrUnderutilized")
+NOMINATION_TTL = timedelta(seconds=60)
+"""How long a new node is kept for the pending pods it was bought for (they may have been deleted meanwhile)."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,9 @@ def empty_nodes(projection: ClusterProjection, now: datetime) -> tuple[list[Cand
         pods = projection.pods_on(claim.registered.node)
         if any(not _is_daemon_pod(p) for p in pods):
             continue
+        if (now - claim.initialized.decided_at < NOMINATION_TTL  # type: ignore[union-attr]
+                and any(p in projection.pending for p in claim.planned.pods)):
+            continue  # bought for pods that have not landed yet: empty only because they are on their way
         since = max(
             projection.last_pod_activity.get(claim.registered.node, claim.initialized.decided_at),  # type: ignore[union-attr]
             claim.initialized.decided_at,  # type: ignore[union-attr]

@@ -140,3 +140,16 @@ def test_policy_and_never_opt_out() -> None:
     assert emptiness.decide(cluster(1, nodepool(consolidateAfter="Never")), T0 + timedelta(days=1)) == []
     underused_only = nodepool(consolidationPolicy="WhenUnderutilized")
     assert emptiness.decide(cluster(1, underused_only), T0 + timedelta(days=1)) == []
+
+
+def test_a_new_node_waiting_for_its_pods_is_not_empty() -> None:
+    projection = cluster(1, nodepool([{"nodes": "100%"}], consolidateAfter="0s"))
+    pod = app_pod("on-its-way")
+    projection.claims["default-0"].planned = ev.NodeClaimPlanned(
+        **envelope("p0"), nodeclaim="default-0", nodepool="default", node_class="default",
+        choice=ev.InstanceChoice("c3-4", None, "on-demand", 0.05), fallbacks=(), pods=("default/on-its-way",),
+        requirements=(), labels={})
+    projection.apply(ev.PendingBatch(**envelope("batch"), batch_id="b", pods=(pod,), window_opened_at=T0,
+                                     window_closed_by="idle"))
+    assert emptiness.decide(projection, T0 + timedelta(seconds=5)) == []
+    assert decided(emptiness.decide(projection, T0 + timedelta(minutes=2)))[0] == ["default-0"]  # they never came
