@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -171,3 +172,31 @@ def test_bad_taint_annotation_names_the_machine_deployment() -> None:
     machine = {"metadata": {"name": "pool-abcde", "namespace": "default"}, "spec": {"providerID": "openstack:///x"}}
     with pytest.raises(ValueError, match=r"machinedeployment default/pool: annotation .*taints: expected key=value:Effect"):
         node_for_machine(machine, md)
+
+
+async def test_field_profile_keeps_the_measured_order_and_spacing() -> None:
+    scale = 0.005  # the field timeline (providerID +64 s, node +72 s, Ready +139 s) at 1/200 speed
+    async with running_controllers("field", scale) as store:
+        loop = asyncio.get_running_loop()
+        machine_rt = rt(store, "cluster.x-k8s.io/v1beta2", "Machine")
+        nodes_rt = rt(store, "v1", "Node")
+        start = loop.time()
+        store.create(rt(store, "cluster.x-k8s.io/v1beta2", "MachineDeployment"), machine_deployment("pool", 1))
+        seen: dict[str, float] = {}
+
+        def progress() -> bool:
+            machines = store.list(machine_rt)[0]
+            if machines and machines[0]["spec"].get("providerID"):
+                seen.setdefault("provider_id", loop.time() - start)
+            nodes = store.list(nodes_rt)[0]
+            if nodes:
+                seen.setdefault("node", loop.time() - start)
+                if (condition(nodes[0], "Ready") or {}).get("status") == "True":
+                    seen.setdefault("ready", loop.time() - start)
+            return "ready" in seen
+
+        await wait_for(progress, timeout=10.0, what="the machine's node Ready")
+        assert seen["provider_id"] >= 64 * scale
+        assert seen["node"] >= 72 * scale
+        assert seen["ready"] >= 139 * scale
+        assert seen["provider_id"] <= seen["node"] <= seen["ready"]

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from services.sandbox.controllers.disruption_budgets import budget_status
+from services.sandbox.controllers.nodes_gc import eviction_delay
 from services.sandbox.errors import TooManyRequests
 from tests.sandbox.controller_support import (
     condition,
@@ -182,3 +183,12 @@ async def test_noexecute_taint_evicts_and_orphans_are_collected() -> None:
         await wait_for(lambda: [p["metadata"]["name"] for p in pods_of(store)] == ["stays"], what="eviction")
         store.delete(nodes_rt, "n")
         await wait_for(lambda: not pods_of(store), what="orphan pod collected")
+
+
+def test_noexecute_eviction_delay_honours_toleration_seconds() -> None:
+    taints = [{"key": "drain", "effect": "NoExecute"}, {"key": "soft", "effect": "NoSchedule"}]
+    assert eviction_delay(pod("p"), taints) == 0.0  # untolerated: now
+    assert eviction_delay(pod("p", tolerations=[{"key": "drain", "operator": "Exists"}]), taints) is None
+    timed = pod("p", tolerations=[{"key": "drain", "operator": "Exists", "tolerationSeconds": 30}])
+    assert eviction_delay(timed, taints) == 30.0
+    assert eviction_delay(pod("p"), [{"key": "soft", "effect": "NoSchedule"}]) is None
