@@ -411,6 +411,33 @@ class SnapshotState:
 
 # --- pending batches -------------------------------------------------------------------------------------------
 
+BATCH_ENVELOPE_BYTES = 4_096
+"""Room kept for the envelope and headers when a window is split to fit the broker's message size limit."""
+
+
+class PodTooLarge(ValueError):
+    """A single pod's JSON alone exceeds the message size limit; it cannot be sent in any batch."""
+
+
+def split_for_payload(pods: Sequence[Mapping[str, Any]], max_bytes: int) -> list[list[Mapping[str, Any]]]:
+    """The pods of one window in parts whose encoded size stays under ``max_bytes`` (NATS refuses bigger
+    messages: 1 MiB by default, so about 500 to 1,000 pods). Pods keep their order, so pods of one workload,
+    which sort together, stay together. Raises :class:`PodTooLarge` naming a pod that fits in no part."""
+    budget = max_bytes - BATCH_ENVELOPE_BYTES
+    parts: list[list[Mapping[str, Any]]] = [[]]
+    used = 0
+    for pod in pods:
+        size = len(json.dumps(pod, separators=(",", ":"), default=str)) + 1
+        if size > budget:
+            raise PodTooLarge(f"{describe(pod)}: {size} bytes of JSON, more than a batch may hold ({budget})")
+        if used + size > budget and parts[-1]:
+            parts.append([])
+            used = 0
+        parts[-1].append(pod)
+        used += size
+    return [part for part in parts if part]
+
+
 
 def pending_batch_event(pods: Sequence[Mapping[str, Any]], *, opened_at: float, closed_at: float,
                         closed_by: Literal["idle", "max-duration", "shutdown"]) -> PendingBatch:

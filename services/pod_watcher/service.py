@@ -19,6 +19,11 @@ no watches). A term has three phases:
 3. **Stop** on ``stopping``: watches end, the open batching window is flushed as a ``shutdown`` batch, and
    the term returns, which releases the lease for the next leader.
 
+A window whose pods would not fit in one broker message (NATS refuses messages over its ``max_payload``,
+1 MiB by default: roughly 500 to 1,000 pods) goes out as several ``PendingBatch`` events with the same
+``windowOpenedAt``, pods of one workload kept together; a single pod too large for any message is left out
+with an error log naming it (it would otherwise fail every batch, forever).
+
 Snapshots are debounced (``snapshot_debounce`` seconds, ~100 ms) so that applying ten NodePools at once logs
 one snapshot, and go out only when their content changed. Publishing failures are not retried here: the
 exception ends the term, the election starts a new one, and phase 1 rebuilds the state from the log
@@ -74,6 +79,9 @@ class PodWatcherSettings:
     snapshot_debounce_seconds: float = 0.1
     absent_kind_retry_seconds: float = 30.0
     watch_timeout_seconds: int = 300
+    batch_max_bytes: int = 1_048_576
+    """Largest PendingBatch message; a bigger window is split into several batches (see
+    :func:`.observations.split_for_payload`). The broker's own limit, when lower, wins."""
 
     def __post_init__(self) -> None:
         for name in ("batch_idle_seconds", "batch_max_seconds", "rebatch_seconds", "absent_kind_retry_seconds"):
@@ -273,12 +281,31 @@ class PodWatcher:
             self._pending_changed.clear()
 
     async def _publish_batch(self, batch: Batch) -> None:
-        event = obs.pending_batch_event(batch.pods, opened_at=batch.opened_at, closed_at=batch.closed_at,
-                                        closed_by=batch.closed_by)
-        result = await self._publish(subjects.PENDING, event)
-        log.info("pending batch", extra={
-            "batch_id": event.batch_id, "pods": len(event.pods), "closed_by": batch.closed_by,
-            "window_seconds": round(batch.closed_at - batch.opened_at, 3), "sequence": result.sequence})
+        # by namespace and name, so that when a window must be split, pods of one workload stay together
+        pods = sorted(batch.pods, key=lambda p: (p["metadata"].get("namespace", ""), p["metadata"]["name"]))
+        sendable = []
+        for pod in pods:
+            try:
+                obs.split_for_payload([pod], self._max_payload())
+            except obs.PodTooLarge as exc:
+                log.error("pod left out of its batch", extra={"error": str(exc)})
+                continue
+            sendable.append(pod)
+        parts = obs.split_for_payload(sendable, self._max_payload())
+        for index, part in enumerate(parts):
+            event = obs.pending_batch_event(part, opened_at=batch.opened_at, closed_at=batch.closed_at,
+                                            closed_by=batch.closed_by)
+            result = await self._publish(subjects.PENDING, event)
+            log.info("pending batch", extra={
+                "batch_id": event.batch_id, "pods": len(event.pods), "closed_by": batch.closed_by,
+                "part": f"{index + 1}/{len(parts)}", "window_seconds": round(batch.closed_at - batch.opened_at, 3),
+                "sequence": result.sequence})
+
+    def _max_payload(self) -> int:
+        """The broker's message size limit (what the server announced), capped by the setting."""
+        announced = getattr(getattr(self.event_log, "client", None), "max_payload", None)
+        limit = self.settings.batch_max_bytes
+        return min(limit, announced) if isinstance(announced, int) and announced > 0 else limit
 
     async def _watch_snapshot_kind(self, source: _SnapshotSource, ref: ResourceRef) -> None:
         while ref in OPTIONAL_KINDS and not await self._kind_served(ref):

@@ -214,3 +214,19 @@ def test_pending_batch_event_ids_batch_id_and_whole_trimmed_pods() -> None:
     assert event.id == same.id != later.id
     assert all("managedFields" not in p["metadata"] for p in event.pods)
     assert event.pods[0]["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "1"}
+
+
+def test_a_window_too_big_for_one_message_is_split_keeping_order_and_every_pod() -> None:
+    pods = [obs.trimmed(unschedulable_pod(f"web-{i:02}", f"u-{i:02}")) for i in range(40)]
+    one = len(obs.json.dumps(pods[0], separators=(",", ":")))
+    parts = obs.split_for_payload(pods, max_bytes=obs.BATCH_ENVELOPE_BYTES + 10 * (one + 1))
+    assert [len(p) for p in parts] == [10, 10, 10, 10]
+    assert [p["metadata"]["name"] for part in parts for p in part] == [p["metadata"]["name"] for p in pods]
+    assert obs.split_for_payload(pods, max_bytes=1_048_576) == [pods]
+
+
+def test_a_pod_too_large_for_any_message_is_named() -> None:
+    big = unschedulable_pod("huge")
+    big["metadata"]["annotations"] = {"blob": "x" * 10_000}
+    with pytest.raises(obs.PodTooLarge, match=r"Pod default/huge: .* bytes of JSON"):
+        obs.split_for_payload([big], max_bytes=8_192)

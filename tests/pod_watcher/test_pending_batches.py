@@ -76,3 +76,16 @@ async def test_pods_still_pending_are_offered_again_after_the_rebatch_delay(jets
             assert [[p["metadata"]["name"] for p in b.pods] for b in batches[:2]] == [["stuck"], ["stuck"]]
             gap = (batches[1].decided_at - batches[0].decided_at).total_seconds()
             assert gap >= 1.0
+
+
+async def test_a_window_larger_than_one_message_goes_out_in_parts(jetstream_log: JetStreamEventLog) -> None:
+    async with running_sandbox("fast") as sandbox:
+        store = sandbox.workload_store
+        async with running_watcher(sandbox, jetstream_log, batch_idle_seconds=0.3, batch_max_bytes=16_384):
+            store.create(store.resource("apps/v1", "Deployment"), deployment("wide", 30, cpu="1"))
+            batches = await wait_for_events(jetstream_log, PendingBatch, lambda b: sum(len(x.pods) for x in b) >= 30,
+                                            what="all 30 pods batched")
+            names = [p["metadata"]["name"] for b in batches for p in b.pods]
+            assert sorted(names) == sorted(set(names)) and len(names) == 30
+            assert len(batches) > 1 and len({b.window_opened_at for b in batches}) == 1
+            assert all(len(b.pods) < 30 for b in batches)
