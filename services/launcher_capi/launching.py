@@ -35,10 +35,14 @@ gets ``NodeClaimLaunchFailed``: ``retryable=True`` while the claim has another c
 fallbacks, in order), ``False`` on the last. The claim's current choice is the one after as many choices as it
 has LaunchFailed events, so the projection alone says where it stands.
 
-**Removal**: a Machine bound to a claim that was abandoned, terminated or finally failed is removed at once; one
-bound to a claim the log never had is removed after ``leak_grace`` seconds from when it was first seen (the
-grace covers a Planned event not yet read). Removal is the delete-machine annotation on exactly that Machine,
-then one replica fewer, so Cluster API never picks another Machine.
+**Removal**: a Machine bound to a claim that was abandoned, drained, terminated or finally failed is removed at
+once; one bound to a claim the log never had is removed after ``leak_grace`` seconds from when it was first
+seen (the grace covers a Planned event not yet read). Removal is the delete-machine annotation on exactly that
+Machine, then one replica fewer, so Cluster API never picks another Machine.
+
+**Terminated**: the disruption service drains a node and appends ``NodeClaimDrained``; the launcher removes the
+claim's Machine and, once no Machine bound to the claim exists any more, appends ``NodeClaimTerminated``
+(``services/disruption/termination.py`` counts on this).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from proto.events import (
     Event,
     InstanceChoice,
     NodeClaimAbandoned,
+    NodeClaimDrained,
     NodeClaimEvent,
     NodeClaimLaunched,
     NodeClaimLaunchFailed,
@@ -89,6 +94,8 @@ class ClaimState:
     launched: NodeClaimLaunched | None = None
     ended: str | None = None
     """The event type that ended it (NodeClaimAbandoned, NodeClaimTerminated), else None."""
+    drained: NodeClaimDrained | None = None
+    """The disruption service drained its node: the Machine goes, then the launcher appends Terminated."""
 
     @property
     def attempts(self) -> tuple[InstanceChoice, ...]:
@@ -101,7 +108,7 @@ class ClaimState:
 
     @property
     def live(self) -> bool:
-        return self.ended is None and not self.final_failure
+        return self.ended is None and not self.final_failure and self.drained is None
 
 
 ENDING_EVENTS = (NodeClaimAbandoned, NodeClaimTerminated)
@@ -111,7 +118,7 @@ def apply_claim_event(claims: dict[str, ClaimState], event: Event, sequence: int
     """Fold one event from ``tenon.nodeclaim.*`` into the projection; False when it was already folded in.
 
     Every event on a claim's subject moves its ``last_sequence`` (the expected-last-sequence of our next
-    append), whoever wrote it. ``DisruptionRequested`` is left to the disruption issue: it only moves the
+    append), whoever wrote it. ``DisruptionRequested`` is the disruption service's business: it only moves the
     sequence here.
     """
     if not isinstance(event, NodeClaimEvent):
@@ -136,6 +143,8 @@ def apply_claim_event(claims: dict[str, ClaimState], event: Event, sequence: int
         claim.launched = event
     elif isinstance(event, ENDING_EVENTS):
         claim.ended = type(event).__name__
+    elif isinstance(event, NodeClaimDrained):
+        claim.drained = event
     elif isinstance(event, DisruptionRequested):
         pass
     return True
@@ -336,6 +345,21 @@ def _launched(claim: ClaimState, choice: InstanceChoice, zone: str | None, machi
     return AppendClaimEvent(claim.name, event, claim.last_sequence)
 
 
+def _terminated(claim: ClaimState, drained: NodeClaimDrained) -> AppendClaimEvent:
+    machine = claim.launched.machine if claim.launched is not None else None
+    event = make_event(
+        NodeClaimTerminated,
+        producer=PRODUCER,
+        key=(claim.name, "terminated"),
+        causation=drained,
+        correlation_id=claim.planned.correlation_id or claim.name,
+        nodeclaim=claim.name,
+        reason="drained; its Machine was removed" if machine else "drained; it had no Machine",
+        machine=machine,
+    )
+    return AppendClaimEvent(claim.name, event, claim.last_sequence)
+
+
 def _newest_first(machines: list[MachineView]) -> list[MachineView]:
     return sorted(machines, key=lambda m: (m.created, m.name), reverse=True)
 
@@ -379,6 +403,12 @@ def decide(state: LauncherState) -> Decision:
 
     for key in sorted(state.deployments):
         _decide_deployment(state, state.deployments[key], by_md.get(key, []), bound, waiting.get(key, []), decision)
+
+    # a drained claim whose Machine is gone (deleted, not just deleting) has ended: say so on its subject
+    with_machine = {m.claim for m in state.machines if m.claim is not None}
+    for claim in state.claims.values():
+        if claim.drained is not None and claim.ended is None and claim.name not in with_machine:
+            decision.appends.append(_terminated(claim, claim.drained))
     return decision
 
 
@@ -391,6 +421,8 @@ def _removal_reason(state: LauncherState, machine: MachineView, bound: Mapping[s
         return None
     if claim.ended is not None:
         return f"NodeClaim {claim.name}: {claim.ended}"
+    if claim.drained is not None:
+        return f"NodeClaim {claim.name} was drained"
     if claim.final_failure:
         return f"NodeClaim {claim.name} failed to launch"
     if claim.launched is not None and claim.launched.machine not in (None, machine.name):

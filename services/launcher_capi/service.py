@@ -43,7 +43,6 @@ from proto import subjects
 from proto.events import (
     CatalogSnapshot,
     DisruptionRequested,
-    NodeClaimDrained,
     NodeClaimInitialized,
     NodeClaimRegistered,
     NodeClassesSnapshot,
@@ -90,7 +89,7 @@ from shared.scheduling.catalog import MEMBER_LABEL
 log = logging.getLogger("tenon.launcher_capi")
 
 MAX_ROUNDS = 16
-PASSIVE_EVENTS = (NodeClaimRegistered, NodeClaimInitialized, NodeClaimDrained, DisruptionRequested)
+PASSIVE_EVENTS = (NodeClaimRegistered, NodeClaimInitialized, DisruptionRequested)
 """Claim events that move a claim's sequence but change nothing the launcher decides."""
 
 

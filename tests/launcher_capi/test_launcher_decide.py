@@ -5,7 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import cast
 
-from proto.events import NodeClaimAbandoned, NodeClaimLaunched, NodeClaimLaunchFailed
+from proto.events import (
+    NodeClaimAbandoned,
+    NodeClaimDrained,
+    NodeClaimLaunched,
+    NodeClaimLaunchFailed,
+    NodeClaimTerminated,
+)
 from proto.ids import derive_id
 from services.launcher_capi.catalog import MachineDeploymentKey
 from services.launcher_capi.launching import (
@@ -147,6 +153,26 @@ def test_a_claim_abandoned_before_its_machine_came_gets_that_machine_removed() -
     assert [m.name for m in decision.marks] == ["c3-8-new"]
     assert [(s.replicas_to, s.scaled_down_for) for s in decision.scales] == [(0, ("c3-8-new",))]
     assert decision.appends == []
+
+
+def test_a_drained_claim_loses_its_machine_then_is_terminated_once() -> None:
+    projection = claims("a")
+    launched = NodeClaimLaunched(id="l", decided_at=datetime.now(UTC), producer="launcher-capi", nodeclaim="a",
+                                 provider_id="p1", instance_type="c3-8", machine="c3-8-a")
+    apply_claim_event(projection, launched, 20)
+    drained = NodeClaimDrained(id="d", decided_at=datetime.now(UTC), producer="disruption", nodeclaim="a", node="n")
+    apply_claim_event(projection, drained, 30)
+    decision = decide(state(projection, md(1), machines=(machine("c3-8-a", "a", provider_id="p1"),)))
+    assert [m.name for m in decision.marks] == ["c3-8-a"] and [s.replicas_to for s in decision.scales] == [0]
+    assert decision.appends == []  # not while the Machine exists, even deleting
+    going = machine("c3-8-a", "a", provider_id="p1", marked=True, deleting=True)
+    assert decide(state(projection, md(0, down=("c3-8-a",)), machines=(going,))).appends == []
+    decision = decide(state(projection, md(0, down=("c3-8-a",))))
+    [append] = decision.appends
+    assert isinstance(append.event, NodeClaimTerminated)
+    assert (append.event.machine, append.expected_last_sequence, append.event.causation_id) == ("c3-8-a", 30, "d")
+    apply_claim_event(projection, append.event, 31)
+    assert decide(state(projection, md(0))).empty
 
 
 def test_a_machine_bound_to_an_unknown_claim_is_removed_only_after_the_grace_period() -> None:

@@ -8,10 +8,17 @@ claim's story in the log.
 from __future__ import annotations
 
 import functools
+from datetime import UTC, datetime
 from typing import Any
 
 from proto import subjects
-from proto.events import NodeClaimLaunched, NodeClaimLaunchFailed, NodeClaimPlanned
+from proto.events import (
+    NodeClaimDrained,
+    NodeClaimLaunched,
+    NodeClaimLaunchFailed,
+    NodeClaimPlanned,
+    NodeClaimTerminated,
+)
 from services.sandbox.testing import running_sandbox
 from shared.eventlog.jetstream import JetStreamEventLog
 from tests.launcher_capi.launcher_support import (
@@ -144,3 +151,23 @@ async def test_leaked_machine_is_removed_after_the_grace_period(jetstream_log: J
             assert launcher.clock() - first >= 0.5
             await wait_until(lambda: [m["metadata"]["name"] for m in machines_of(store, "c3-8")] ==
                              [machines[1]["metadata"]["name"]], what="only the unbound machine left")
+
+
+async def test_drained_claim_loses_its_machine_and_is_terminated(jetstream_log: JetStreamEventLog) -> None:
+    async with running_sandbox() as sb:
+        store = sb.management_store
+        store.create(md_rt(store), machine_deployment("c3-8"))
+        await publish_nodeclasses(jetstream_log, nodeclass())
+        async with running_launcher(jetstream_log, sb):
+            await append_claim_event(jetstream_log, planned("claim-d", "c3-8"))
+            launched = await wait_until(lambda: _launched(jetstream_log, "claim-d"), what="claim-d Launched")
+            drained = NodeClaimDrained(id="drained-d", decided_at=datetime.now(UTC), producer="disruption",
+                                       nodeclaim="claim-d", node=launched.machine)
+            await append_claim_event(jetstream_log, drained)
+            terminated = await wait_until(lambda: _terminated(jetstream_log, "claim-d"), what="claim-d Terminated")
+            assert terminated.machine == launched.machine and terminated.producer == "launcher-capi"
+            assert machines_of(store, "c3-8") == [] and replicas_of(store, "c3-8") == 0
+
+
+async def _terminated(event_log: JetStreamEventLog, claim: str) -> NodeClaimTerminated | None:
+    return next((e for e in await claim_events(event_log, claim) if isinstance(e, NodeClaimTerminated)), None)
