@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from services.pod_watcher.service import SERVICE_NAME, PodWatcherSettings, make_work
 from shared.service import run_service
@@ -51,6 +52,11 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
 def settings_from(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> PodWatcherSettings:
     parser = build_parser(env)
     args = parser.parse_args(argv)
+    if args.kubeconfig and not Path(args.kubeconfig).expanduser().is_file():
+        parser.error(f"--kubeconfig (or TENON_KUBECONFIG): no such file: {args.kubeconfig}")
+    if not args.kubeconfig and not (env if env is not None else os.environ).get("KUBERNETES_SERVICE_HOST"):
+        parser.error("no --kubeconfig (or TENON_KUBECONFIG) and not running in a cluster: "
+                     "say which workload cluster to watch")
     try:
         return PodWatcherSettings(
             kubeconfig=args.kubeconfig or None,

@@ -355,10 +355,16 @@ def make_work(settings: PodWatcherSettings) -> Work:
     """The leader's work for :func:`shared.service.serve`: one :class:`PodWatcher` term per leadership."""
 
     async def work(ctx: ServiceContext) -> None:
-        kube = await load_kube(settings.kubeconfig)
         try:
-            await PodWatcher(kube, ctx.event_log, settings).run(ctx.stopping)
-        finally:
-            await kube.close()
+            kube = await load_kube(settings.kubeconfig)
+            try:
+                await PodWatcher(kube, ctx.event_log, settings).run(ctx.stopping)
+            finally:
+                await kube.close()
+        except Exception:
+            # the election only sees that the term ended; say why here, then let it campaign again
+            log.exception("pod-watcher term failed; the next term starts over from the log",
+                          extra={"identity": ctx.identity})
+            raise
 
     return work

@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,15 +19,24 @@ from tests.pod_watcher.support import wait_for_events
 from tests.sandbox.controller_support import node, pod
 
 
-def test_flags_override_the_environment_and_bad_values_name_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
-    env = {"TENON_KUBECONFIG": "/tmp/k", "TENON_BATCH_IDLE_SECONDS": "2", "TENON_REBATCH_SECONDS": "60"}
+def test_flags_override_the_environment_and_bad_values_name_the_flag(capsys: pytest.CaptureFixture[str],
+                                                                    tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "workload.kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    env = {"TENON_KUBECONFIG": str(kubeconfig), "TENON_BATCH_IDLE_SECONDS": "2", "TENON_REBATCH_SECONDS": "60"}
     settings = settings_from(["--batch-max-seconds", "20", "--batch-idle-seconds", "3"], env)
     assert (settings.kubeconfig, settings.batch_idle_seconds, settings.batch_max_seconds,
-            settings.rebatch_seconds) == ("/tmp/k", 3.0, 20.0, 60.0)
-    with pytest.raises(SystemExit) as exit_info:
-        settings_from(["--batch-idle-seconds", "soon"], {})
-    assert exit_info.value.code == 2
-    assert "--batch-idle-seconds" in capsys.readouterr().err
+            settings.rebatch_seconds) == (str(kubeconfig), 3.0, 20.0, 60.0)
+    for argv, bad_env, named in [
+        (["--batch-idle-seconds", "soon"], env, "--batch-idle-seconds"),
+        (["--batch-idle-seconds", "20"], env, "batch_max_seconds (10.0) must not be shorter"),
+        ([], {"TENON_KUBECONFIG": str(tmp_path / "missing")}, "--kubeconfig (or TENON_KUBECONFIG): no such file"),
+        ([], {}, "not running in a cluster"),
+    ]:
+        with pytest.raises(SystemExit) as exit_info:
+            settings_from(argv, bad_env)
+        assert exit_info.value.code == 2
+        assert named in capsys.readouterr().err
 
 
 @pytest.mark.integration
