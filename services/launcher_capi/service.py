@@ -251,7 +251,10 @@ class CapiLauncher:
 
     async def _catalog_loop(self) -> None:
         while True:
-            await self._catalog_wanted.wait()
+            # also every flavor_refresh seconds, so a flavor changed in Nova reaches the catalog without an MD change
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.settings.flavor_refresh):
+                    await self._catalog_wanted.wait()
             self._catalog_wanted.clear()
             try:
                 await self.refresh_catalogs()
