@@ -292,17 +292,20 @@ class ObservedObjects:
         return self.make("removed", obj, decided_at=decided_at)
 
     def relisted(self, items: Iterable[Mapping[str, Any]], *, decided_at: datetime | None = None) -> list[Event]:
-        """The complete current set: events for what is new or changed, and ``removed`` for what is gone."""
+        """The complete current set: ``removed`` for what is gone, then events for what is new or changed.
+
+        Removals come first because readers key objects by name: a StatefulSet pod or a Node recreated under
+        the same name during the gap has a new uid, and its ``added`` must be the last word on that name."""
+        items = list(items)
+        seen = {uid_of(obj) for obj in items}
         events: list[Event] = []
-        seen: set[str] = set()
-        for obj in items:
-            seen.add(uid_of(obj))
-            event = self.observe(obj, decided_at=decided_at)
-            if event is not None:
-                events.append(event)
         for uid in [uid for uid in self.known if uid not in seen]:
             gone = self.known.pop(uid)
             events.append(self.make("removed", gone, decided_at=decided_at))
+        for obj in items:
+            event = self.observe(obj, decided_at=decided_at)
+            if event is not None:
+                events.append(event)
         return events
 
     def restore(self, change: ObservedChange, obj: Mapping[str, Any]) -> None:

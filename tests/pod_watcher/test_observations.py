@@ -230,3 +230,11 @@ def test_a_pod_too_large_for_any_message_is_named() -> None:
     big["metadata"]["annotations"] = {"blob": "x" * 10_000}
     with pytest.raises(obs.PodTooLarge, match=r"Pod default/huge: .* bytes of JSON"):
         obs.split_for_payload([big], max_bytes=8_192)
+
+
+def test_an_object_recreated_under_the_same_name_during_a_gap_ends_added() -> None:
+    tracker = obs.node_tracker()
+    tracker.observe(node("n1", "old-uid"))
+    events = tracker.relisted([node("n1", "new-uid", rv="40")])
+    assert [(e.change, e.node["metadata"]["uid"]) for e in events] == [  # type: ignore[attr-defined]
+        ("removed", "old-uid"), ("added", "new-uid")]
