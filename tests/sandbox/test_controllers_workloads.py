@@ -92,6 +92,11 @@ async def test_node_boots_not_ready_then_becomes_ready() -> None:
             c["status"] == "True" and n, what="Ready=True")
         assert not any(t["key"] == "node.kubernetes.io/not-ready" for t in ready["spec"].get("taints") or [])
         assert ready["status"]["capacity"]["cpu"] == "4"
+        leases = rt(store, "coordination.k8s.io/v1", "Lease")
+        lease = await wait_for(lambda: store.list(leases, "kube-node-lease")[0], what="node lease")
+        assert lease[0]["spec"]["holderIdentity"] == "n1"
+        store.delete(rt(store, "v1", "Node"), "n1")
+        await wait_for(lambda: not store.list(leases, "kube-node-lease")[0], what="lease collected with its node")
 
 
 async def test_graceful_deletion_waits_then_removes_the_pod() -> None:

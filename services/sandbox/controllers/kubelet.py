@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 from services.sandbox.controllers.clock import now_rfc3339
@@ -51,7 +52,7 @@ from services.sandbox.controllers.predicates import (
     node_is_ready,
     pod_key,
 )
-from services.sandbox.errors import NotFound
+from services.sandbox.errors import AlreadyExists, NotFound
 from services.sandbox.profiles import TimingProfile
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,12 @@ KUBELET_ANNOTATION = "sandbox.tenon.sh/kubelet"
 KUBELET_VERSION = "v1.32.4"
 DEFAULT_CAPACITY = {"cpu": "1k", "memory": "1Ti", "pods": "1M"}  # KWOK's, for nodes created with none
 DEFAULT_GRACE_SECONDS = 30
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+PRESSURE_CONDITIONS = (
+    ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+    ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+    ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+)
 
 
 def kubelet_disabled(node: dict[str, Any]) -> bool:
@@ -111,9 +118,8 @@ def registered_node(node: dict[str, Any], index: int) -> dict[str, Any]:
     )
     status.setdefault("daemonEndpoints", {"kubeletEndpoint": {"Port": 10250}})
     status.setdefault("phase", "Running")
-    for pressure in ("MemoryPressure", "DiskPressure", "PIDPressure"):
-        set_condition(node, pressure, "False", f"KubeletHasNo{pressure}",
-                      f"kubelet has no {pressure.lower()}", lastHeartbeatTime=now_rfc3339())
+    for pressure, reason, message in PRESSURE_CONDITIONS:
+        set_condition(node, pressure, "False", reason, message, lastHeartbeatTime=now_rfc3339())
     set_condition(node, "Ready", "False", "KubeletNotReady", "container runtime network not ready",
                   lastHeartbeatTime=now_rfc3339())
     return node
@@ -182,6 +188,8 @@ class Kubelet:
         self.profile = profile
         self.pods_rt = store.resource("v1", "Pod")
         self.nodes_rt = store.resource("v1", "Node")
+        self.leases_rt = store.resource("coordination.k8s.io/v1", "Lease")
+        self._leased: set[str] = set()
         self.nodes = self.informers.informer(self.nodes_rt, "nodes")
         self.pods = self.informers.informer(self.pods_rt, "pods")
         self.nodes.add_handler(self._on_node)
@@ -208,6 +216,7 @@ class Kubelet:
         name = node["metadata"]["name"]
         if event_type == "DELETED":
             self.not_ready_since.pop(name, None)
+            self._leased.discard(name)
             return
         self.queue.add(("node", name))
         if node_is_ready(node) and (old is None or not node_is_ready(old)):
@@ -266,7 +275,35 @@ class Kubelet:
             self.not_ready_since.pop(name, None)
             node = fresh
         self._remove_not_ready_taint(node)
+        self._ensure_lease(node)
         return None
+
+    def _ensure_lease(self, node: dict[str, Any]) -> None:
+        """The node's heartbeat Lease in ``kube-node-lease`` (``kubectl describe node`` shows it).
+
+        Created once, owned by the Node (so the store's garbage collector removes it with the node) and not
+        renewed: nothing in the sandbox judges node health by lease age.
+        """
+        name = node["metadata"]["name"]
+        if name in self._leased:
+            return
+        lease = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": name,
+                "namespace": NODE_LEASE_NAMESPACE,
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name,
+                                     "uid": node["metadata"].get("uid")}],
+            },
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40,
+                     "renewTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")},
+        }
+        try:
+            self.store.create(self.leases_rt, lease)
+        except AlreadyExists:
+            pass
+        self._leased.add(name)
 
     def _remove_not_ready_taint(self, node: dict[str, Any]) -> None:
         """The node lifecycle controller's part: a Ready node loses the not-ready taint."""
