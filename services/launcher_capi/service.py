@@ -43,6 +43,7 @@ from proto import subjects
 from proto.events import (
     CatalogSnapshot,
     DisruptionRequested,
+    NodeClaimEvent,
     NodeClaimInitialized,
     NodeClaimRegistered,
     NodeClassesSnapshot,
@@ -285,13 +286,28 @@ class CapiLauncher:
         the MachineDeployment. Events that no decision reads (the node lifecycle's) are only folded in.
         """
         event = record.decode()  # an UndecodableEvent is dead-lettered by the runner
-        apply_claim_event(self.claims, event, record.sequence)
-        if isinstance(event, PASSIVE_EVENTS):
+        new = apply_claim_event(self.claims, event, record.sequence)
+        if isinstance(event, PASSIVE_EVENTS) or not isinstance(event, NodeClaimEvent):
             return
+        if not new and not self._may_need_action(event.nodeclaim):
+            return  # history replayed to a new consumer: settled claims need no decision each
         try:
             await self.reconcile()
         except (KubeApiError, OSError, TimeoutError) as exc:
             raise TransientError(str(exc)) from exc
+
+    def _may_need_action(self, name: str) -> bool:
+        claim = self.claims.get(name)
+        if claim is None:
+            return False
+        if claim.live:
+            return claim.launched is None
+        if claim.drained is not None and claim.ended is None:
+            return True
+        return any(
+            ((m.get("metadata") or {}).get("annotations") or {}).get(CLAIM_ANNOTATION) == name
+            for m in self.machines.objects.values()
+        )
 
     # ------------------------------------------------------------------------------------------- catalogs
     async def refresh_catalogs(self) -> None:
