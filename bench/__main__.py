@@ -26,6 +26,7 @@ SUITES: tuple[str, ...] = (
     "scheduling",
     "sandbox",
     "sandbox_controllers",
+    "launcher_capi",
 )
 
 RESULTS_PATH = Path(__file__).parent / "results.json"
