@@ -14,9 +14,10 @@ What it does
   new Machine to the claim (annotation ``tenon.sh/nodeclaim``, label ``karpenter.sh/nodepool``) and appends
   ``NodeClaimLaunched`` once the Machine has a providerID. An MD at its max size (or paused) gives
   ``NodeClaimLaunchFailed`` and the claim's next fallback is tried; after the last, the failure is final.
-* **Removal.** A claim ``NodeClaimAbandoned`` or ``NodeClaimTerminated`` loses exactly its Machine: the
-  ``cluster.x-k8s.io/delete-machine`` annotation, then one replica fewer. A Machine bound to a claim the log
-  never had is removed the same way after a grace period (default 10 minutes).
+* **Removal.** A claim ``NodeClaimAbandoned``, ``NodeClaimDrained`` or ``NodeClaimTerminated`` loses exactly
+  its Machine: the ``cluster.x-k8s.io/delete-machine`` annotation, then one replica fewer. After a drain, once
+  the Machine is gone, the launcher appends ``NodeClaimTerminated``. A Machine bound to a claim the log never
+  had is removed the same way after a grace period (default 10 minutes).
 
 How it is built
 ---------------
