@@ -227,6 +227,22 @@ def test_self_affinity_lets_the_first_pod_land_then_follows_it() -> None:
     assert "didn't match pod affinity rules" in decide(state, stranger).message
 
 
+def test_host_ports_cannot_be_shared_on_a_node() -> None:
+    def with_port(name: str, port: int, protocol: str = "TCP") -> dict[str, Any]:
+        item = pod(name)
+        item["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": port, "protocol": protocol}]
+        return item
+
+    taken = with_port("taken", 8080)
+    taken["spec"]["nodeName"] = "a"
+    state = cluster(node("a"), pods=(taken,))
+    assert decide(state, with_port("p", 8080)).message == (
+        "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports."
+    )
+    assert decide(state, with_port("p", 8080, "UDP")).node_name == "a"
+    assert decide(state, with_port("p", 9090)).node_name == "a"
+
+
 def test_least_allocated_node_wins_ties_by_name() -> None:
     state = cluster(node("b", cpu="4"), node("a", cpu="4"), node("c", cpu="8"))
     assert decide(state, pod("p", cpu="1")).node_name == "c"

@@ -57,6 +57,9 @@ async def test_deployment_pods_wait_unschedulable_then_run_when_nodes_join() -> 
         assert {p["spec"]["nodeName"] for p in running} == {"small", "big"}
         assert all(condition(p, "Ready")["status"] == "True" for p in running)  # type: ignore[index]
         assert all(p["status"].get("podIP") for p in running)
+        scheduled = [e for e in store.list(rt(store, "v1", "Event"))[0] if e["reason"] == "Scheduled"]
+        assert len(scheduled) == 8
+        assert scheduled[0]["message"].startswith("Successfully assigned default/web-")
         deploy = await wait_for(
             lambda: (d := store.get(rt(store, "apps/v1", "Deployment"), "web", "default"))["status"].get(
                 "readyReplicas") == 8 and d,

@@ -18,6 +18,7 @@ rule).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,7 @@ class NodeInfo:
     allocatable: dict[str, int]
     requested: dict[str, int] = field(default_factory=dict)
     pod_keys: set[str] = field(default_factory=set)
+    used_ports: Counter[tuple[str, int]] = field(default_factory=Counter)  # (protocol, hostPort) in use
 
     @property
     def pod_count(self) -> int:
@@ -57,6 +59,7 @@ class PodEntry:
     pod: dict[str, Any]
     requests: dict[str, int]
     node_name: str | None  # the node whose totals include this pod, if any
+    host_ports: tuple[tuple[str, int], ...] = ()
     cache: dict[str, Any] = field(default_factory=dict)  # derived data (parsed terms), reset on update
 
 
@@ -64,6 +67,17 @@ def _same_version(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     meta_a, meta_b = a.get("metadata") or {}, b.get("metadata") or {}
     version = meta_a.get("resourceVersion")
     return bool(version) and version == meta_b.get("resourceVersion") and meta_a.get("uid") == meta_b.get("uid")
+
+
+def host_ports(pod: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    """The ``(protocol, hostPort)`` pairs a pod's containers claim on their node (NodePorts plugin)."""
+    spec = pod.get("spec") or {}
+    claimed: list[tuple[str, int]] = []
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        for port in container.get("ports") or []:
+            if port.get("hostPort"):
+                claimed.append((str(port.get("protocol") or "TCP"), int(port["hostPort"])))
+    return tuple(claimed)
 
 
 def has_required_anti_affinity(pod: Mapping[str, Any]) -> bool:
@@ -141,6 +155,7 @@ class ClusterState:
             return
         add_into(info.requested, entry.requests)
         info.pod_keys.add(entry.key)
+        info.used_ports.update(entry.host_ports)
         entry.node_name = node_name
 
     def _detach(self, entry: PodEntry) -> None:
@@ -155,6 +170,10 @@ class ClusterState:
         if info is not None and entry.key in info.pod_keys:
             subtract_into(info.requested, entry.requests)
             info.pod_keys.discard(entry.key)
+            info.used_ports.subtract(entry.host_ports)
+            for port in entry.host_ports:
+                if info.used_ports[port] <= 0:
+                    del info.used_ports[port]
         entry.node_name = None
 
     def upsert_pod(self, pod: dict[str, Any]) -> PodEntry | None:
@@ -171,13 +190,14 @@ class ClusterState:
         self.bad_objects.pop(f"pod/{key}", None)
         entry = self.pods.get(key)
         if entry is None:
-            entry = PodEntry(key, pod, requests, None)
+            entry = PodEntry(key, pod, requests, None, host_ports(pod))
             self.pods[key] = entry
             self.pods_by_namespace.setdefault(key.split("/", 1)[0], set()).add(key)
         else:
             self._detach(entry)
             entry.pod = pod
             entry.requests = requests
+            entry.host_ports = host_ports(pod)
             entry.cache = {}
         target = self._counts_on_node(pod)
         if target is not None:

@@ -16,7 +16,9 @@ How it runs (the real scheduler's queue, simplified):
   then creation order), asks :func:`choose_node` for each, and either **binds** (the ``pods/binding``
   semantics: ``spec.nodeName`` set, ``PodScheduled=True``) and books the pod in the cache at once, or writes
   ``PodScheduled=False``, reason ``Unschedulable``, message ``"0/N nodes are available: ..."`` through the
-  status subresource (only when the message changed) and a ``FailedScheduling`` Warning Event. Within a cycle,
+  status subresource (only when the message changed) and a ``FailedScheduling`` Warning Event; a binding
+  records a ``Scheduled`` Normal Event ("Successfully assigned ns/pod to node"), as ``kubectl describe``
+  shows for real pods. Within a cycle,
   pods with the same scheduling requirements that already failed are not re-filtered
   (``equivalence_key``), which keeps a 10,000-pod backlog against 1,000 nodes workable.
 
@@ -214,6 +216,8 @@ class Scheduler:
                     decision = Decision(None, f"pod {key}: {err}")
             if decision.node_name is not None:
                 if self._bind(entry.pod, decision.node_name):
+                    self.events.record(entry.pod, "Normal", "Scheduled",
+                                       f"Successfully assigned {key} to {decision.node_name}")
                     self.state.assume(key, decision.node_name)
                     self.pending.pop(key, None)
                     self.binds += 1

@@ -10,7 +10,8 @@ every node of a :class:`ClusterState`, and scores the survivors:
    "node(s) had untolerated taint {key: value}". The effective taints include ``not-ready`` for nodes no
    kubelet has registered yet (``predicates.node_taints``).
 4. ``NodeAffinity``: ``nodeSelector`` and required node affinity ->
-   "node(s) didn't match Pod's node affinity/selector".
+   "node(s) didn't match Pod's node affinity/selector"; then ``NodePorts``: a ``hostPort`` (per protocol)
+   already claimed on the node -> "node(s) didn't have free ports for the requested pod ports".
 5. ``NodeResourcesFit``: pod count against ``allocatable.pods`` ("Too many pods") and every requested
    resource against allocatable minus what the node's pods request ("Insufficient cpu", ...; all of them).
 6. ``PodTopologySpread`` (``DoNotSchedule`` constraints only): the node must carry the topology key
@@ -40,7 +41,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from services.sandbox.controllers.cluster_state import ClusterState, NodeInfo, PodEntry
+from services.sandbox.controllers.cluster_state import ClusterState, NodeInfo, PodEntry, host_ports
 from services.sandbox.controllers.predicates import (
     UNSCHEDULABLE_TAINT_KEY,
     is_terminating,
@@ -150,6 +151,7 @@ class _PodContext:
         affinity = spec.get("affinity") or {}
         self.plain_placement = not spec.get("nodeSelector") and not (affinity.get("nodeAffinity") or {}).get(
             "requiredDuringSchedulingIgnoredDuringExecution")
+        self.host_ports = host_ports(pod)
         self.request_items = [(name, amount) for name, amount in requests.items() if name != "pods" and amount > 0]
         self.inter_pod = bool(self.spread or self.anti_terms or self.existing_blocked or self.affinity_terms)
         self.cpu = requests.get("cpu", 0)
@@ -256,6 +258,8 @@ class _PodContext:
                 return [f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value') or ''}}}"]
         if not self.plain_placement and not node_matches_pod(self.pod, info.name, info.labels):
             return ["node(s) didn't match Pod's node affinity/selector"]
+        if self.host_ports and any(port in info.used_ports for port in self.host_ports):
+            return ["node(s) didn't have free ports for the requested pod ports"]
         allocatable, requested = info.allocatable, info.requested
         max_pods = allocatable.get("pods")
         too_many = max_pods is not None and len(info.pod_keys) + 1 > max_pods
@@ -380,5 +384,6 @@ def equivalence_key(pod: Mapping[str, Any], requests: Mapping[str, int]) -> str 
             sorted((spec.get("nodeSelector") or {}).items()),
             affinity,
             spec.get("tolerations"),
+            host_ports(pod),
         )
     )
