@@ -37,12 +37,18 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
+
 from proto import subjects
+from proto.codec import UndecodableEvent, decode
 from proto.events import (
     BoundPodObserved,
     DaemonSetsSnapshot,
@@ -179,29 +185,78 @@ class PodWatcher:
     async def recover(self) -> None:
         """Rebuild what earlier terms published (see the module docstring)."""
         restored = 0
-        async for record in self.event_log.read(subjects.CLUSTER):
-            event = record.event
+        async for sequence, event in self._last_cluster_events():
             if isinstance(event, NodeObserved):
                 self.nodes.restore(event.change, event.node)
             elif isinstance(event, BoundPodObserved):
                 self.bound_pods.restore(event.change, event.pod)
             elif isinstance(event, NodePoolsSnapshot | NodeClassesSnapshot | DaemonSetsSnapshot):
                 kind = next(k for k in obs.SNAPSHOT_KINDS if isinstance(event, k.event_type))
-                self.snapshots[kind.name].state.published(event, record.sequence)
+                self.snapshots[kind.name].state.published(event, sequence)
             else:
                 continue
             restored += 1
         since = datetime.fromtimestamp(self.clock() - self.settings.rebatch_seconds, UTC)
         batches = 0
-        async for record in self.event_log.read(subjects.PENDING, start_time=since):
-            event = record.event
-            if isinstance(event, PendingBatch):
-                uids = [str((pod.get("metadata") or {}).get("uid")) for pod in event.pods]
-                self.batcher.remember_batched(uids, event.decided_at.timestamp())
-                batches += 1
+        if await self._batched_since(since):
+            async for record in self.event_log.read(subjects.PENDING, start_time=since):
+                event = record.event
+                if isinstance(event, PendingBatch):
+                    uids = [str((pod.get("metadata") or {}).get("uid")) for pod in event.pods]
+                    self.batcher.remember_batched(uids, event.decided_at.timestamp())
+                    batches += 1
         log.info("recovered from the log", extra={
             "cluster_events": restored, "nodes": len(self.nodes.known), "bound_pods": len(self.bound_pods.known),
             "recent_batches": batches})
+
+    async def _batched_since(self, since: datetime) -> bool:
+        """Whether the last PendingBatch is recent (a read by start time that finds nothing costs a timeout)."""
+        last = await self.event_log.last_subject_sequence(subjects.PENDING)
+        if last == 0:
+            return False
+        async with contextlib.aclosing(self.event_log.read(subjects.PENDING, start_sequence=last)) as records:
+            async for record in records:
+                return record.recorded_at >= since
+        return False
+
+    async def _last_cluster_events(self) -> AsyncIterator[tuple[int, Event | None]]:
+        """The last event on each ``tenon.cluster.>`` subject, which is all the view needs: every subject is
+        one object (or one snapshot kind), and its last event says whether it exists and what it was.
+
+        On JetStream this is a last-per-subject delivery, so a leader change costs one message per object
+        rather than the whole retained history (measured: about 7,000 events/s when reading it all). Any
+        other log is read whole; folding in order gives the same view."""
+        js = getattr(self.event_log, "js", None)
+        if not isinstance(js, JetStreamContext):
+            async for record in self.event_log.read(subjects.CLUSTER):
+                yield record.sequence, record.event
+            return
+        try:
+            info = await js.stream_info(subjects.EVENTS_STREAM, subjects_filter=subjects.CLUSTER)
+        except NotFoundError:
+            return
+        expected = len(info.state.subjects or {})
+        if expected == 0:
+            return
+        config = ConsumerConfig(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT)
+        subscription = await js.subscribe(subjects.CLUSTER, stream=subjects.EVENTS_STREAM, ordered_consumer=True,
+                                          config=config)
+        try:
+            for _ in range(expected):
+                try:
+                    message = await subscription.next_msg(timeout=5.0)
+                except NatsTimeoutError:
+                    return  # a subject vanished meanwhile (retention): nothing more is coming
+                try:
+                    event: Event | None = decode(message.data)
+                except UndecodableEvent:
+                    event = None
+                yield int(message.metadata.sequence.stream), event
+                if message.metadata.num_pending == 0:
+                    return
+        finally:
+            with contextlib.suppress(Exception):
+                await subscription.unsubscribe()
 
     # --- phase 2: watch and publish ---------------------------------------------------------------------------
 
