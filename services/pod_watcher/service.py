@@ -214,10 +214,10 @@ class PodWatcher:
         last = await self.event_log.last_subject_sequence(subjects.PENDING)
         if last == 0:
             return False
-        async with contextlib.aclosing(self.event_log.read(subjects.PENDING, start_sequence=last)) as records:
-            async for record in records:
-                return record.recorded_at >= since
-        return False
+        recent = False
+        async for record in self.event_log.read(subjects.PENDING, start_sequence=last, stop_sequence=last):
+            recent = record.recorded_at >= since  # one record: the read ends by itself, nothing left open
+        return recent
 
     async def _last_cluster_events(self) -> AsyncIterator[tuple[int, Event | None]]:
         """The last event on each ``tenon.cluster.>`` subject, which is all the view needs: every subject is
