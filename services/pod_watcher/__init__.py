@@ -44,9 +44,14 @@ Running it
 ``TENON_REBATCH_SECONDS``; the broker from ``TENON_NATS_URL`` and friends, see
 ``shared/eventlog/connection.py``). Without a kubeconfig it uses the in-cluster service account.
 
-Limits known today
-------------------
-* Recovery reads the whole of ``tenon.cluster.>``; with a long retention and a large, busy cluster a
-  last-per-subject read (JetStream ``DeliverLastPerSubject``) would be cheaper.
+Size and cost
+-------------
+* A window whose pods do not fit in one NATS message (``max_payload``, 1 MiB by default: about 900 typical
+  pods) is published as several ``PendingBatch`` events sharing ``windowOpenedAt``. Measured on the sandbox:
+  1,000 pods of 20 Deployments -> two batches (943 + 57) closed 1.02 s after the last pod became
+  Unschedulable, with the idle window at 1 s.
+* A new leader reads the last event of each ``tenon.cluster.>`` subject (JetStream last-per-subject
+  delivery), one message per object, not the retained history: 2,000 pods behind 20,000 events recover in
+  about 0.2 s (the whole history read at about 7,000 events/s).
 * Pods are watched cluster-wide without a field selector (bound and pending pods are both needed).
 """
