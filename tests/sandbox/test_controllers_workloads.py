@@ -200,3 +200,18 @@ def test_noexecute_eviction_delay_honours_toleration_seconds() -> None:
     timed = pod("p", tolerations=[{"key": "drain", "operator": "Exists", "tolerationSeconds": 30}])
     assert eviction_delay(timed, taints) == 30.0
     assert eviction_delay(pod("p"), [{"key": "soft", "effect": "NoSchedule"}]) is None
+
+
+async def test_malformed_affinity_is_a_scheduler_error_not_unschedulable() -> None:
+    async with running_controllers() as store:
+        store.create(rt(store, "v1", "Node"), node("n"))
+        bad = pod("bad", affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "Near", "values": ["a"]}]}]}}})
+        try:
+            store.create(rt(store, "v1", "Pod"), bad)
+        except Exception as err:  # the API server may already reject it; then there is nothing to schedule
+            pytest.skip(f"rejected at admission: {err}")
+        cond = await wait_for(lambda: condition(store.get(rt(store, "v1", "Pod"), "bad", "default"), "PodScheduled"),
+                              what="PodScheduled condition")
+        assert cond["status"] == "False" and cond["reason"] == "SchedulerError"
+        assert "pod default/bad" in cond["message"] and "operator: unknown operator 'Near'" in cond["message"]

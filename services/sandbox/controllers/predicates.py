@@ -265,6 +265,35 @@ def node_matches_pod(pod: Mapping[str, Any], node_name: str, labels: Mapping[str
     )
 
 
+NODE_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
+
+
+def validate_node_affinity(pod: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` naming the field if the required node affinity cannot be evaluated.
+
+    The scheduler's PreFilter step: a malformed term is reported whether or not any node would reach it.
+    """
+    spec = pod.get("spec") or {}
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    if not required:
+        return
+    where = f"pod {pod_key(pod)}: spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    for i, term in enumerate(required.get("nodeSelectorTerms") or []):
+        for field_name in ("matchExpressions", "matchFields"):
+            for j, expr in enumerate(term.get(field_name) or []):
+                at = f"{where}.nodeSelectorTerms[{i}].{field_name}[{j}]"
+                operator = expr.get("operator")
+                if operator not in NODE_OPERATORS:
+                    raise ValueError(f"{at}.operator: unknown operator {operator!r}")
+                values = expr.get("values") or []
+                if operator in ("Gt", "Lt") and (len(values) != 1 or _int_or_none(values[0]) is None):
+                    raise ValueError(f"{at}.values: {operator} needs exactly one integer value, got {values!r}")
+                if field_name == "matchFields" and expr.get("key") != "metadata.name":
+                    raise ValueError(f"{at}.key: only metadata.name is supported, got {expr.get('key')!r}")
+
+
 def node_labels(node: Mapping[str, Any]) -> dict[str, str]:
     return dict((node.get("metadata") or {}).get("labels") or {})
 

@@ -209,11 +209,12 @@ class Scheduler:
                 continue
             klass = equivalence_key(entry.pod, entry.requests)
             decision = failed_classes.get(klass) if klass is not None else None
+            reason = "Unschedulable"
             if decision is None:
                 try:
                     decision = choose_node(entry.pod, entry.requests, self.state)
-                except ValueError as err:  # malformed affinity/selector: report it on the pod
-                    decision = Decision(None, f"pod {key}: {err}")
+                except ValueError as err:  # malformed affinity/selector: not a capacity problem
+                    decision, reason = Decision(None, f"pod {key}: {err}"), "SchedulerError"
             if decision.node_name is not None:
                 if self._bind(entry.pod, decision.node_name):
                     self.events.record(entry.pod, "Normal", "Scheduled",
@@ -221,11 +222,12 @@ class Scheduler:
                     self.state.assume(key, decision.node_name)
                     self.pending.pop(key, None)
                     self.binds += 1
-                    continue
-                decision = Decision(None, f"binding to node {decision.node_name} failed; will retry")
-            elif klass is not None:
+                else:  # lost a race (pod bound or deleted meanwhile): not Unschedulable, just try again
+                    item.next_try = self._now() + self.profile.scheduler_backoff_initial
+                continue
+            if klass is not None and reason == "Unschedulable":
                 failed_classes[klass] = decision
-            deferred = self._mark_unschedulable(entry.pod, decision.message, item)
+            deferred = self._mark_unschedulable(entry.pod, decision.message, item, reason)
             self.failures += 1
             item.attempts += 1
             item.last_attempt = self._now()
@@ -255,7 +257,9 @@ class Scheduler:
             return False
         return True
 
-    def _mark_unschedulable(self, pod: dict[str, Any], message: str, item: _Pending) -> bool:
+    def _mark_unschedulable(
+        self, pod: dict[str, Any], message: str, item: _Pending, reason: str = "Unschedulable"
+    ) -> bool:
         """Write ``PodScheduled=False/Unschedulable`` and a FailedScheduling event.
 
         The first failure is written at once. Later ones only when the message changed, and, if the pod is
@@ -264,7 +268,7 @@ class Scheduler:
         would only churn the watches. Returns True when a changed message was held back for that reason.
         """
         current = get_condition(pod, "PodScheduled")
-        marked = current is not None and current.get("status") == "False" and current.get("reason") == "Unschedulable"
+        marked = current is not None and current.get("status") == "False" and current.get("reason") == reason
         now = self._now()
         if marked and current.get("message") == message:  # type: ignore[union-attr]
             return False
@@ -276,7 +280,7 @@ class Scheduler:
         try:
             fresh = self.store.get(self.pods_rt, meta["name"], namespace)
             if wants_scheduling(fresh):
-                set_condition(fresh, "PodScheduled", "False", "Unschedulable", message)
+                set_condition(fresh, "PodScheduled", "False", reason, message)
                 self.store.update(self.pods_rt, fresh, subresource="status")
         except ApiError as err:
             log.debug("sandbox scheduler: status of %s/%s not written: %s", namespace, meta["name"], err)

@@ -50,6 +50,7 @@ from services.sandbox.controllers.predicates import (
     pod_key,
     tolerates,
     untolerated_taint,
+    validate_node_affinity,
 )
 
 NO_NODES_MESSAGE = "no nodes available to schedule pods"
@@ -137,6 +138,7 @@ class _PodContext:
     """What the per-node filters need, computed once per pod (the framework's PreFilter state)."""
 
     def __init__(self, pod: Mapping[str, Any], requests: Mapping[str, int], state: ClusterState) -> None:
+        validate_node_affinity(pod)  # PreFilter: a malformed term fails the pod, whatever the nodes
         self.pod = pod
         self.requests = requests
         spec = pod.get("spec") or {}
