@@ -49,6 +49,7 @@ from shared.scheduling.templates import (
     Template,
     build_templates,
     fits,
+    offers_allowed,
     pod_feasibility,
     pool_rejection,
 )
@@ -61,6 +62,7 @@ from shared.scheduling.topology import (
 )
 
 DEFAULT_MAX_PODS = 110
+MAX_ROUNDS = 5  # solves, when pinned pods fail and must be set aside (see solve)
 
 
 @dataclass
@@ -93,7 +95,7 @@ def _restricts_offers(pod: Pod) -> bool:
 
 
 class _Solve:
-    def __init__(self, inputs: ClusterInput):
+    def __init__(self, inputs: ClusterInput, excluded: dict[str, dict[str, str]] | None = None):
         self.inputs = inputs
         self.pools: list[NodePool] = sorted(inputs.node_pools, key=lambda p: (-p.weight, p.name))
         self.pool_types: dict[str, tuple[InstanceType, ...]] = {}
@@ -120,7 +122,8 @@ class _Solve:
             if key not in cache:
                 cache[key] = pod_feasibility(pod, self.vec[pod.key], self.templates)
             self.feasible[pod.key] = cache[key]
-        self.unschedulable: dict[str, dict[str, str]] = {}
+        self.unschedulable: dict[str, dict[str, str]] = dict(excluded or {})
+        self.pinned: set[str] = set()
         self._okeys_cache: dict[int, frozenset[OfferKey]] = {}
         self._explained: dict[tuple[object, ...], tuple[str, list[str], list[Considered]]] = {}
         self._sorted_templates: dict[str, list[Template]] = {}
@@ -238,13 +241,43 @@ class _Solve:
                     if room.labels.get(CAPACITY_TYPE):
                         cts.add(room.labels[CAPACITY_TYPE])
             domains_of[pod.key] = {ZONE: zones, CAPACITY_TYPE: cts}
+        spread_domains_of: dict[str, dict[str, set[str]]] = {}
+        by_affinity: dict[tuple[tuple[Requirement, ...], ...], dict[str, set[str]]] = {}
+        for pod in self.pending:
+            if not any(t.topology_key in (ZONE, CAPACITY_TYPE) for t in pod.topology_spread):
+                continue
+            if pod.node_affinity not in by_affinity:
+                by_affinity[pod.node_affinity] = self._spread_domains(pod, rooms)
+            spread_domains_of[pod.key] = by_affinity[pod.node_affinity]
         placed = [(pod, {ZONE: r.labels.get(ZONE, ""), CAPACITY_TYPE: r.labels.get(CAPACITY_TYPE, "")})
                   for r in rooms for pod in r.pods]
-        outcome = assign_domains(self.pending, domains_of, [(p, {k: v for k, v in d.items() if v})
-                                                            for p, d in placed])
+        # Pods that cannot run anywhere are left out: pinning them would count pods that never arrive.
+        placeable = [p for p in self.pending if p.key not in self.unschedulable and (self.feasible[p.key] or any(
+            self._fits_room(p, self.vec[p.key], {}, r) for r in rooms))]
+        outcome = assign_domains(placeable, domains_of, [(p, {k: v for k, v in d.items() if v})
+                                                         for p, d in placed], spread_domains_of)
         for key, reason in outcome.failures.items():
             self.unschedulable[key] = {"*": reason}
+        self.pinned = set(outcome.pins)
         return outcome.pins
+
+    def _spread_domains(self, pod: Pod, rooms: Sequence[_Room]) -> dict[str, set[str]]:
+        """Domains a zone/capacity-type spread counts: nodes matching the pod's node affinity, taints ignored."""
+        zones: set[str] = set()
+        cts: set[str] = set()
+        for tpl in self.templates:
+            for term in pod.node_affinity:
+                for zone, ct in offers_allowed(term, tpl.labels, tpl.offerings):
+                    if zone:
+                        zones.add(zone)
+                    cts.add(ct)
+        for room in rooms:
+            if any(all_allow(term, room.labels) for term in pod.node_affinity):
+                if room.labels.get(ZONE):
+                    zones.add(room.labels[ZONE])
+                if room.labels.get(CAPACITY_TYPE):
+                    cts.add(room.labels[CAPACITY_TYPE])
+        return {ZONE: zones, CAPACITY_TYPE: cts}
 
     def _items(self, left: Sequence[Pod], pins: dict[str, dict[str, str]]):
         """Units (hostname pod affinity) and single pods, each with vector, offers, features, templates."""
@@ -521,5 +554,18 @@ class _Solve:
 
 
 def solve(inputs: ClusterInput) -> Plan:
-    """The plan for ``inputs``: new NodeClaims, pods on existing room, unschedulable pods with reasons."""
-    return _Solve(inputs).run()
+    """The plan for ``inputs``: new NodeClaims, pods on existing room, unschedulable pods with reasons.
+
+    Domains are pinned before packing, counting every pinned pod. If a pinned pod then finds no room (a full
+    existing node, a limit), the spreads it was counted in could end unbalanced; the solve is repeated with
+    such pods set aside (they stay unschedulable, with their reason) until no pinned pod fails.
+    """
+    excluded: dict[str, dict[str, str]] = {}
+    for _ in range(MAX_ROUNDS):
+        attempt = _Solve(inputs, excluded)
+        plan = attempt.run()
+        failed = {k: r for k, r in attempt.unschedulable.items() if k in attempt.pinned and k not in excluded}
+        if not failed:
+            break
+        excluded.update(failed)
+    return plan

@@ -8,16 +8,17 @@ splits them by the size of the domain:
   that key, or that *matches* a selector such a constraint counts, is pinned to one domain, one pod at a time
   in a fixed order, counting the pods already running (bound pods on Nodes) and the ones pinned so far:
 
-  - spread (``maxSkew``, ``minDomains``): the domain must keep ``count + self - min(count) <= maxSkew`` over the
-    pod's eligible domains (with fewer eligible domains than ``minDomains`` the minimum is 0); among valid
+  - spread (``maxSkew``, ``minDomains``): the domain must keep ``count + self - min(count) <= maxSkew``, the
+    minimum taken over every domain with a node matching the pod's node affinity, tainted or not (Kubernetes'
+    default policies; with fewer such domains than ``minDomains`` the minimum is 0); among valid
     domains the least loaded wins, so pinned pods end up balanced (the final state holds the rule, not only the
     moment of placement). ``ScheduleAnyway`` constraints steer the choice but never reject.
   - affinity: the domain must already hold a matching pod, except for the first of a group that matches its
     own selector (Kubernetes' rule), which chooses for the group.
   - anti-affinity: no matching pod in the domain, in both directions.
 
-  Pods matching a counted selector without constraints of their own are pinned too (least loaded), so that the
-  packer cannot unbalance a spread behind its back.
+  Pods matching a counted selector without constraints of their own are pinned too (least loaded), and first,
+  so that neither they nor the packer can unbalance a spread behind its back.
 
 * **Hostname constraints are limits the packer checks per node** (:class:`HostnameRules`). Each hostname-level
   selector gets an id; a pod *matches* some ids and *limits* some: anti-affinity limits the count of matching
@@ -162,12 +163,16 @@ def _domain_constraints(pod: Pod, key: str):
 
 
 def assign_domains(pending: Sequence[Pod], domains_of: dict[str, dict[str, set[str]]],
-                   placed: Sequence[tuple[Pod, dict[str, str]]]) -> DomainOutcome:
+                   placed: Sequence[tuple[Pod, dict[str, str]]],
+                   spread_domains_of: dict[str, dict[str, set[str]]] | None = None) -> DomainOutcome:
     """Pin pods with zone/capacity-type constraints (and the pods those constraints count) to one domain.
 
-    ``domains_of[pod key][topology key]`` is the set of domains the pod could land in; ``placed`` lists pods
-    already running with their domains (label values of their nodes).
+    ``domains_of[pod key][topology key]`` is the set of domains the pod could land in; ``spread_domains_of``
+    the (larger) set a spread counts for its minimum: Kubernetes' defaults ``nodeAffinityPolicy: Honor`` and
+    ``nodeTaintsPolicy: Ignore`` mean every domain with a node matching the pod's node affinity counts, tainted
+    or not (default: ``domains_of``). ``placed`` lists pods already running with their domains.
     """
+    spread_domains_of = spread_domains_of or {}
     pins: dict[str, dict[str, str]] = defaultdict(dict)
     failures: dict[str, str] = {}
     for key in DOMAIN_KEYS:
@@ -183,6 +188,9 @@ def assign_domains(pending: Sequence[Pod], domains_of: dict[str, dict[str, set[s
         counts: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         totals: dict[int, int] = defaultdict(int)
         anti_in: dict[str, list[tuple[int, Pod]]] = defaultdict(list)
+        # spreads of pods already pinned, by (selector, their domain): a later pod joining that domain must
+        # keep them within their maxSkew too, so the final state (not just each moment) honours every spread
+        active: dict[tuple[int, str], set[tuple[int, tuple[str, ...]]]] = defaultdict(set)
         for pod, doms in placed:
             dom = doms.get(key)
             if dom is None:
@@ -198,11 +206,15 @@ def assign_domains(pending: Sequence[Pod], domains_of: dict[str, dict[str, set[s
                 continue
             spreads, affinity, anti = _domain_constraints(pod, key)
             if spreads or affinity or anti or index.matching(pod):
-                todo.append((1 if affinity else 0, pod.key, pod))
+                # Pods without constraints of their own go first (least loaded domain), so that no later pod
+                # can break a spread already checked; affinity groups last, to join their anchors.
+                rank = 2 if affinity else (1 if spreads or anti else 0)
+                todo.append((rank, pod.key, pod))
         todo.sort(key=lambda item: (item[0], item[1]))
         for _, _, pod in todo:
             spreads, affinity, anti = _domain_constraints(pod, key)
             eligible = sorted(d for d in domains_of.get(pod.key, {}).get(key, set()) if d)
+            counted_in = sorted(d for d in spread_domains_of.get(pod.key, {}).get(key, set()) if d) or eligible
             matches = set(index.matching(pod))
             if not eligible:
                 if affinity or anti or any(t.when_unsatisfiable == "DoNotSchedule" for t in spreads):
@@ -215,7 +227,7 @@ def assign_domains(pending: Sequence[Pod], domains_of: dict[str, dict[str, set[s
                 score_spread = 0
                 for tsc in spreads:
                     sid = index.ids[spread_scope(pod, tsc.selector)]
-                    low = 0 if len(eligible) < tsc.min_domains else min(counts[sid][d] for d in eligible)
+                    low = 0 if len(counted_in) < tsc.min_domains else min(counts[sid][d] for d in counted_in)
                     after = counts[sid][dom] + (1 if sid in matches else 0)
                     score_spread += counts[sid][dom]
                     if after - low > tsc.max_skew and tsc.when_unsatisfiable == "DoNotSchedule":
@@ -236,6 +248,12 @@ def assign_domains(pending: Sequence[Pod], domains_of: dict[str, dict[str, set[s
                     if sid in matches and other is not pod:
                         ok = False
                         reason = f"another pod's anti-affinity on {key} excludes it from every {key}"
+                for sid in matches:
+                    for max_skew, spread_doms in active.get((sid, dom), ()):
+                        if counts[sid][dom] + 1 - min(counts[sid][d] for d in spread_doms) > max_skew:
+                            ok = False
+                            reason = (f"joining any {key} it can use would break the topology spread "
+                                      f"(maxSkew {max_skew}) of pods already placed")
                 if ok:
                     load = sum(counts[sid][dom] for sid in matches)
                     valid.append(((score_spread, load, dom), dom))
@@ -244,6 +262,9 @@ def assign_domains(pending: Sequence[Pod], domains_of: dict[str, dict[str, set[s
                 continue
             dom = min(valid)[1]
             pins[pod.key][key] = dom
+            for tsc in spreads:
+                if tsc.when_unsatisfiable == "DoNotSchedule" and len(counted_in) >= tsc.min_domains:
+                    active[(index.ids[spread_scope(pod, tsc.selector)], dom)].add((tsc.max_skew, tuple(counted_in)))
             for sid in matches:
                 counts[sid][dom] += 1
                 totals[sid] += 1

@@ -2,7 +2,8 @@
 
 Given the objects a test generated (simple forms only: one NodePool, one InstanceCatalog, DaemonSets that
 tolerate everything, pods with integer millicore cpu and Mi memory requests, nodeSelector, tolerations,
-hostname anti-affinity, zone and hostname spread) and the plan's JSON, :func:`violations` lists every broken
+hostname anti-affinity, zone and hostname spread, existing Nodes with bound pods) and the plan's JSON,
+:func:`violations` lists every broken
 rule: a pod placed twice or lost, a node over its allocatable after overhead and DaemonSets, a nodeSelector
 or taint ignored, anti-affinity or spread skew broken, a price that is not the offering's price.
 """
@@ -30,7 +31,9 @@ def violations(docs: list[dict[str, Any]], out: dict[str, Any]) -> list[str]:
     pools = [d for d in docs if d["kind"] == "NodePool"]
     types = {t["name"]: t for d in docs if d["kind"] == "InstanceCatalog" for t in d["spec"]["instanceTypes"]}
     daemons = [d for d in docs if d["kind"] == "DaemonSet"]
-    pods = {f"{d['metadata']['namespace']}/{d['metadata']['name']}": d for d in docs if d["kind"] == "Pod"}
+    all_pods = {f"{d['metadata']['namespace']}/{d['metadata']['name']}": d for d in docs if d["kind"] == "Pod"}
+    pods = {k: d for k, d in all_pods.items() if not d["spec"].get("nodeName")}
+    nodes = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Node"}
 
     seen = Counter(p for nc in out["nodeClaims"] for p in nc["pods"])
     seen.update(p for e in out["existingNodes"] for p in e["pods"])
@@ -43,7 +46,37 @@ def violations(docs: list[dict[str, Any]], out: dict[str, Any]) -> list[str]:
             problems.append(f"{key} is in the plan but not in the input")
 
     zone_of: dict[str, str] = {}
-    node_of: dict[str, int] = {}
+    node_of: dict[str, int | str] = {}
+    for e in out["existingNodes"]:
+        n = nodes[e["name"]]
+        labels = n["metadata"].get("labels", {})
+        alloc = n["status"]["allocatable"]
+        cpu, mem = _milli(alloc["cpu"]), _mib(alloc["memory"])
+        residents = [k for k, d in all_pods.items() if d["spec"].get("nodeName") == e["name"]] + e["pods"]
+        for key in residents:
+            req = all_pods[key]["spec"]["containers"][0]["resources"]["requests"]
+            cpu -= _milli(req["cpu"])
+            mem -= _mib(req["memory"])
+        if cpu < 0 or mem < 0:
+            problems.append(f"existing node {e['name']} over its allocatable: {cpu}m {mem}Mi left")
+        for key in e["pods"]:
+            spec = pods[key]["spec"]
+            for k, v in spec.get("nodeSelector", {}).items():
+                if labels.get(k) != v:
+                    problems.append(f"{key}: nodeSelector {k}={v} but node {e['name']} has {labels.get(k)}")
+            for taint in n["spec"].get("taints", []):
+                if not any(tol.get("key") == taint["key"] and tol.get("value", "") == taint.get("value", "")
+                           for tol in spec.get("tolerations", [])):
+                    problems.append(f"{key}: taint {taint['key']} of node {e['name']} not tolerated")
+            if "topology.kubernetes.io/zone" in labels:
+                zone_of[key] = labels["topology.kubernetes.io/zone"]
+            node_of[key] = e["name"]
+    for key, d in all_pods.items():
+        if d["spec"].get("nodeName") in nodes:
+            node_of[key] = d["spec"]["nodeName"]
+            zone = nodes[d["spec"]["nodeName"]]["metadata"].get("labels", {}).get("topology.kubernetes.io/zone")
+            if zone:
+                zone_of[key] = zone
     for i, nc in enumerate(out["nodeClaims"]):
         t = types.get(nc["instanceType"])
         if t is None:
@@ -85,35 +118,46 @@ def violations(docs: list[dict[str, Any]], out: dict[str, Any]) -> list[str]:
                             f"over {cpu}m/{mem}Mi/{room_pods}")
 
     def matches(sel: dict[str, str], key: str) -> bool:
-        labels = pods[key]["metadata"].get("labels", {})
+        labels = all_pods[key]["metadata"].get("labels", {})
         return all(labels.get(k) == v for k, v in sel.items())
 
-    by_node: dict[int, list[str]] = defaultdict(list)
-    for key, i in node_of.items():
-        by_node[i].append(key)
-    zones = sorted({o["zone"] for t in types.values() for o in t["offerings"]})
-    for key, i in node_of.items():
-        spec = pods[key]["spec"]
+    by_node: dict[int | str, list[str]] = defaultdict(list)
+    for key, where in node_of.items():
+        by_node[where].append(key)
+    def domains(key: str) -> set[str]:
+        """Zones a spread counts for this pod: nodes (existing or launchable) matching its nodeSelector,
+        taints ignored (Kubernetes' default nodeAffinityPolicy Honor, nodeTaintsPolicy Ignore)."""
+        selector = all_pods[key]["spec"].get("nodeSelector", {})
+        found = {o["zone"] for t in types.values() for o in t["offerings"]
+                 if all(t.get("labels", {}).get(k) == v for k, v in selector.items())}
+        for n in nodes.values():
+            labels = n["metadata"].get("labels", {})
+            if all(labels.get(k) == v for k, v in selector.items()) and "topology.kubernetes.io/zone" in labels:
+                found.add(labels["topology.kubernetes.io/zone"])
+        return found
+
+    for key, where in node_of.items():
+        spec = all_pods[key]["spec"]
         for term in spec.get("affinity", {}).get("podAntiAffinity", {}).get(
                 "requiredDuringSchedulingIgnoredDuringExecution", []):
             sel = term["labelSelector"]["matchLabels"]
             if term["topologyKey"] == "kubernetes.io/hostname":
-                others = [o for o in by_node[i] if o != key and matches(sel, o)]
+                others = [o for o in by_node[where] if o != key and matches(sel, o)]
                 if others:
-                    problems.append(f"{key}: anti-affinity broken on node {i} by {others[0]}")
+                    problems.append(f"{key}: anti-affinity broken on node {where} by {others[0]}")
         for tsc in spec.get("topologySpreadConstraints", []):
             if tsc["whenUnsatisfiable"] != "DoNotSchedule":
                 continue
             sel = tsc["labelSelector"]["matchLabels"]
             if tsc["topologyKey"] == "topology.kubernetes.io/zone":
                 counts = Counter(zone_of[o] for o in zone_of if matches(sel, o))
-                skew = counts[zone_of[key]] - min(counts[z] for z in zones)
+                skew = counts[zone_of[key]] - min(counts[z] for z in domains(key))
                 if skew > tsc["maxSkew"]:
                     problems.append(f"{key}: zone skew {skew} > {tsc['maxSkew']} ({dict(counts)})")
             if tsc["topologyKey"] == "kubernetes.io/hostname":
-                here = sum(1 for o in by_node[i] if matches(sel, o))
+                here = sum(1 for o in by_node[where] if matches(sel, o))
                 if here > tsc["maxSkew"]:
-                    problems.append(f"{key}: {here} matching pods on node {i} > maxSkew {tsc['maxSkew']}")
+                    problems.append(f"{key}: {here} matching pods on node {where} > maxSkew {tsc['maxSkew']}")
     total = sum(nc["pricePerHour"] for nc in out["nodeClaims"])
     if abs(total - out["totalPricePerHour"]) > 1e-4:
         problems.append(f"totalPricePerHour {out['totalPricePerHour']} != sum {total}")

@@ -8,7 +8,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shared.scheduling import solve
-from tests.scheduling.builders import anti_affinity, catalog, daemon_set, itype, node_pool, parse, pod, spread
+from tests.scheduling.builders import (
+    anti_affinity,
+    catalog,
+    daemon_set,
+    itype,
+    node,
+    node_pool,
+    parse,
+    pod,
+    spread,
+)
 from tests.scheduling.checker import violations
 
 ZONES = ("z1", "z2", "z3")
@@ -29,6 +39,14 @@ def scenarios(draw: st.DrawFn) -> list[dict[str, Any]]:
     docs: list[dict[str, Any]] = [
         node_pool(taints=[{"key": "dedicated", "value": "x", "effect": "NoSchedule"}] if tainted else None),
         catalog(*types)]
+    for n in range(draw(st.integers(0, 2))):
+        zone = draw(st.sampled_from(ZONES))
+        taints = [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}] if draw(st.booleans()) else []
+        docs.append(node(f"n{n}", draw(st.sampled_from(["1", "2", "4"])), draw(st.sampled_from(["2Gi", "4Gi"])),
+                         labels={"topology.kubernetes.io/zone": zone, "kubernetes.io/arch": "amd64"}, taints=taints))
+        for b in range(draw(st.integers(0, 2))):
+            docs.append(pod(f"bound-{n}-{b}", "250m", "256Mi", {"app": draw(st.sampled_from(["a", "b"]))},
+                            nodeName=f"n{n}"))
     if draw(st.booleans()):
         docs.append(daemon_set(draw(st.sampled_from(["50m", "200m"])), "64Mi", tolerations=[{"operator": "Exists"}]))
     for i in range(draw(st.integers(1, 14))):
