@@ -14,9 +14,10 @@ comes from one frozen :class:`TimingProfile`. Two profiles exist:
     initialized at T+141 s, pods Running at T+153 s. Taken from the moment the Machine is created (the
     "apply" of the MachineDeployment scale-up), that is: providerID at +64 s (``machine_provision``), Node
     registered at +72 s (``node_join`` = 8 s later), Node Ready at +139 s (``node_ready`` = 67 s after it
-    joined) and pods Running about 12 s after the node is ready (``pod_start``). The other field values are
+    joined) and pods Running about 12 s after the node is ready (``pod_start``). Most other field values are
     the real components' defaults (kube-scheduler backoff 1 s doubling to 10 s; pod GC of orphans after 40 s;
-    a 30 s termination grace cap, the default ``terminationGracePeriodSeconds``).
+    a 30 s termination grace cap, the default ``terminationGracePeriodSeconds``); ``machine_bootstrap`` (2 s)
+    and ``machine_delete`` (20 s, drain plus instance deletion) are estimates, not measurements.
 
 Every duration is multiplied by ``scale`` in :func:`get_profile`, so ``get_profile("field", 0.1)`` replays
 the field timeline ten times faster with the same proportions. ``scale`` must be positive and finite.
