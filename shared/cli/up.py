@@ -4,8 +4,9 @@ Starts nats-server, the sandbox (workload + management clusters) and every servi
 a demo and follows it: pending pods, NodeClaims by phase, nodes, price per hour, elapsed time. Ctrl-C stops
 everything cleanly. ``--exit-when-done --json`` runs unattended (fast timing profile by default) and prints one
 JSON object: the NodeClaims (``instanceType``, ``pods``), the timeline in seconds from apply (``claimsCreated``,
-``launched``, ``registered``, ``initialized``, ``allPodsRunning``), ``totalPricePerHour`` and the
-MachineDeployments' replicas.
+``launched``, ``registered``, ``initialized``, ``allPodsRunning``), ``totalPricePerHour``; then, once every pod
+runs, the Deployment is deleted and it reports ``allNodesRemoved`` (seconds from the delete, when no node and no
+NodeClaim is left) and the MachineDeployments' final replicas (all 0): scale to zero.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ if TYPE_CHECKING:  # imported when run, so `tenon --help` and `tenon tap` start 
     from shared.stack import LocalStack
 
 MILESTONES = ("claimsCreated", "launched", "registered", "initialized", "allPodsRunning")
+FAST_CONSOLIDATE_AFTER = "2s"
+"""The demo NodePool's consolidateAfter under the fast profile (30s in the field profile, as written)."""
 
 
 def register(subparsers: Any) -> None:
@@ -160,12 +163,18 @@ async def play(stack: LocalStack, args: argparse.Namespace, console: Console) ->
     workload, management = await connect(stack)
     try:
         infrastructure, workloads = demo_manifests(args.demo)
+        if stack.profile == "fast":
+            for doc in infrastructure:
+                if doc["kind"] == "NodePool":
+                    doc["spec"].setdefault("disruption", {})["consolidateAfter"] = FAST_CONSOLIDATE_AFTER
         await apply_manifests(workload, management, infrastructure)
         await asyncio.sleep(0.5)  # let the catalog and NodePools reach the log before the pods do
         expected = sum(int(d["spec"].get("replicas", 1)) for d in workloads)
         started = time.monotonic()
         await apply_manifests(workload, management, workloads)
         timeline = Timeline()
+        deleted_at: float | None = None
+        running_summary: dict[str, Any] | None = None
         live = Live(console=console, refresh_per_second=4) if not args.json and console.is_terminal else None
         obs = Observation(0.0)
         if live:
@@ -179,7 +188,17 @@ async def play(stack: LocalStack, args: argparse.Namespace, console: Console) ->
                 dead = stack.dead_services()
                 if dead:
                     raise RuntimeError(f"service(s) exited: {dead}; logs in {stack.run_dir}")
-                if args.exit_when_done and "allPodsRunning" in timeline.at and "initialized" in timeline.at:
+                if "allPodsRunning" in timeline.at and "initialized" in timeline.at and deleted_at is None:
+                    if not args.exit_when_done:
+                        break
+                    from shared.kube.resources import DEPLOYMENTS
+
+                    running_summary = summary(obs, timeline)
+                    for doc in workloads:
+                        await workload.delete(DEPLOYMENTS, doc["metadata"]["name"], doc["metadata"].get("namespace"))
+                    deleted_at = time.monotonic()
+                if deleted_at is not None and not obs.claims and obs.nodes == 0 and not any(obs.replicas.values()):
+                    timeline.at["allNodesRemoved"] = round(time.monotonic() - deleted_at, 3)
                     break
                 if obs.elapsed > args.timeout:
                     if args.json:
@@ -191,7 +210,10 @@ async def play(stack: LocalStack, args: argparse.Namespace, console: Console) ->
         finally:
             if live:
                 live.stop()
-        result = summary(obs, timeline)
+        result = running_summary or summary(obs, timeline)
+        if "allNodesRemoved" in timeline.at:
+            result["timeline"]["allNodesRemoved"] = timeline.at["allNodesRemoved"]
+            result["finalMachineDeployments"] = obs.replicas
         if args.json:
             print(json.dumps(result, indent=2))
         else:

@@ -7,7 +7,7 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,12 +16,6 @@ from shared.kube import MACHINEDEPLOYMENTS, MACHINES, NODECLAIMS, PODS, Kube
 from shared.stack import DEMO_DIR, LocalStack, apply_manifests, connect, load_manifests
 
 INFRASTRUCTURE = ("nodepool.yaml", "machinedeployments.yaml", "daemonset.yaml")
-
-
-@pytest.fixture
-def stack() -> Iterator[LocalStack]:
-    with LocalStack(profile="fast") as running:
-        yield running
 
 
 async def until(probe: Callable[[], Any], timeout: float = 45.0, what: str = "") -> Any:
@@ -140,3 +134,6 @@ def test_tenon_up_runs_the_demo_unattended() -> None:
     assert 0 < timeline["claimsCreated"] <= timeline["launched"] <= timeline["registered"] \
         <= timeline["initialized"] <= timeline["allPodsRunning"]
     assert summary["totalPricePerHour"] == pytest.approx(0.25)
+    # then the Deployment is deleted and the pool returns to zero
+    assert timeline["allNodesRemoved"] > 0
+    assert summary["finalMachineDeployments"] == {"c3-4": 0, "c3-8": 0, "c3-16": 0}
