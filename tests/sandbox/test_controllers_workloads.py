@@ -215,3 +215,23 @@ async def test_malformed_affinity_is_a_scheduler_error_not_unschedulable() -> No
                               what="PodScheduled condition")
         assert cond["status"] == "False" and cond["reason"] == "SchedulerError"
         assert "pod default/bad" in cond["message"] and "operator: unknown operator 'Near'" in cond["message"]
+
+
+async def test_relabelling_a_blocking_pod_lets_an_anti_affine_pod_schedule_promptly() -> None:
+    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"role": "db"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    async with running_controllers() as store:
+        pods_rt = rt(store, "v1", "Pod")
+        store.create(rt(store, "v1", "Node"), node("n"))
+        store.create(pods_rt, pod("first", labels={"role": "db"}))
+        await wait_for(lambda: store.get(pods_rt, "first", "default")["spec"].get("nodeName"), what="first bound")
+        store.create(pods_rt, pod("second", labels={"role": "db"}, affinity=anti))
+        await wait_for(lambda: "anti-affinity" in ((condition(store.get(pods_rt, "second", "default"),
+                                                             "PodScheduled") or {}).get("message") or ""),
+                       what="second blocked by anti-affinity")
+        first = store.get(pods_rt, "first", "default")
+        first["metadata"]["labels"] = {"role": "cache"}
+        store.update(pods_rt, first)
+        # well before the 5 s periodic retry of the fast profile
+        await wait_for(lambda: store.get(pods_rt, "second", "default")["spec"].get("nodeName") == "n",
+                       timeout=2.0, what="second bound after the relabel")

@@ -75,6 +75,10 @@ class _Pending:
         return self.next_try
 
 
+def _labels(obj: dict[str, Any]) -> dict[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
 def pod_node_changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
     """Did a node change in a way that can make a pending pod fit?"""
     if old is None:
@@ -130,6 +134,7 @@ class Scheduler:
             return
         before = self.state.pods.get(key)
         was_counted = before is not None and before.node_name is not None
+        labels_before = _labels(before.pod) if before is not None else None  # upsert reuses the entry
         entry = self.state.upsert_pod(pod)
         if entry is None:
             self.pending.pop(key, None)
@@ -142,6 +147,8 @@ class Scheduler:
             self.pending.pop(key, None)
             if was_counted and entry.node_name is None:
                 self._cluster_changed()  # a bound pod finished: its node has room again
+            elif was_counted and labels_before != _labels(pod):
+                self._cluster_changed()  # relabelled: (anti-)affinity and spread counts may differ now
 
     def _on_node(self, event_type: str, node: dict[str, Any], old: dict[str, Any] | None) -> None:
         if event_type == "DELETED":
