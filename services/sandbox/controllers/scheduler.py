@@ -222,6 +222,9 @@ class Scheduler:
                     decision = choose_node(entry.pod, entry.requests, self.state)
                 except ValueError as err:  # malformed affinity/selector: not a capacity problem
                     decision, reason = Decision(None, f"pod {key}: {err}"), "SchedulerError"
+                except Exception as err:  # a pod shape we did not foresee must not stop scheduling
+                    log.exception("sandbox scheduler: cannot evaluate pod %s", key)
+                    decision, reason = Decision(None, f"pod {key}: cannot be evaluated: {err!r}"), "SchedulerError"
             if decision.node_name is not None:
                 if self._bind(entry.pod, decision.node_name):
                     self.events.record(entry.pod, "Normal", "Scheduled",
