@@ -85,6 +85,33 @@ def catalog_documents(catalog: ev.CatalogSnapshot) -> list[KubeObject]:
     ]
 
 
+EPHEMERAL_TAINTS = frozenset({
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+    "node.cloudprovider.kubernetes.io/uninitialized",
+    "karpenter.sh/unregistered",
+})
+"""Taints a node boots with and sheds by itself: a node tenon is still initializing is judged without them."""
+
+
+def _booting_claims_by_provider_id(projection: ClusterProjection) -> dict[str | None, frozenset[str]]:
+    """providerID -> the startup taint keys of its claim, for live claims not yet Initialized."""
+    booting: dict[str | None, frozenset[str]] = {}
+    for claim in projection.claims.values():
+        if claim.live and claim.launched and not claim.initialized and claim.planned:
+            booting[claim.launched.provider_id] = frozenset(
+                str(t.get("key")) for t in claim.planned.startup_taints
+            )
+    return booting
+
+
+def _without_ephemeral_taints(node: KubeObject, startup: frozenset[str]) -> KubeObject:
+    """The node as it will be once initialized: otherwise pods re-offered while it boots would buy another."""
+    spec = node.get("spec") or {}
+    taints = [t for t in spec.get("taints") or [] if t.get("key") not in EPHEMERAL_TAINTS | startup]
+    return {**node, "spec": {**spec, "taints": taints}}
+
+
 def _validate(source: str, index: int, obj: KubeObject) -> str | None:
     try:
         parse_objects([(source, index, obj)])
@@ -118,7 +145,11 @@ def cluster_documents(
     for _, daemonset in sorted(projection.daemonsets.items()):
         if _validate("DaemonSet", 0, daemonset) is None:
             add("DaemonSet", daemonset)
+    booting = _booting_claims_by_provider_id(projection)
     for _, node in sorted(projection.nodes.items()):
+        claim_startup = booting.get((node.get("spec") or {}).get("providerID"))
+        if claim_startup is not None:
+            node = _without_ephemeral_taints(node, claim_startup)
         if _validate("Node", 0, node) is None:
             add("Node", node)
     for _, pod in sorted(projection.bound_pods.items()):

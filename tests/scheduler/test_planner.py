@@ -1,0 +1,84 @@
+"""The planner as a pure function: in-flight capacity is used before anything is bought."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from proto import events as ev
+from services.scheduler.planner import plan_batch
+from shared.projection import ClusterProjection
+
+DEMO = Path(__file__).parents[2] / "deploy" / "examples" / "capi-demo"
+T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+
+
+def envelope(event_id: str) -> dict[str, Any]:
+    return {"id": event_id, "decided_at": T0, "producer": "test"}
+
+
+def docs(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((DEMO / name).read_text()) if d]
+
+
+def pod(name: str, cpu: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": cpu}}}]}}
+
+
+def demo_projection() -> ClusterProjection:
+    projection = ClusterProjection()
+    objects = docs("nodepool.yaml")
+    projection.apply(ev.NodePoolsSnapshot(**envelope("np"), nodepools=tuple(o for o in objects if o["kind"] == "NodePool")))
+    projection.apply(ev.NodeClassesSnapshot(**envelope("nc"), nodeclasses=tuple(
+        o for o in objects if o["kind"] == "ClusterAPINodeClass")))
+    projection.apply(ev.DaemonSetsSnapshot(**envelope("ds"), daemonsets=tuple(docs("daemonset.yaml"))))
+    projection.apply(ev.CatalogSnapshot(**envelope("cat"), provider="cluster-api", node_class="default",
+                                        instance_types=(), sources=tuple(docs("machinedeployments.yaml"))))
+    return projection
+
+
+def batch(batch_id: str, *pods: dict[str, Any]) -> ev.PendingBatch:
+    return ev.PendingBatch(**envelope(batch_id), batch_id=batch_id, pods=pods, window_opened_at=T0,
+                           window_closed_by="idle")
+
+
+def planned(events: list[ev.Event]) -> list[ev.NodeClaimPlanned]:
+    return [e for e in events if isinstance(e, ev.NodeClaimPlanned)]
+
+
+def test_pods_offered_again_while_their_node_boots_buy_nothing() -> None:
+    projection = demo_projection()
+    first = plan_batch(projection, batch("b1", pod("big-0", "3"))).events
+    [claim] = planned(first)
+    for event in first:
+        projection.apply(event)
+    assert planned(plan_batch(projection, batch("b2", pod("big-0", "3"))).events) == []  # in flight: planned
+
+    projection.apply(ev.NodeClaimLaunched(**envelope("l"), nodeclaim=claim.nodeclaim, provider_id="p://1",
+                                          instance_type="c3-8"))
+    projection.apply(ev.NodeClaimRegistered(**envelope("r"), nodeclaim=claim.nodeclaim, node="n1",
+                                            provider_id="p://1"))
+    projection.apply(ev.NodeObserved(**envelope("n"), change="added", node={
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "n1", "labels": dict(claim.labels)},
+        "spec": {"providerID": "p://1", "taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]},
+        "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                   "conditions": [{"type": "Ready", "status": "False"}]}}))
+    again = plan_batch(projection, batch("b3", pod("big-0", "3"))).events
+    assert planned(again) == []  # registered, still booting: its room is still the pod's
+    [answer] = [e for e in again if isinstance(e, ev.BatchPlanned)]
+    assert [p.node for p in answer.existing] == ["n1"]
+
+
+def test_a_node_that_is_not_tenons_keeps_its_taints() -> None:
+    projection = demo_projection()
+    projection.apply(ev.NodeObserved(**envelope("n"), change="added", node={
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "other", "labels": {}},
+        "spec": {"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]},
+        "status": {"allocatable": {"cpu": "16", "memory": "32Gi", "pods": "110"}}}))
+    [claim] = planned(plan_batch(projection, batch("b1", pod("big-0", "3"))).events)
+    assert claim.choice.instance_type == "c3-8"
