@@ -27,6 +27,7 @@ SUITES: tuple[str, ...] = (
     "sandbox",
     "sandbox_controllers",
     "launcher_capi",
+    "e2e",
 )
 
 RESULTS_PATH = Path(__file__).parent / "results.json"

@@ -1,0 +1,566 @@
+"""The whole system end to end: provisioning 1,000 pods, and scale to zero from 500 empty nodes (issues 5, 6).
+
+Both measurements run on :class:`shared.stack.LocalStack` with the sandbox's ``fast`` timing profile: a real
+``nats-server``, the sandbox (workload + management clusters) and every service as its own process, exactly
+what ``tenon up`` runs. Each gets a fresh stack, so one cannot warm or slow the other.
+
+Provisioning (issue 5)
+    The demo infrastructure (NodePool, ClusterAPINodeClass, MachineDeployments c3-4/c3-8/c3-16, the 100m
+    DaemonSet) with the limits lifted for the size (NodePool ``limits.cpu`` and each MachineDeployment's
+    max-size annotation), then ``D`` Deployments of ``P`` pods with varied requests (250m-2 CPU, 256Mi-2Gi),
+    all created at once, until every pod is Running. Figures:
+
+    * ``all_running_s``: from the first Deployment's create to every pod observed Running;
+    * ``last_unschedulable_to_all_planned_s``: from the moment the *last* pod became Unschedulable to the
+      ``recorded_at`` of the last ``NodeClaimPlanned`` in the log. The moment a pod became Unschedulable is
+      when this process's pod watch first sees ``PodScheduled=False/Unschedulable`` on it (the condition's
+      ``lastTransitionTime`` only has second precision; the watch lags the transition by milliseconds, which
+      makes the figure a hair *shorter* than the truth, never longer by more than that lag). Target: the
+      batch window (1 s idle) + 250 ms;
+    * the per-hop latency of the event chain, per claim, from the log's ``recorded_at`` times:
+      ``PendingBatch -> Planned`` (the batch found through the claim's ``causationId``),
+      ``Planned -> Launched``, ``Launched -> Registered``, ``Registered -> Initialized``; p50/p99/max. The
+      ``fast`` profile's own waits sit inside some hops (machine providerID 0.15 s after it is created, the
+      Node 0.05 s later, Ready 0.1 s after that) and are reported beside them, so the share of tenon is
+      visible;
+    * nodes, claims, price per hour; cluster-autoscaler's published bound is printed for reference (30 s
+      worst case, about 5 s on average, for clusters under 100 nodes).
+
+Scale to zero (issue 6)
+    A NodePool with ``disruption.budgets: [{nodes: "10%"}]``; ``N`` pods of a c3-4-sized request (1500m) with
+    required pod anti-affinity on ``kubernetes.io/hostname`` give ``N`` nodes, one pod each. Once every pod
+    runs, the NodePool's ``consolidateAfter`` is lowered to 1 s (not before: a node that waits a moment for
+    its pod would otherwise be empty long enough to go) and the Deployment is deleted. Figures: the time
+    from the delete to no Node left (observed by polling) and to the last ``NodeClaimTerminated`` (log), and
+    the **peak number of claims being disrupted at once**: a claim is being disrupted from its
+    ``DisruptionRequested`` to its ``NodeClaimTerminated`` (log times), and the peak is the maximum overlap
+    of those intervals. The budget it is checked against is computed from the log alone, independently of
+    the disruption service: at each ``DisruptionRequested``, ``ceil(10% x claims alive at the latest
+    DisruptionDecision)`` (alive = planned and not yet terminated). Every moment the overlap exceeds that is a
+    violation; the target is none. Karpenter needed about 3 minutes in the field to return an empty pool to
+    zero.
+
+What limits the numbers is printed with them: the CPU seconds each process (sandbox, each service,
+nats-server is not counted) spent during the run, read from ``/proc``, so a slow run names its bottleneck.
+
+Layers: the analysis of the log (:func:`chain_hops`, :func:`disruption_overlap`, :func:`percentile`) is pure,
+plain records in and figures out, and unit-tested on its own; :func:`measure_provisioning` and
+:func:`measure_scale_to_zero` drive a running stack; :func:`run` sizes them and builds the :class:`Suite`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import math
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from bench.suite import Suite, Target
+from proto import subjects
+from proto.events import (
+    CatalogSnapshot,
+    DisruptionDecision,
+    DisruptionRequested,
+    Event,
+    NodeClaimInitialized,
+    NodeClaimLaunched,
+    NodeClaimPlanned,
+    NodeClaimRegistered,
+    NodeClaimTerminated,
+    NodePoolsSnapshot,
+    PendingBatch,
+)
+from shared.eventlog import EventLogError
+from shared.eventlog.connection import ConnectionSettings
+from shared.eventlog.jetstream import JetStreamEventLog
+from shared.kube import MACHINEDEPLOYMENTS, NODECLAIMS, NODEPOOLS, NODES, PODS, Kube
+from shared.kube.resources import DEPLOYMENTS
+from shared.kube.watching import Relisted, WatchChange, list_and_watch
+from shared.stack import DEMO_DIR, LocalStack, apply_manifests, connect, load_manifests
+
+NAMESPACE = "default"
+BATCH_IDLE_S = 1.0
+"""pod-watcher's default idle window: the batch closes this long after the last new pending pod."""
+PLANNING_TARGET_S = BATCH_IDLE_S + 0.25
+MAX_SIZE_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
+CLUSTER_AUTOSCALER_BOUND = "30 s worst case, ~5 s on average (clusters < 100 nodes, published SLO)"
+KARPENTER_FIELD_SCALE_TO_ZERO = "about 3 minutes for an empty pool (field)"
+FAST_PROFILE_WAITS = {
+    "Planned -> Launched": "0.15 s machine providerID (+ MD scale-up)",
+    "Launched -> Registered": "0.05 s node join",
+    "Registered -> Initialized": "0.1 s node Ready",
+}
+CPU_CHOICES = ("250m", "500m", "750m", "1", "1500m", "2")
+MEMORY_CHOICES = ("256Mi", "512Mi", "1Gi", "2Gi")
+HOPS = ("PendingBatch -> Planned", "Planned -> Launched", "Launched -> Registered", "Registered -> Initialized")
+
+
+# --------------------------------------------------------------------------------------------- pure analysis
+
+
+@dataclass(frozen=True)
+class TimedEvent:
+    """One event of the log and the time the broker stored it."""
+
+    recorded_at: datetime
+    event: Event
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-quantile (nearest rank, 0 <= q <= 1) of a non-empty sequence."""
+    if not values:
+        raise ValueError("percentile of no values")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def chain_hops(events: Iterable[TimedEvent]) -> dict[str, list[float]]:
+    """Seconds each claim spent on each hop of the provisioning chain (only the hops both ends of which are in
+    the log). A claim's first event of each type counts (a redelivered duplicate is not a new step)."""
+    batches: dict[str, datetime] = {}
+    steps: dict[str, dict[str, TimedEvent]] = {}
+    for timed in events:
+        event = timed.event
+        if isinstance(event, PendingBatch):
+            batches.setdefault(event.id, timed.recorded_at)
+        elif isinstance(event, NodeClaimPlanned | NodeClaimLaunched | NodeClaimRegistered | NodeClaimInitialized):
+            steps.setdefault(event.nodeclaim, {}).setdefault(type(event).__name__, timed)
+    hops: dict[str, list[float]] = {hop: [] for hop in HOPS}
+    order = ("NodeClaimPlanned", "NodeClaimLaunched", "NodeClaimRegistered", "NodeClaimInitialized")
+    for claim_steps in steps.values():
+        planned = claim_steps.get("NodeClaimPlanned")
+        if planned is not None and planned.event.causation_id in batches:
+            hops[HOPS[0]].append((planned.recorded_at - batches[planned.event.causation_id]).total_seconds())
+        for hop, (before, after) in zip(HOPS[1:], itertools.pairwise(order), strict=True):
+            if before in claim_steps and after in claim_steps:
+                hops[hop].append((claim_steps[after].recorded_at - claim_steps[before].recorded_at).total_seconds())
+    return hops
+
+
+@dataclass(frozen=True)
+class OverlapReport:
+    """How many claims were being disrupted at once, against the budget computed from the log."""
+
+    peak: int
+    """Most claims between their DisruptionRequested and NodeClaimTerminated at one moment."""
+    budget_at_peak: int
+    """The budget in force at that moment (ceil(percent x claims alive at the latest decision))."""
+    initial_budget: int
+    """The budget of the first decision (the whole pool alive)."""
+    violations: int
+    """DisruptionRequested moments at which the overlap exceeded the budget in force."""
+    worst_excess: int
+    disrupted: int
+    """Claims that got a DisruptionRequested."""
+    unfinished: int
+    """Claims requested but never terminated (their interval is open to the end of the log)."""
+
+
+def disruption_overlap(events: Iterable[TimedEvent], percent: float) -> OverlapReport:
+    """Sweep the log in order: each claim is being disrupted from its first ``DisruptionRequested`` to its
+    ``NodeClaimTerminated``; at each request, compare the overlap with ``ceil(percent/100 x alive)``, where
+    alive is the number of claims planned and not yet terminated when the latest ``DisruptionDecision`` was
+    recorded."""
+    ordered = sorted(events, key=lambda t: t.recorded_at)
+    alive: set[str] = set()
+    disrupting: set[str] = set()
+    requested: set[str] = set()
+    budget: int | None = None
+    initial_budget = 0
+    peak = budget_at_peak = violations = worst_excess = 0
+    for timed in ordered:
+        event = timed.event
+        if isinstance(event, NodeClaimPlanned):
+            alive.add(event.nodeclaim)
+        elif isinstance(event, DisruptionDecision):
+            budget = math.ceil(len(alive) * percent / 100)
+            if not initial_budget:
+                initial_budget = budget
+        elif isinstance(event, DisruptionRequested) and event.nodeclaim not in requested:
+            requested.add(event.nodeclaim)
+            disrupting.add(event.nodeclaim)
+            in_force = budget if budget is not None else math.ceil(len(alive) * percent / 100)
+            if len(disrupting) > peak:
+                peak, budget_at_peak = len(disrupting), in_force
+            if len(disrupting) > in_force:
+                violations += 1
+                worst_excess = max(worst_excess, len(disrupting) - in_force)
+        elif isinstance(event, NodeClaimTerminated):
+            alive.discard(event.nodeclaim)
+            disrupting.discard(event.nodeclaim)
+    return OverlapReport(
+        peak=peak, budget_at_peak=budget_at_peak, initial_budget=initial_budget, violations=violations,
+        worst_excess=worst_excess, disrupted=len(requested), unfinished=len(disrupting),
+    )
+
+
+def hop_summary(hops: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    """p50/p99/max in milliseconds and the count, per hop with any values."""
+    return {
+        hop: {
+            "count": len(values),
+            "p50_ms": percentile(values, 0.50) * 1000,
+            "p99_ms": percentile(values, 0.99) * 1000,
+            "max_ms": max(values) * 1000,
+        }
+        for hop, values in hops.items() if values
+    }
+
+
+# ------------------------------------------------------------------------------------------ workloads (pure)
+
+
+def infrastructure(*, max_size: int, budgets: list[dict[str, str]] | None = None,
+                   consolidate_after: str = "30s", instance_types: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The demo's NodePool, NodeClass, MachineDeployments and DaemonSet, with limits lifted for ``max_size``
+    machines per MachineDeployment (the demo caps each at 10 and the pool at 64 CPU)."""
+    documents = load_manifests(
+        [DEMO_DIR / "nodepool.yaml", DEMO_DIR / "machinedeployments.yaml", DEMO_DIR / "daemonset.yaml"]
+    )
+    for doc in documents:
+        if doc["kind"] == "MachineDeployment":
+            doc["metadata"]["annotations"][MAX_SIZE_ANNOTATION] = str(max_size)
+        elif doc["kind"] == "NodePool":
+            spec = doc["spec"]
+            spec["limits"] = {"cpu": str(max_size * 8 * 3)}
+            spec["disruption"]["consolidateAfter"] = consolidate_after
+            if budgets is not None:
+                spec["disruption"]["budgets"] = budgets
+            if instance_types:
+                spec["template"]["spec"]["requirements"].append(
+                    {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": list(instance_types)}
+                )
+    return documents
+
+
+def deployment(name: str, replicas: int, cpu: str, memory: str, *, one_per_node: bool = False) -> dict[str, Any]:
+    labels = {"app": name, "bench": "e2e"}
+    pod_spec: dict[str, Any] = {
+        "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+    }
+    if one_per_node:
+        pod_spec["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": name}}, "topologyKey": "kubernetes.io/hostname"}
+        ]}}
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": labels}, "spec": pod_spec}},
+    }
+
+
+def varied_deployments(count: int, replicas: int) -> list[dict[str, Any]]:
+    """``count`` Deployments of ``replicas`` pods; requests cycle through 250m-2 CPU and 256Mi-2Gi."""
+    return [
+        deployment(f"bench-{i:02d}", replicas, CPU_CHOICES[i % len(CPU_CHOICES)],
+                   MEMORY_CHOICES[(i // 2) % len(MEMORY_CHOICES)])
+        for i in range(count)
+    ]
+
+
+# ------------------------------------------------------------------------------------------------------- I/O
+
+
+@dataclass
+class PodTracker:
+    """The bench's own pod watch: when each pod was first seen Unschedulable, and which pods run now."""
+
+    first_unschedulable: dict[str, float] = field(default_factory=dict)
+    phase: dict[str, str] = field(default_factory=dict)
+
+    def see(self, pod: dict[str, Any], deleted: bool = False) -> None:
+        uid = pod["metadata"]["uid"]
+        if deleted:
+            self.phase.pop(uid, None)
+            return
+        status = pod.get("status") or {}
+        self.phase[uid] = status.get("phase") or "Pending"
+        if uid not in self.first_unschedulable and any(
+            c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+            for c in status.get("conditions") or []
+        ):
+            self.first_unschedulable[uid] = time.time()
+
+    @property
+    def running(self) -> int:
+        return sum(1 for phase in self.phase.values() if phase == "Running")
+
+
+async def _track_pods(kube: Kube, tracker: PodTracker) -> None:
+    async for change in list_and_watch(kube, PODS, NAMESPACE, label_selector="bench=e2e"):
+        if isinstance(change, Relisted):
+            seen = {p["metadata"]["uid"] for p in change.items}
+            for uid in [u for u in tracker.phase if u not in seen]:
+                tracker.phase.pop(uid)
+            for pod in change.items:
+                tracker.see(pod)
+        elif isinstance(change, WatchChange):
+            tracker.see(change.object, deleted=change.type == "DELETED")
+
+
+async def _read_log(url: str, subject_filters: Sequence[str]) -> list[TimedEvent]:
+    event_log = await JetStreamEventLog.connect(ConnectionSettings(servers=(url,)), provision=False)
+    try:
+        events: list[TimedEvent] = []
+        for subject_filter in subject_filters:
+            async for record in event_log.read(subject_filter):
+                event = record.event
+                if event is not None:
+                    events.append(TimedEvent(record.recorded_at, event))
+        return sorted(events, key=lambda t: t.recorded_at)
+    finally:
+        await event_log.close()
+
+
+async def _wait_for(probe: Any, timeout: float, what: str, stack: LocalStack, interval: float = 0.25) -> float:
+    """Poll ``probe`` until true; returns the wall-clock time it became true. Fails fast if a service died."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if await probe():
+            return time.time()
+        dead = stack.dead_services()
+        if dead:
+            raise RuntimeError(f"service(s) exited while waiting for {what}: {dead}; logs in {stack.run_dir}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}; logs in {stack.run_dir}")
+        await asyncio.sleep(interval)
+
+
+async def _setup(stack: LocalStack, kube: Kube, management: Kube, documents: list[dict[str, Any]]) -> None:
+    """Apply the infrastructure and wait until the catalog and the NodePool are in the log (pods before them
+    would be batched against an empty catalog)."""
+    await apply_manifests(kube, management, documents)
+
+    async def ready() -> bool:
+        try:
+            logged = await _read_log(stack.nats_url, ("tenon.catalog.>", "tenon.cluster.nodepools"))
+        except EventLogError:  # no service has provisioned the stream yet
+            return False
+        kinds = {type(t.event) for t in logged}
+        return CatalogSnapshot in kinds and NodePoolsSnapshot in kinds
+
+    await _wait_for(ready, 30, "the catalog and NodePools in the log", stack, interval=0.2)
+    await asyncio.sleep(0.5)  # the scheduler folds them in after they are stored
+
+
+def _cpu_seconds(stack: LocalStack) -> dict[str, float]:
+    """CPU seconds (user + system) each live process of the stack has used so far, from /proc."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    usage: dict[str, float] = {}
+    for name, process in stack.processes.items():
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = open(f"/proc/{process.pid}/stat").read().rsplit(")", 1)[1].split()
+            usage[name] = (int(fields[11]) + int(fields[12])) / ticks
+    return usage
+
+
+def _cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {name: round(after[name] - before.get(name, 0.0), 2) for name in after}
+
+
+async def measure_provisioning(stack: LocalStack, deployments: int, replicas: int, timeout: float) -> dict[str, Any]:
+    """Figures of one provisioning run on a started stack (see the module docstring)."""
+    kube, management = await connect(stack)
+    tracker = PodTracker()
+    watch = asyncio.create_task(_track_pods(kube, tracker))
+    try:
+        max_size = max(10, deployments * replicas)
+        await _setup(stack, kube, management, infrastructure(max_size=max_size))
+        expected = deployments * replicas
+        cpu_before = _cpu_seconds(stack)
+        started = time.time()
+        await asyncio.gather(*(apply_manifests(kube, management, [d])
+                               for d in varied_deployments(deployments, replicas)))
+
+        async def all_running() -> bool:
+            return len(tracker.phase) >= expected and tracker.running == expected
+
+        running_at = await _wait_for(all_running, timeout, f"{expected} pods Running", stack)
+        cpu = _cpu_delta(cpu_before, _cpu_seconds(stack))
+        await asyncio.sleep(0.5)  # the last lifecycle events reach the log
+        events = await _read_log(stack.nats_url, (subjects.PENDING, "tenon.nodeclaim.>"))
+        nodes, _ = await kube.list(NODES)
+    finally:
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
+        await kube.close()
+        await management.close()
+    planned = [t for t in events if isinstance(t.event, NodeClaimPlanned)]
+    if not planned:
+        raise RuntimeError(f"no NodeClaimPlanned in the log; logs in {stack.run_dir}")
+    last_unschedulable = max(tracker.first_unschedulable.values())
+    last_planned = max(t.recorded_at for t in planned).timestamp()
+    by_type: dict[str, int] = {}
+    price = 0.0
+    for timed in planned:
+        assert isinstance(timed.event, NodeClaimPlanned)
+        by_type[timed.event.choice.instance_type] = by_type.get(timed.event.choice.instance_type, 0) + 1
+        price += timed.event.choice.price_per_hour
+    return {
+        "pods": expected,
+        "deployments": deployments,
+        "all_running_s": running_at - started,
+        "pods_seen_unschedulable": len(tracker.first_unschedulable),
+        "first_to_last_unschedulable_s": last_unschedulable - min(tracker.first_unschedulable.values()),
+        "last_unschedulable_to_all_planned_s": last_planned - last_unschedulable,
+        "pending_batches": sum(1 for t in events if isinstance(t.event, PendingBatch)),
+        "claims": len(planned),
+        "claims_by_type": by_type,
+        "nodes": len(nodes),
+        "price_per_hour": round(price, 4),
+        "hops": hop_summary(chain_hops(events)),
+        "cpu_seconds": cpu,
+        "run_dir": str(stack.run_dir),
+    }
+
+
+async def measure_scale_to_zero(stack: LocalStack, nodes: int, timeout: float) -> dict[str, Any]:
+    """Provision ``nodes`` one-pod nodes, then delete the workload and measure the way back to zero."""
+    kube, management = await connect(stack)
+    tracker = PodTracker()
+    watch = asyncio.create_task(_track_pods(kube, tracker))
+    try:
+        documents = infrastructure(max_size=max(10, nodes), budgets=[{"nodes": "10%"}], consolidate_after="1h")
+        await _setup(stack, kube, management, documents)
+        provision_started = time.time()
+        await apply_manifests(kube, management, [deployment("bench-one-per-node", nodes, "1500m", "1Gi",
+                                                            one_per_node=True)])
+
+        async def all_running() -> bool:
+            return len(tracker.phase) >= nodes and tracker.running == nodes
+
+        running_at = await _wait_for(all_running, timeout, f"{nodes} one-per-node pods Running", stack)
+        node_list, _ = await kube.list(NODES)
+        claims_before, _ = await kube.list(NODECLAIMS)
+        await kube.patch(NODEPOOLS, "default", {"spec": {"disruption": {"consolidateAfter": "1s"}}})
+        cpu_before = _cpu_seconds(stack)
+        deleted_at = time.time()
+        await kube.delete(DEPLOYMENTS, "bench-one-per-node", NAMESPACE)
+
+        async def no_node_left() -> bool:
+            remaining, _ = await kube.list(NODES)
+            return not remaining
+
+        no_nodes_at = await _wait_for(no_node_left, timeout, "no Node left", stack, interval=0.5)
+
+        async def machine_deployments_at_zero() -> bool:
+            mds, _ = await management.list(MACHINEDEPLOYMENTS)
+            return not any(int((m.get("spec") or {}).get("replicas") or 0) for m in mds)
+
+        zero_replicas_at = await _wait_for(machine_deployments_at_zero, 60, "every MachineDeployment at 0", stack)
+        cpu = _cpu_delta(cpu_before, _cpu_seconds(stack))
+        await asyncio.sleep(0.5)
+        events = await _read_log(stack.nats_url, ("tenon.nodeclaim.>", "tenon.disruption.>"))
+    finally:
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
+        await kube.close()
+        await management.close()
+    overlap = disruption_overlap(events, 10)
+    terminated = [t.recorded_at.timestamp() for t in events if isinstance(t.event, NodeClaimTerminated)]
+    decisions = [t.event for t in events if isinstance(t.event, DisruptionDecision)]
+    return {
+        "nodes": len(node_list),
+        "claims": len(claims_before),
+        "provision_s": running_at - provision_started,
+        "delete_to_no_node_s": no_nodes_at - deleted_at,
+        "delete_to_last_terminated_s": (max(terminated) - deleted_at) if terminated else None,
+        "delete_to_replicas_zero_s": zero_replicas_at - deleted_at,
+        "decisions": len(decisions),
+        "first_decision_budget": decisions[0].budget if decisions else None,
+        "peak_disrupting": overlap.peak,
+        "budget_at_peak": overlap.budget_at_peak,
+        "initial_budget": overlap.initial_budget,
+        "budget_violations": overlap.violations,
+        "worst_excess": overlap.worst_excess,
+        "claims_disrupted": overlap.disrupted,
+        "claims_unfinished": overlap.unfinished,
+        "cpu_seconds": cpu,
+        "run_dir": str(stack.run_dir),
+    }
+
+
+def run_provisioning(deployments: int, replicas: int, timeout: float) -> dict[str, Any]:
+    with LocalStack(profile="fast") as stack:
+        return asyncio.run(measure_provisioning(stack, deployments, replicas, timeout))
+
+
+def run_scale_to_zero(nodes: int, timeout: float) -> dict[str, Any]:
+    with LocalStack(profile="fast") as stack:
+        return asyncio.run(measure_scale_to_zero(stack, nodes, timeout))
+
+
+# ---------------------------------------------------------------------------------------------------- suite
+
+
+def _top(cpu: dict[str, float], count: int = 3) -> str:
+    return ", ".join(f"{name} {seconds:.1f}s" for name, seconds in sorted(cpu.items(), key=lambda kv: -kv[1])[:count])
+
+
+def run(quick: bool) -> Suite:
+    deployments, replicas, nodes = (4, 50, 50) if quick else (20, 50, 500)
+    timeout = 300.0 if quick else 1200.0
+    provisioning = run_provisioning(deployments, replicas, timeout)
+    scale_down = run_scale_to_zero(nodes, timeout)
+    suite = Suite(
+        title=f"end to end on the sandbox, fast profile ({provisioning['pods']} pods; {nodes} empty nodes -> 0)",
+        columns=["measure", "value", "reference"],
+        data={"provisioning": provisioning, "scale_to_zero": scale_down,
+              "references": {"cluster_autoscaler": CLUSTER_AUTOSCALER_BOUND,
+                             "karpenter_scale_to_zero": KARPENTER_FIELD_SCALE_TO_ZERO}},
+    )
+    p = provisioning
+    suite.rows += [
+        [f"{p['pods']} pods / {p['deployments']} Deployments -> all Running", f"{p['all_running_s']:.2f} s",
+         f"cluster-autoscaler: {CLUSTER_AUTOSCALER_BOUND}"],
+        ["pods seen Unschedulable (first -> last)",
+         f"{p['pods_seen_unschedulable']} ({p['first_to_last_unschedulable_s']:.2f} s)", ""],
+        ["last Unschedulable -> every NodeClaim planned", f"{p['last_unschedulable_to_all_planned_s']:.3f} s",
+         f"batch window {BATCH_IDLE_S:.0f} s + 250 ms"],
+        ["PendingBatch events", p["pending_batches"], ""],
+        ["claims / nodes", f"{p['claims']} / {p['nodes']} ({p['claims_by_type']})", ""],
+        ["price per hour", f"{p['price_per_hour']:.2f}", ""],
+    ]
+    for hop in HOPS:
+        figures = p["hops"].get(hop)
+        if figures:
+            suite.rows.append([
+                f"hop {hop} (p50 / p99 / max, n={figures['count']})",
+                f"{figures['p50_ms']:.0f} / {figures['p99_ms']:.0f} / {figures['max_ms']:.0f} ms",
+                f"fast profile waits: {FAST_PROFILE_WAITS.get(hop, 'none (batch window is before the batch)')}",
+            ])
+    suite.rows.append(["CPU during provisioning (top 3)", _top(p["cpu_seconds"]), ""])
+    s = scale_down
+    suite.rows += [
+        [f"{s['nodes']} nodes provisioned one pod each", f"{s['provision_s']:.2f} s", ""],
+        ["delete -> no Node left", f"{s['delete_to_no_node_s']:.2f} s",
+         f"Karpenter: {KARPENTER_FIELD_SCALE_TO_ZERO}"],
+        ["delete -> last NodeClaimTerminated (log)",
+         "-" if s["delete_to_last_terminated_s"] is None else f"{s['delete_to_last_terminated_s']:.2f} s", ""],
+        ["peak claims disrupted at once", f"{s['peak_disrupting']} (budget then {s['budget_at_peak']}; "
+                                          f"first decision's {s['initial_budget']})", "10% of the pool, rounded up"],
+        ["disruption decisions / claims disrupted", f"{s['decisions']} / {s['claims_disrupted']}", ""],
+        ["CPU during scale to zero (top 3)", _top(s["cpu_seconds"]), ""],
+    ]
+    suite.targets += [
+        Target("last Unschedulable -> every NodeClaim planned", f"< {PLANNING_TARGET_S:.2f} s",
+               f"{p['last_unschedulable_to_all_planned_s']:.3f} s",
+               p["last_unschedulable_to_all_planned_s"] < PLANNING_TARGET_S),
+        Target("disruption budget 10% never exceeded", "0 moments over budget",
+               f"{s['budget_violations']} moments over (peak {s['peak_disrupting']}, budget {s['budget_at_peak']})",
+               s["budget_violations"] == 0),
+        Target(f"{s['nodes']} empty nodes -> 0", "every claim disrupted and terminated",
+               f"{s['claims_disrupted']} of {s['claims']} disrupted, {s['claims_unfinished']} unfinished",
+               s["claims_disrupted"] == s["claims"] and s["claims_unfinished"] == 0),
+    ]
+    return suite
