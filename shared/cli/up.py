@@ -1,8 +1,9 @@
 """``tenon up``: the whole system locally, with a demo, and what happens shown live.
 
 Starts nats-server, the sandbox (workload + management clusters) and every service as its own process, applies
-a demo and follows it: pending pods, NodeClaims by phase, nodes, price per hour, elapsed time. Ctrl-C stops
-everything cleanly. ``--exit-when-done --json`` runs unattended (fast timing profile by default) and prints one
+a demo and follows it: pending pods, NodeClaims by phase, nodes, price per hour, elapsed time; once every pod
+runs it deletes the workload and follows the pool back to zero, prints a summary, and keeps the stack up for
+exploring until Ctrl-C, which stops everything cleanly. ``--exit-when-done --json`` runs unattended (fast timing profile by default) and prints one
 JSON object: the NodeClaims (``instanceType``, ``pods``), the timeline in seconds from apply (``claimsCreated``,
 ``launched``, ``registered``, ``initialized``, ``allPodsRunning``), ``totalPricePerHour``; then, once every pod
 runs, the Deployment is deleted and it reports ``allNodesRemoved`` (seconds from the delete, when no node and no
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -143,6 +145,8 @@ def render(obs: Observation, timeline: Timeline) -> Table:
     table.add_row("MachineDeployment replicas", ", ".join(f"{k}={v}" for k, v in sorted(obs.replicas.items())))
     table.add_row("price per hour", f"{obs.price:.4f}")
     table.add_row("timeline (s)", ", ".join(f"{k} {v}" for k, v in timeline.at.items()) or "-")
+    table.add_row("next", "all pods running: the Deployment is deleted, the pool should return to zero"
+                  if "allPodsRunning" in timeline.at else "waiting for every pod to run")
     return table
 
 
@@ -189,8 +193,6 @@ async def play(stack: LocalStack, args: argparse.Namespace, console: Console) ->
                 if dead:
                     raise RuntimeError(f"service(s) exited: {dead}; logs in {stack.run_dir}")
                 if "allPodsRunning" in timeline.at and "initialized" in timeline.at and deleted_at is None:
-                    if not args.exit_when_done:
-                        break
                     from shared.kube.resources import DEPLOYMENTS
 
                     running_summary = summary(obs, timeline)
@@ -218,7 +220,12 @@ async def play(stack: LocalStack, args: argparse.Namespace, console: Console) ->
             print(json.dumps(result, indent=2))
         else:
             console.print(render(obs, timeline))
+            console.print_json(json.dumps(result))
             console.print(f"logs and kubeconfigs in {stack.run_dir}")
+        if not args.exit_when_done:
+            console.print("the stack keeps running for you to explore (tenon tap, tenon explain, kubectl); "
+                          "Ctrl-C stops everything")
+            await asyncio.Event().wait()
         return 0
     finally:
         await workload.close()
@@ -229,6 +236,12 @@ def run(args: argparse.Namespace) -> int:
     from shared.stack import LocalStack
 
     console = Console(stderr=args.json)
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # a closed terminal or a `kill` stops the stack as cleanly as Ctrl-C
+
+    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGHUP, interrupt)
     profile = args.profile or ("fast" if args.exit_when_done else "field")
     time_scale = args.time_scale or (1.0 if profile == "fast" else 0.25)
     stack = LocalStack(profile=profile, time_scale=time_scale, **({"run_dir": args.run_dir} if args.run_dir else {}))
