@@ -32,13 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_path in SUBCOMMANDS:
-        try:
-            module = importlib.import_module(module_path)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_path:
-                raise
-            continue  # TODO(foundation): drop once every listed subcommand has landed
-        module.register(subparsers)
+        importlib.import_module(module_path).register(subparsers)
     return parser
 
 
