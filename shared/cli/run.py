@@ -15,6 +15,7 @@ SERVICES: dict[str, str] = {
     "pod-watcher": "services.pod_watcher.__main__",
     "scheduler": "services.scheduler.__main__",
     "launcher-capi": "services.launcher_capi.__main__",
+    "disruption": "services.disruption.__main__",
 }
 
 
