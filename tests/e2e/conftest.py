@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +11,6 @@ from shared.stack import LocalStack
 
 
 @pytest.fixture
-def stack() -> Iterator[LocalStack]:
-    with LocalStack(profile="fast") as running:
+def stack(tmp_path: Path) -> Iterator[LocalStack]:
+    with LocalStack(profile="fast", run_dir=tmp_path / "run") as running:
         yield running
