@@ -25,8 +25,8 @@ The algorithm, and why:
    need a node each regardless of cost. They are placed first, each in the node that makes room for other
    pods at the lowest *marginal* price (price of the node minus the price of the cheapest node for the seed
    alone, per unit of value added), so the unavoidable nodes are filled before new ones are bought.
-4. **Improvement.** Pairs of bins (and single bins) are repacked with the same greedy; a change is kept when
-   it lowers the price. This merges two half-empty nodes into one and splits one big node into two cheaper
+4. **Improvement.** Single bins, pairs of bins (and all triples when there are only a few bins) are repacked
+   with the same portfolio; a change is kept when it lowers the price. This merges two half-empty nodes into one and splits one big node into two cheaper
    ones (eight 1-vCPU pods: c3-16 + c3-4 rather than three c3-8).
 
 Limits are respected while packing: NodePool limits (any resource, ``nodes``) on the capacity of new nodes,
@@ -43,6 +43,11 @@ from shared.scheduling.templates import OfferKey, Template
 
 INF = 10**18
 PAIR_WINDOW = 40  # bins considered for pairwise repacking per round
+IMPROVE_WORK = 20000  # node evaluations the improvement phase may spend
+PORTFOLIO_SUB_PODS = 40  # repacked groups up to this many pods get the full portfolio
+TRIPLE_MAX_BINS = 12  # with at most this many bins, triples are repacked too
+KNAPSACK_NODES = 400  # search nodes per exact node fill
+KNAPSACK_MAX_CLASSES = 12  # exact node fill only for problems with at most this many classes
 
 
 @dataclass
@@ -160,6 +165,10 @@ class Packer:
         self.max_candidates = max_candidates
         self.improve_budget = improve_budget
         self.portfolio = portfolio
+        self.work = 0  # node evaluations so far: bounds the time spent improving
+        self._weights: Sequence[float] = self.weights
+        self._plain = False
+        self._plain_order: list[PackClass] = []
         self.failed: dict[int, str] = {}
         self._classes: dict[int, PackClass] = {}
         self._candidate_cache: dict[tuple[frozenset[int], tuple[float, ...]], list[Template]] = {}
@@ -286,8 +295,63 @@ class Packer:
                         used[d] += req[d] * k
         return okeys
 
+    def knapsack(self, tpl: Template, room: list[int], contents: dict[int, int], used: list[int]) -> None:
+        """Fill ``room`` with the most valuable mix of the remaining classes (small problems only).
+
+        A depth-first search over how many of each class, largest value first, pruned by the bound
+        ``value so far + min(value of what is left, weights . room left)``, capped at :data:`KNAPSACK_NODES`.
+        First-fit-decreasing is myopic: two 3-CPU pods fill 6 of 7.8 CPUs where one 3-CPU and two 2-CPU pods
+        fill 7; the difference is a whole node on the field-size scenarios of the bench.
+        """
+        weights = self._weights
+        order = [c for c in self._plain_order if c.count > 0 and tpl.index in c.templates]
+        if not order:
+            return
+        vals = [sum(w * r for w, r in zip(weights, c.req, strict=False)) for c in order]
+        suffix = [0.0] * (len(order) + 1)
+        for i in range(len(order) - 1, -1, -1):
+            suffix[i] = suffix[i + 1] + vals[i] * order[i].count
+        best_val = -1.0
+        best: list[int] = []
+        chosen = [0] * len(order)
+        nodes = 0
+        dims = range(len(room))
+
+        def dfs(i: int, value: float) -> None:
+            nonlocal best_val, best, nodes
+            if value > best_val + 1e-12:
+                best_val, best = value, list(chosen)
+            if i == len(order) or nodes >= KNAPSACK_NODES:
+                return
+            bound = sum(w * r for w, r in zip(weights, room, strict=False))
+            if value + min(suffix[i], bound) <= best_val + 1e-12:
+                return
+            c = order[i]
+            k = c.count
+            for d in dims:
+                if c.req[d]:
+                    k = min(k, room[d] // c.req[d])
+            for n in range(k, -1, -1):
+                nodes += 1
+                chosen[i] = n
+                for d in dims:
+                    room[d] -= c.req[d] * n
+                dfs(i + 1, value + vals[i] * n)
+                for d in dims:
+                    room[d] += c.req[d] * n
+            chosen[i] = 0
+
+        dfs(0, 0.0)
+        for c, n in zip(order, best, strict=True):
+            if n:
+                contents[c.index] = n
+                for d in dims:
+                    room[d] -= c.req[d] * n
+                    used[d] += c.req[d] * n
+
     # -- the greedy ----------------------------------------------------------------------------------------
     def _evaluate(self, tpl: Template, buckets, seed: PackClass | None):
+        self.work += 1
         room = list(tpl.alloc)
         used = [0] * len(room)
         counts: dict[int, int] = {}
@@ -308,7 +372,10 @@ class Packer:
             for sid in seed.matches:
                 counts[sid] = 1
             okeys = seed.okeys
-        okeys = self.fill(buckets, room, okeys, counts, limits, contents, tpl.index, used)
+        if seed is None and self._plain:
+            self.knapsack(tpl, room, contents, used)
+        else:
+            okeys = self.fill(buckets, room, okeys, counts, limits, contents, tpl.index, used)
         if not contents:
             return None
         allowed: frozenset[int] | None = None
@@ -334,9 +401,14 @@ class Packer:
             bins.append(Bin(tpl, price, offer, list(used), okeys, dict(counts), dict(limits), dict(contents)))
         return times * sum(contents.values())
 
-    def _greedy(self, classes: Sequence[PackClass], weights: Sequence[float], only: Template | None = None
-                ) -> tuple[list[Bin], dict[int, str]]:
+    def _greedy(self, classes: Sequence[PackClass], weights: Sequence[float], only: Template | None = None,
+                exact: bool = False) -> tuple[list[Bin], dict[int, str]]:
         self._classes = {c.index: c for c in classes}
+        self._weights = weights
+        # exact per-node fill for small, plain problems (no hostname rules, no zone pins)
+        self._plain = exact and len(classes) <= KNAPSACK_MAX_CLASSES and all(
+            not c.limits and not c.matches and c.okeys is None for c in classes)
+        self._plain_order = sorted(classes, key=lambda c: (-self.value_of(c.req, weights), c.index))
         failed: dict[int, str] = {}
         bins: list[Bin] = []
         all_cands = self.candidates(classes, weights)
@@ -425,19 +497,21 @@ class Packer:
         """Pack ``classes`` (their counts are consumed); failures go to ``self.failed``."""
         use_portfolio = self.portfolio if portfolio is None else portfolio
         counts = {c.index: c.count for c in classes}
-        strategies: list[tuple[Sequence[float], Template | None]] = [(self.weights, None)]
+        strategies: list[tuple[Sequence[float], Template | None, bool]] = [(self.weights, None, False)]
         if use_portfolio:
             cpu_only = [self.weights[0] or 1.0] + [0.0] * (len(self.weights) - 1)
             mem_only = [0.0, self.weights[1] or 1.0] + [0.0] * (len(self.weights) - 2)
-            strategies += [(cpu_only, None), (mem_only, None)]
-            strategies += [(self.weights, t) for t in self.candidates(classes, self.weights)]
+            for exact in (False, True):
+                strategies += [(cpu_only, None, exact), (mem_only, None, exact)]
+                strategies += [(self.weights, t, exact) for t in self.candidates(classes, self.weights)]
+            strategies.append((self.weights, None, True))
         best: tuple[tuple[int, float], list[Bin], dict[int, str], Budget] | None = None
         start = Budget(self.budget.resource_names, dict(self.budget.remaining), dict(self.budget.type_caps))
-        for weights, only in strategies:
+        for weights, only, exact in strategies:
             for c in classes:
                 c.count = counts[c.index]
             self.budget = Budget(start.resource_names, dict(start.remaining), dict(start.type_caps))
-            bins, failed = self._greedy(classes, weights, only)
+            bins, failed = self._greedy(classes, weights, only, exact)
             key = (sum(counts[i] for i in failed), sum(b.price for b in bins))
             if best is None or key < best[0]:
                 best = (key, bins, failed, self.budget)
@@ -463,26 +537,30 @@ class Packer:
 
     # -- improvement ---------------------------------------------------------------------------------------
     def improve(self, bins: list[Bin], classes: Sequence[PackClass]) -> list[Bin]:
-        """Repack single bins and pairs of bins; keep every change that lowers the price."""
+        """Repack single bins, pairs (and, for a few bins, triples); keep every change that lowers the price."""
         proto = {c.index: c for c in classes}
         tries = 0
         changed = True
-        while changed and tries < self.improve_budget:
+        stop_at = self.work + IMPROVE_WORK
+        while changed and tries < self.improve_budget and self.work < stop_at:
             changed = False
             n = len(bins)
             # Most wasteful first (price minus the value of what the bin holds); pairs among the worst few.
             order = sorted(range(n), key=lambda i: (-(bins[i].price - self.value_of(bins[i].used)), i))
             worst = order[:PAIR_WINDOW]
-            pairs: list[tuple[int, int | None]] = [(i, None) for i in worst]
-            pairs += [(worst[a], worst[b]) for a in range(len(worst)) for b in range(a + 1, len(worst))]
-            for i, j in pairs:
-                if tries >= self.improve_budget:
+            groups: list[tuple[int, ...]] = [(i,) for i in worst]
+            groups += [(worst[a], worst[b]) for a in range(len(worst)) for b in range(a + 1, len(worst))]
+            if self.portfolio and n <= TRIPLE_MAX_BINS:
+                groups += [(order[a], order[b], order[c]) for a in range(n) for b in range(a + 1, n)
+                           for c in range(b + 1, n)]
+            for members in groups:
+                if tries >= self.improve_budget or self.work >= stop_at:
                     break
-                ok_i, ok_j = bins[i].okeys, None if j is None else bins[j].okeys
-                if ok_i is not None and ok_j is not None and not ok_i & ok_j:
+                group = [bins[k] for k in members]
+                okeys = [b.okeys for b in group if b.okeys is not None]
+                if len(okeys) > 1 and not frozenset.intersection(*okeys):
                     continue
                 tries += 1
-                group = [bins[i]] if j is None else [bins[i], bins[j]]
                 old_price = sum(b.price for b in group)
                 merged: dict[int, int] = {}
                 for b in group:
@@ -494,13 +572,12 @@ class Packer:
                                  proto[ci].templates) for ci, k in merged.items()]
                 saved_failed = dict(self.failed)
                 saved_budget = self.budget
-                trial = self.pack(sub, portfolio=self.portfolio)
+                trial = self.pack(sub, portfolio=self.portfolio and sum(merged.values()) <= PORTFOLIO_SUB_PODS)
                 ok = len(self.failed) == len(saved_failed)
                 self.failed = saved_failed
                 new_price = sum(b.price for b in trial)
                 if ok and new_price < old_price - 1e-9:
-                    keep = [b for k, b in enumerate(bins) if k not in (i, j)]
-                    bins = keep + trial
+                    bins = [b for k, b in enumerate(bins) if k not in members] + trial
                     changed = True
                     break
                 self.budget = saved_budget

@@ -63,6 +63,8 @@ from shared.scheduling.topology import (
 
 DEFAULT_MAX_PODS = 110
 MAX_ROUNDS = 5  # solves, when pinned pods fail and must be set aside (see solve)
+SMALL_PODS = 400  # up to this many pods and ...
+SMALL_CLASSES = 16  # ... this many distinct pod classes, a NodePool gets the full portfolio (packing.py)
 
 
 @dataclass
@@ -436,7 +438,8 @@ class _Solve:
                                               interned.setdefault(tset, tset), list(classes[k])))
             weights = dual_weights(tpls, demand, 0, 1)
             n_pods = sum(len(c.members) for c in pack_classes)
-            small = n_pods <= 400
+            # The portfolio and deep repacking pay off on small problems and cost too much on large ones.
+            small = n_pods <= SMALL_PODS and len(pack_classes) <= SMALL_CLASSES
             packer = Packer(tpls, budget, weights, max_candidates=24,
                             improve_budget=2500 if small else 60, portfolio=small)
             bins = packer.pack(pack_classes)
