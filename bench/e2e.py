@@ -58,7 +58,7 @@ import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from bench.suite import Suite, Target
@@ -68,6 +68,7 @@ from proto.events import (
     DisruptionDecision,
     DisruptionRequested,
     Event,
+    NodeClaimEvent,
     NodeClaimInitialized,
     NodeClaimLaunched,
     NodeClaimPlanned,
@@ -125,7 +126,7 @@ def chain_hops(events: Iterable[TimedEvent]) -> dict[str, list[float]]:
     the log). A claim's first event of each type counts (a redelivered duplicate is not a new step)."""
     batches: dict[str, datetime] = {}
     steps: dict[str, dict[str, TimedEvent]] = {}
-    for timed in events:
+    for timed in sorted(events, key=lambda t: t.recorded_at):
         event = timed.event
         if isinstance(event, PendingBatch):
             batches.setdefault(event.id, timed.recorded_at)
@@ -172,7 +173,7 @@ def disruption_overlap(events: Iterable[TimedEvent], percent: float) -> OverlapR
     disrupting: set[str] = set()
     requested: set[str] = set()
     budget: int | None = None
-    initial_budget = 0
+    initial_budget: int | None = None
     peak = budget_at_peak = violations = worst_excess = 0
     for timed in ordered:
         event = timed.event
@@ -180,7 +181,7 @@ def disruption_overlap(events: Iterable[TimedEvent], percent: float) -> OverlapR
             alive.add(event.nodeclaim)
         elif isinstance(event, DisruptionDecision):
             budget = math.ceil(len(alive) * percent / 100)
-            if not initial_budget:
+            if initial_budget is None:
                 initial_budget = budget
         elif isinstance(event, DisruptionRequested) and event.nodeclaim not in requested:
             requested.add(event.nodeclaim)
@@ -195,9 +196,59 @@ def disruption_overlap(events: Iterable[TimedEvent], percent: float) -> OverlapR
             alive.discard(event.nodeclaim)
             disrupting.discard(event.nodeclaim)
     return OverlapReport(
-        peak=peak, budget_at_peak=budget_at_peak, initial_budget=initial_budget, violations=violations,
+        peak=peak, budget_at_peak=budget_at_peak, initial_budget=initial_budget or 0, violations=violations,
         worst_excess=worst_excess, disrupted=len(requested), unfinished=len(disrupting),
     )
+
+
+@dataclass(frozen=True)
+class PlanningWaves:
+    """The claims planned for the pods as they first went pending, apart from those planned later for pods
+    offered again (pod-watcher re-offers a pod still pending ``rebatch`` seconds after its batch, e.g. when the
+    kube-scheduler placed pods other than the plan assumed and some were left without room)."""
+
+    first_wave_last_planned: datetime | None
+    later_batches: int
+    later_pods: int
+    later_claims: int
+
+
+def planning_waves(events: Iterable[TimedEvent], last_unschedulable: datetime, slack_s: float = 0.5) -> PlanningWaves:
+    """Batches whose window opened by the time the last pod went pending (plus ``slack_s`` for the two
+    observers' lag) are the first wave; any later batch re-offers pods."""
+    ordered = sorted(events, key=lambda t: t.recorded_at)
+    first_wave: set[str] = set()
+    later_batches = later_pods = later_claims = 0
+    first_wave_last: datetime | None = None
+    for timed in ordered:
+        event = timed.event
+        if isinstance(event, PendingBatch):
+            if (event.window_opened_at - last_unschedulable).total_seconds() <= slack_s:
+                first_wave.add(event.id)
+            else:
+                later_batches += 1
+                later_pods += len(event.pods)
+        elif isinstance(event, NodeClaimPlanned):
+            if event.causation_id in first_wave:
+                first_wave_last = timed.recorded_at
+            else:
+                later_claims += 1
+    return PlanningWaves(first_wave_last, later_batches, later_pods, later_claims)
+
+
+def last_steps_of_unfinished(events: Iterable[TimedEvent]) -> dict[str, int]:
+    """For the claims that never reached ``NodeClaimTerminated``: how many stopped at each last step (e.g.
+    ``{"NodeClaimLaunched": 16}``: launched, never registered, so never a disruption candidate)."""
+    last: dict[str, str] = {}
+    for timed in sorted(events, key=lambda t: t.recorded_at):
+        event = timed.event
+        if isinstance(event, NodeClaimEvent):
+            last[event.nodeclaim] = type(event).__name__
+    counts: dict[str, int] = {}
+    for step in last.values():
+        if step != "NodeClaimTerminated":
+            counts[step] = counts.get(step, 0) + 1
+    return counts
 
 
 def hop_summary(hops: dict[str, list[float]]) -> dict[str, dict[str, float]]:
@@ -399,6 +450,7 @@ async def measure_provisioning(stack: LocalStack, deployments: int, replicas: in
         raise RuntimeError(f"no NodeClaimPlanned in the log; logs in {stack.run_dir}")
     last_unschedulable = max(tracker.first_unschedulable.values())
     last_planned = max(t.recorded_at for t in planned).timestamp()
+    waves = planning_waves(events, datetime.fromtimestamp(last_unschedulable, UTC))
     by_type: dict[str, int] = {}
     price = 0.0
     for timed in planned:
@@ -412,6 +464,13 @@ async def measure_provisioning(stack: LocalStack, deployments: int, replicas: in
         "pods_seen_unschedulable": len(tracker.first_unschedulable),
         "first_to_last_unschedulable_s": last_unschedulable - min(tracker.first_unschedulable.values()),
         "last_unschedulable_to_all_planned_s": last_planned - last_unschedulable,
+        "last_unschedulable_to_first_wave_planned_s": (
+            None if waves.first_wave_last_planned is None
+            else waves.first_wave_last_planned.timestamp() - last_unschedulable
+        ),
+        "pods_offered_again": waves.later_pods,
+        "later_batches": waves.later_batches,
+        "claims_for_pods_offered_again": waves.later_claims,
         "pending_batches": sum(1 for t in events if isinstance(t.event, PendingBatch)),
         "claims": len(planned),
         "claims_by_type": by_type,
@@ -423,8 +482,26 @@ async def measure_provisioning(stack: LocalStack, deployments: int, replicas: in
     }
 
 
-async def measure_scale_to_zero(stack: LocalStack, nodes: int, timeout: float) -> dict[str, Any]:
-    """Provision ``nodes`` one-pod nodes, then delete the workload and measure the way back to zero."""
+async def _wait_for_no_node(stack: LocalStack, kube: Kube, timeout: float, stall: float) -> tuple[int, float]:
+    """Poll the Nodes until none is left, or until their number has not fallen for ``stall`` seconds (a node
+    the system will never remove must not hang the bench). Returns (nodes left, when the count last fell)."""
+    deadline = time.monotonic() + timeout
+    remaining, last_change, changed_at = -1, time.monotonic(), time.time()
+    while True:
+        count = len((await kube.list(NODES))[0])
+        if count != remaining:
+            remaining, last_change, changed_at = count, time.monotonic(), time.time()
+        if not remaining or time.monotonic() - last_change > stall or time.monotonic() > deadline:
+            return remaining, changed_at
+        dead = stack.dead_services()
+        if dead:
+            raise RuntimeError(f"service(s) exited during scale to zero: {dead}; logs in {stack.run_dir}")
+        await asyncio.sleep(0.5)
+
+
+async def measure_scale_to_zero(stack: LocalStack, nodes: int, timeout: float, stall: float = 60.0) -> dict[str, Any]:
+    """Provision ``nodes`` one-pod nodes, then delete the workload and measure the way back to zero. Gives up
+    waiting when no node has gone for ``stall`` seconds, and reports what is left and where its claims stopped."""
     kube, management = await connect(stack)
     tracker = PodTracker()
     watch = asyncio.create_task(_track_pods(kube, tracker))
@@ -446,17 +523,14 @@ async def measure_scale_to_zero(stack: LocalStack, nodes: int, timeout: float) -
         deleted_at = time.time()
         await kube.delete(DEPLOYMENTS, "bench-one-per-node", NAMESPACE)
 
-        async def no_node_left() -> bool:
-            remaining, _ = await kube.list(NODES)
-            return not remaining
+        nodes_left, no_nodes_at = await _wait_for_no_node(stack, kube, timeout, stall)
+        zero_replicas_at: float | None = None
+        if not nodes_left:
+            async def machine_deployments_at_zero() -> bool:
+                mds, _ = await management.list(MACHINEDEPLOYMENTS)
+                return not any(int((m.get("spec") or {}).get("replicas") or 0) for m in mds)
 
-        no_nodes_at = await _wait_for(no_node_left, timeout, "no Node left", stack, interval=0.5)
-
-        async def machine_deployments_at_zero() -> bool:
-            mds, _ = await management.list(MACHINEDEPLOYMENTS)
-            return not any(int((m.get("spec") or {}).get("replicas") or 0) for m in mds)
-
-        zero_replicas_at = await _wait_for(machine_deployments_at_zero, 60, "every MachineDeployment at 0", stack)
+            zero_replicas_at = await _wait_for(machine_deployments_at_zero, 60, "every MachineDeployment at 0", stack)
         cpu = _cpu_delta(cpu_before, _cpu_seconds(stack))
         await asyncio.sleep(0.5)
         events = await _read_log(stack.nats_url, ("tenon.nodeclaim.>", "tenon.disruption.>"))
@@ -473,9 +547,11 @@ async def measure_scale_to_zero(stack: LocalStack, nodes: int, timeout: float) -
         "nodes": len(node_list),
         "claims": len(claims_before),
         "provision_s": running_at - provision_started,
-        "delete_to_no_node_s": no_nodes_at - deleted_at,
+        "nodes_left": nodes_left,
+        "stuck_claims_last_step": last_steps_of_unfinished(events),
+        "delete_to_no_node_s": None if nodes_left else no_nodes_at - deleted_at,
         "delete_to_last_terminated_s": (max(terminated) - deleted_at) if terminated else None,
-        "delete_to_replicas_zero_s": zero_replicas_at - deleted_at,
+        "delete_to_replicas_zero_s": None if zero_replicas_at is None else zero_replicas_at - deleted_at,
         "decisions": len(decisions),
         "first_decision_budget": decisions[0].budget if decisions else None,
         "peak_disrupting": overlap.peak,
@@ -503,6 +579,10 @@ def run_scale_to_zero(nodes: int, timeout: float) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------- suite
 
 
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
 def _top(cpu: dict[str, float], count: int = 3) -> str:
     return ", ".join(f"{name} {seconds:.1f}s" for name, seconds in sorted(cpu.items(), key=lambda kv: -kv[1])[:count])
 
@@ -527,6 +607,11 @@ def run(quick: bool) -> Suite:
          f"{p['pods_seen_unschedulable']} ({p['first_to_last_unschedulable_s']:.2f} s)", ""],
         ["last Unschedulable -> every NodeClaim planned", f"{p['last_unschedulable_to_all_planned_s']:.3f} s",
          f"batch window {BATCH_IDLE_S:.0f} s + 250 ms"],
+        ["  of which the first wave (pods as they went pending)", _seconds(p["last_unschedulable_to_first_wave_planned_s"]),
+         ""],
+        ["  pods offered again later (batches / claims)",
+         f"{p['pods_offered_again']} ({p['later_batches']} / {p['claims_for_pods_offered_again']})",
+         "pod-watcher re-offers a pod still pending 30 s after its batch"],
         ["PendingBatch events", p["pending_batches"], ""],
         ["claims / nodes", f"{p['claims']} / {p['nodes']} ({p['claims_by_type']})", ""],
         ["price per hour", f"{p['price_per_hour']:.2f}", ""],
@@ -543,10 +628,11 @@ def run(quick: bool) -> Suite:
     s = scale_down
     suite.rows += [
         [f"{s['nodes']} nodes provisioned one pod each", f"{s['provision_s']:.2f} s", ""],
-        ["delete -> no Node left", f"{s['delete_to_no_node_s']:.2f} s",
+        ["delete -> no Node left", _seconds(s["delete_to_no_node_s"]) if not s["nodes_left"]
+         else f"never: {s['nodes_left']} left (claims stopped at {s['stuck_claims_last_step']})",
          f"Karpenter: {KARPENTER_FIELD_SCALE_TO_ZERO}"],
-        ["delete -> last NodeClaimTerminated (log)",
-         "-" if s["delete_to_last_terminated_s"] is None else f"{s['delete_to_last_terminated_s']:.2f} s", ""],
+        ["delete -> last NodeClaimTerminated (log)", _seconds(s["delete_to_last_terminated_s"]), ""],
+        ["delete -> every MachineDeployment at 0", _seconds(s["delete_to_replicas_zero_s"]), ""],
         ["peak claims disrupted at once", f"{s['peak_disrupting']} (budget then {s['budget_at_peak']}; "
                                           f"first decision's {s['initial_budget']})", "10% of the pool, rounded up"],
         ["disruption decisions / claims disrupted", f"{s['decisions']} / {s['claims_disrupted']}", ""],
@@ -559,8 +645,9 @@ def run(quick: bool) -> Suite:
         Target("disruption budget 10% never exceeded", "0 moments over budget",
                f"{s['budget_violations']} moments over (peak {s['peak_disrupting']}, budget {s['budget_at_peak']})",
                s["budget_violations"] == 0),
-        Target(f"{s['nodes']} empty nodes -> 0", "every claim disrupted and terminated",
-               f"{s['claims_disrupted']} of {s['claims']} disrupted, {s['claims_unfinished']} unfinished",
-               s["claims_disrupted"] == s["claims"] and s["claims_unfinished"] == 0),
+        Target(f"{s['nodes']} empty nodes -> 0", "every claim disrupted and terminated, no Node left",
+               f"{s['claims_disrupted']} of {s['claims']} disrupted, {s['claims_unfinished']} unfinished, "
+               f"{s['nodes_left']} Nodes left",
+               s["claims_disrupted"] == s["claims"] and s["claims_unfinished"] == 0 and not s["nodes_left"]),
     ]
     return suite
