@@ -3,9 +3,10 @@
 Sections (all on inputs built as Kubernetes objects and parsed by ``parse_objects``, like ``tenon simulate``):
 
 1. **Field cases** (Cluster API c3-4/c3-8/c3-16, 100m DaemonSet): tenon and the baselines side by side.
-2. **Cost vs optimum**: random small scenarios (:func:`bench.scheduling_workloads.random_scenario`); the exact
-   optimum from HiGHS; ratio price/optimum for tenon and each baseline. Targets: tenon within 3% on every
-   scenario, median within 1%.
+2. **Cost vs optimum**: random small scenarios (:func:`bench.scheduling_workloads.random_scenario`, 4-14
+   pods); the exact optimum from HiGHS; ratio price/optimum for tenon and each baseline. Targets: tenon within
+   3% on every scenario, median within 1%. A second, larger set (12-24 pods) is reported without a target, to
+   show where the heuristic stops being near-exact.
 3. **fake-400** (Karpenter's benchmark mix): 5,000 and 20,000 pods; solve time, pods/s, nodes, price and a
    lower bound = max(fractional LP bound with resources at their cheapest per-unit rate, one node per
    hostname-anti-affinity pod at the cheapest type that fits it). Targets: <= 1 s and <= 5 s, all placed.
@@ -78,39 +79,42 @@ def _field_cases(suite: Suite) -> None:
 
 
 def _cost(suite: Suite, quick: bool) -> None:
-    rng = random.Random(7)
-    count = 12 if quick else 40
+    for label, seed, pods_range, count, targeted in (
+            ("small", 7, (4, 14), 12 if quick else 40, True),
+            ("larger", 11, (12, 24), 8 if quick else 30, False)):
+        _cost_set(suite, label, random.Random(seed), pods_range, count, targeted)
+
+
+def _cost_set(suite: Suite, label: str, rng: random.Random, pods_range: tuple[int, int], count: int,
+              targeted: bool) -> None:
+    """Price / exact optimum on ``count`` random scenarios; targets only on the set the issue specifies."""
     ratios: dict[str, list[float]] = {"tenon": [], **{n: [] for n, _ in BASELINES}}
     unproven = 0
-    worst = None
-    for i in range(count):
-        docs = random_scenario(rng)
-        inputs = _parse(docs)
+    for _ in range(count):
+        inputs = _parse(random_scenario(rng, pods_range))
         shapes, pods = shapes_and_pods(inputs)
         best, proven = optimum(shapes, pods)
         unproven += 0 if proven else 1
         plan = solve(inputs)
-        if plan.unschedulable:
-            ratios["tenon"].append(float("inf"))
-            continue
-        r = plan.total_price / best
-        ratios["tenon"].append(r)
-        if worst is None or r > worst[0]:
-            worst = (r, i)
+        ratios["tenon"].append(float("inf") if plan.unschedulable else plan.total_price / best)
         for name, fn in BASELINES:
             ratios[name].append(fn(shapes, pods).price / best)
-    summary = {name: {"max": max(v), "median": statistics.median(v), "mean": statistics.fmean(v)}
+    summary = {name: {"max": max(v), "median": statistics.median(v), "mean": statistics.fmean(v),
+                      "within_3pct": sum(r <= 1.03 + 1e-9 for r in v) / len(v)}
                for name, v in ratios.items()}
-    suite.data["cost_vs_optimum"] = {"scenarios": count, "unproven_optima": unproven, "summary": summary,
-                                     "tenon_ratios": ratios["tenon"]}
+    suite.data[f"cost_vs_optimum_{label}"] = {"scenarios": count, "pods_per_scenario": list(pods_range),
+                                              "unproven_optima": unproven, "summary": summary,
+                                              "tenon_ratios": ratios["tenon"]}
     for name, s in summary.items():
-        suite.rows.append([f"cost: {name} / optimum", f"median {s['median']:.4f}, max {s['max']:.4f}",
-                           f"mean {s['mean']:.4f} over {count} scenarios"])
-    t = summary["tenon"]
-    suite.targets.append(Target("tenon within 3% of optimum on every scenario", "max <= 1.03", f"{t['max']:.4f}",
-                                t["max"] <= 1.03 + 1e-9))
-    suite.targets.append(Target("tenon median within 1% of optimum", "median <= 1.01", f"{t['median']:.4f}",
-                                t["median"] <= 1.01 + 1e-9))
+        suite.rows.append([f"cost ({label}, {pods_range[0]}-{pods_range[1]} pods): {name} / optimum",
+                           f"median {s['median']:.4f}, max {s['max']:.4f}",
+                           f"mean {s['mean']:.4f}, {s['within_3pct']:.0%} within 3%, {count} scenarios"])
+    if targeted:
+        t = summary["tenon"]
+        suite.targets.append(Target("tenon within 3% of optimum on every scenario", "max <= 1.03",
+                                    f"{t['max']:.4f}", t["max"] <= 1.03 + 1e-9))
+        suite.targets.append(Target("tenon median within 1% of optimum", "median <= 1.01", f"{t['median']:.4f}",
+                                    t["median"] <= 1.01 + 1e-9))
 
 
 def _lower_bound(inputs: ClusterInput) -> dict[str, float]:

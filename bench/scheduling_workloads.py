@@ -93,7 +93,7 @@ def daemon_set(cpu: str, memory: str) -> dict[str, Any]:
                 "containers": [{"name": "a", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}}}}
 
 
-def random_scenario(rng: random.Random) -> list[dict[str, Any]]:
+def random_scenario(rng: random.Random, pods_range: tuple[int, int] = (4, 14)) -> list[dict[str, Any]]:
     """A small cost scenario: NodePool, catalog of 3-6 types, a DaemonSet, 4-14 pods of 2-4 shapes."""
     types: list[dict[str, Any]] = []
     names = set()
@@ -117,7 +117,7 @@ def random_scenario(rng: random.Random) -> list[dict[str, Any]]:
         mem = rng.choice([128, 256, 512, 1024, 2048, 4096, 8192])
         if any(cpu <= c and mem <= m for c, m in rooms):  # every pod fits some type
             shapes.append((f"{cpu}m", f"{mem}Mi"))
-    pods = [pod(f"p{i}", *rng.choice(shapes)) for i in range(rng.randint(4, 14))]
+    pods = [pod(f"p{i}", *rng.choice(shapes)) for i in range(rng.randint(*pods_range))]
     ds = daemon_set(rng.choice(["50m", "100m", "200m"]), "128Mi")
     return [node_pool(), instance_catalog("default", types), ds, *pods]
 
