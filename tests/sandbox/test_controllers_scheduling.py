@@ -276,3 +276,23 @@ def test_profile_errors_are_clear() -> None:
         get_profile("slow")
     with pytest.raises(ValueError, match="scale must be a positive finite number"):
         get_profile("fast", 0)
+
+
+def test_pods_booked_in_the_same_cycle_count_for_spread_and_anti_affinity() -> None:
+    spread = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+               "labelSelector": {"matchLabels": {"app": "web"}}}]
+    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    state = cluster(*(node(f"{zone}{i}", labels={"topology.kubernetes.io/zone": zone})
+                      for zone in "ab" for i in range(2)))
+    placed: list[str] = []
+    for i in range(5):
+        candidate = pod(f"w{i}", labels={"app": "web"}, topologySpreadConstraints=spread, affinity=anti)
+        state.upsert_pod(candidate)  # pending, as the scheduler's cache holds it
+        decision = decide(state, candidate)
+        if decision.node_name:
+            state.assume(f"default/w{i}", decision.node_name)  # booked, no watch event yet
+            placed.append(decision.node_name)
+    # one per node (anti-affinity), alternating zones (spread), and the fifth has nowhere to go
+    assert sorted(placed) == ["a0", "a1", "b0", "b1"]
+    assert [p[0] for p in placed[:2]] in (["a", "b"], ["b", "a"])

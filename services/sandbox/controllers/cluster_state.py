@@ -69,6 +69,13 @@ def _same_version(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return bool(version) and version == meta_b.get("resourceVersion") and meta_a.get("uid") == meta_b.get("uid")
 
 
+def _topology_signature(entry: PodEntry) -> tuple[Any, ...]:
+    """What topology-derived counts depend on: where the pod counts, its labels, whether it is leaving."""
+    meta = entry.pod.get("metadata") or {}
+    return (entry.node_name, tuple(sorted((meta.get("labels") or {}).items())), bool(meta.get("deletionTimestamp")),
+            meta.get("namespace"), has_required_anti_affinity(entry.pod))
+
+
 def host_ports(pod: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
     """The ``(protocol, hostPort)`` pairs a pod's containers claim on their node (NodePorts plugin)."""
     spec = pod.get("spec") or {}
@@ -95,6 +102,16 @@ class ClusterState:
         self.awaiting_node: dict[str, set[str]] = {}  # node name -> pods bound to it before it is known
         self.next_start_index = 0  # where the next pod's node search starts (kube-scheduler's rotation)
         self._node_list: list[NodeInfo] | None = None
+        # Derived indexes (``topology_index.TopologyIndex``) rebuild when ``topology_version`` moves, which
+        # happens when a bound pod's node, labels or termination change or a node's labels/taints change;
+        # pods booked by ``assume`` since then are listed in ``booked`` so they can be applied incrementally.
+        self.topology_version = 0
+        self.booked: list[tuple[PodEntry, NodeInfo]] = []
+        self.derived: dict[str, Any] = {}
+
+    def _bump(self) -> None:
+        self.topology_version += 1
+        self.booked = []
 
     # ------------------------------------------------------------------------------------------- nodes
     def upsert_node(self, node: dict[str, Any]) -> NodeInfo | None:
@@ -111,14 +128,18 @@ class ClusterState:
             info = NodeInfo(name, node, {}, [], False, {})
             self.nodes[name] = info
             self._node_list = None
+            self._bump()
             # pods bound before the node arrived (or after it was re-created) count again
             for key in self.awaiting_node.pop(name, set()):
                 entry = self.pods.get(key)
                 if entry is not None and entry.node_name is None and self._counts_on_node(entry.pod) == name:
                     self._attach(entry, name)
         info.node = node
-        info.labels = node_labels(node)
-        info.taints = node_taints(node)
+        labels, taints = node_labels(node), node_taints(node)
+        if labels != info.labels or taints != info.taints:
+            self._bump()
+        info.labels = labels
+        info.taints = taints
         info.unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
         info.allocatable = allocatable
         return info
@@ -128,6 +149,7 @@ class ClusterState:
         if info is None:
             return
         self._node_list = None
+        self._bump()
         for key in info.pod_keys:
             entry = self.pods.get(key)
             if entry is not None:
@@ -176,11 +198,13 @@ class ClusterState:
                     del info.used_ports[port]
         entry.node_name = None
 
-    def upsert_pod(self, pod: dict[str, Any]) -> PodEntry | None:
+    def upsert_pod(self, pod: dict[str, Any], *, booking: bool = False) -> PodEntry | None:
+        """Add or update a pod from a watch event (or, with ``booking``, from :meth:`assume`)."""
         key = pod_key(pod)
         known = self.pods.get(key)
         if known is not None and (known.pod is pod or _same_version(known.pod, pod)):
             return known  # a resync replay or a duplicate event: nothing changed
+        before = _topology_signature(known) if known is not None else None
         try:
             requests = pod_requests(pod)
         except (QuantityError, ValueError) as err:
@@ -206,12 +230,21 @@ class ClusterState:
             self.anti_affinity_pods.add(key)
         else:
             self.anti_affinity_pods.discard(key)
+        after = _topology_signature(entry)
+        if before != after and ((before is not None and before[0] is not None) or after[0] is not None):
+            info = self.nodes.get(entry.node_name) if entry.node_name else None
+            if booking and info is not None and (before is None or before[0] is None):
+                self.booked.append((entry, info))
+            else:
+                self._bump()
         return entry
 
     def remove_pod(self, key: str) -> None:
         entry = self.pods.pop(key, None)
         if entry is None:
             return
+        if entry.node_name is not None:
+            self._bump()
         self._detach(entry)
         namespace = key.split("/", 1)[0]
         keys = self.pods_by_namespace.get(namespace)
@@ -230,7 +263,7 @@ class ClusterState:
         pod["spec"] = {**(pod.get("spec") or {}), "nodeName": node_name}
         # no resourceVersion: this is our guess, and the binding's watch event must replace it
         pod["metadata"] = {**(pod.get("metadata") or {}), "resourceVersion": ""}
-        self.upsert_pod(pod)
+        self.upsert_pod(pod, booking=True)
 
     # ------------------------------------------------------------------------------------------ queries
     def bound_pods_in_namespaces(

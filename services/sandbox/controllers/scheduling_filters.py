@@ -37,14 +37,13 @@ label only (the cache holds no Namespace objects); an empty one selects all name
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from services.sandbox.controllers.cluster_state import ClusterState, NodeInfo, PodEntry, host_ports
+from services.sandbox.controllers.cluster_state import ClusterState, NodeInfo, host_ports
 from services.sandbox.controllers.predicates import (
     UNSCHEDULABLE_TAINT_KEY,
-    is_terminating,
     match_label_selector,
     node_matches_pod,
     pod_key,
@@ -52,6 +51,7 @@ from services.sandbox.controllers.predicates import (
     untolerated_taint,
     validate_node_affinity,
 )
+from services.sandbox.controllers.topology_index import Term, TopologyIndex, affinity_terms, term_matches
 
 NO_NODES_MESSAGE = "no nodes available to schedule pods"
 MIN_FEASIBLE_NODES = 100
@@ -71,68 +71,6 @@ class Decision:
         return self.node_name is not None
 
 
-# ------------------------------------------------------------------------------------ pod affinity terms
-@dataclass(frozen=True)
-class _Term:
-    topology_key: str
-    selector: Mapping[str, Any]
-    namespaces: frozenset[str] | None  # None = all namespaces
-
-
-def _affinity_terms(pod: Mapping[str, Any], kind: str, known_namespaces: Iterable[str]) -> list[_Term]:
-    """Required ``podAffinity``/``podAntiAffinity`` terms of ``pod``, with matchLabelKeys folded in."""
-    spec = pod.get("spec") or {}
-    section = (spec.get("affinity") or {}).get(kind) or {}
-    namespace = (pod.get("metadata") or {}).get("namespace") or "default"
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    terms: list[_Term] = []
-    for raw in section.get("requiredDuringSchedulingIgnoredDuringExecution") or []:
-        selector = raw.get("labelSelector")
-        if selector is None:
-            continue  # a term with no selector matches no pod
-        expressions = list(selector.get("matchExpressions") or [])
-        for key in raw.get("matchLabelKeys") or []:
-            if key in labels:
-                expressions.append({"key": key, "operator": "In", "values": [labels[key]]})
-        for key in raw.get("mismatchLabelKeys") or []:
-            if key in labels:
-                expressions.append({"key": key, "operator": "NotIn", "values": [labels[key]]})
-        merged = {"matchLabels": selector.get("matchLabels") or {}, "matchExpressions": expressions}
-        ns_selector = raw.get("namespaceSelector")
-        namespaces: frozenset[str] | None
-        if ns_selector is not None and not ns_selector.get("matchLabels") and not ns_selector.get(
-            "matchExpressions"
-        ):
-            namespaces = None
-        else:
-            listed = set(raw.get("namespaces") or [])
-            if ns_selector is not None:
-                listed |= {
-                    ns
-                    for ns in known_namespaces
-                    if match_label_selector(ns_selector, {"kubernetes.io/metadata.name": ns})
-                }
-            namespaces = frozenset(listed or {namespace})
-        terms.append(_Term(raw.get("topologyKey") or "", merged, namespaces))
-    return terms
-
-
-def _cached_anti_terms(entry: PodEntry, state: ClusterState) -> list[_Term]:
-    """An existing pod's anti-affinity terms, parsed once per pod version."""
-    terms = entry.cache.get("anti_terms")
-    if terms is None:
-        terms = _affinity_terms(entry.pod, "podAntiAffinity", state.pods_by_namespace)
-        entry.cache["anti_terms"] = terms
-    return terms  # type: ignore[no-any-return]
-
-
-def _term_matches(term: _Term, pod: Mapping[str, Any]) -> bool:
-    meta = pod.get("metadata") or {}
-    if term.namespaces is not None and (meta.get("namespace") or "default") not in term.namespaces:
-        return False
-    return match_label_selector(term.selector, meta.get("labels"))
-
-
 # ---------------------------------------------------------------------------------- per-pod precompute
 class _PodContext:
     """What the per-node filters need, computed once per pod (the framework's PreFilter state)."""
@@ -146,10 +84,11 @@ class _PodContext:
         self.tolerations = spec.get("tolerations") or []
         self.node_name = spec.get("nodeName") or ""
         self.tolerates_unschedulable = any(tolerates(t, _UNSCHEDULABLE_TAINT) for t in self.tolerations)
-        self.anti_terms = _affinity_terms(pod, "podAntiAffinity", state.pods_by_namespace)
-        self.affinity_terms = _affinity_terms(pod, "podAffinity", state.pods_by_namespace)
-        self.spread = self._spread_constraints(pod, state)
-        self._prepare_inter_pod(state)
+        self.anti_terms = affinity_terms(pod, "podAntiAffinity", state.pods_by_namespace)
+        self.affinity_terms = affinity_terms(pod, "podAffinity", state.pods_by_namespace)
+        index = TopologyIndex.of(state)
+        self.spread = self._spread_constraints(pod, index)
+        self._prepare_inter_pod(index)
         affinity = spec.get("affinity") or {}
         self.plain_placement = not spec.get("nodeSelector") and not (affinity.get("nodeAffinity") or {}).get(
             "requiredDuringSchedulingIgnoredDuringExecution")
@@ -160,11 +99,14 @@ class _PodContext:
         self.memory = requests.get("memory", 0)
 
     # ----- topology spread
-    def _spread_constraints(self, pod: Mapping[str, Any], state: ClusterState) -> list[dict[str, Any]]:
+    def _spread_constraints(self, pod: Mapping[str, Any], index: TopologyIndex) -> list[dict[str, Any]]:
         spec = pod.get("spec") or {}
         meta = pod.get("metadata") or {}
         namespace = meta.get("namespace") or "default"
         labels = meta.get("labels") or {}
+        affinity_key = repr((sorted((spec.get("nodeSelector") or {}).items()),
+                             ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+                                 "requiredDuringSchedulingIgnoredDuringExecution")))
         prepared: list[dict[str, Any]] = []
         for raw in spec.get("topologySpreadConstraints") or []:
             if raw.get("whenUnsatisfiable", "DoNotSchedule") != "DoNotSchedule":
@@ -178,22 +120,19 @@ class _PodContext:
             selector = {"matchLabels": selector.get("matchLabels") or {}, "matchExpressions": expressions}
             honor_affinity = raw.get("nodeAffinityPolicy", "Honor") == "Honor"
             honor_taints = raw.get("nodeTaintsPolicy", "Ignore") == "Honor"
-            counts: Counter[str] = Counter()
-            domains: set[str] = set()
-            for info in state.nodes.values():
-                value = info.labels.get(key)
-                if value is None:
-                    continue
+            tolerations = self.tolerations
+
+            def accepts(info: NodeInfo, honor_affinity: bool = honor_affinity, honor_taints: bool = honor_taints,
+                        tolerations: Any = tolerations) -> bool:
                 if honor_affinity and not node_matches_pod(pod, info.name, info.labels):
-                    continue
-                if honor_taints and untolerated_taint(self.tolerations, info.taints):
-                    continue
-                domains.add(value)
-            for entry, info in state.bound_pods_in_namespaces({namespace}):
-                value = info.labels.get(key)
-                if value in domains and not is_terminating(entry.pod) and entry.key != self.key:
-                    if match_label_selector(selector, (entry.pod.get("metadata") or {}).get("labels")):
-                        counts[value] += 1  # type: ignore[index]
+                    return False
+                return not (honor_taints and untolerated_taint(tolerations, info.taints))
+
+            eligible_key = (key, affinity_key if honor_affinity else None,
+                            repr(tolerations) if honor_taints else None)
+            eligible, domains = index.eligible_nodes(eligible_key, key, accepts)
+            counts = index.domain_counts(Term(key, selector, frozenset({namespace})), eligible_key=eligible_key,
+                                         eligible=eligible, skip_terminating=True)
             min_domains = int(raw.get("minDomains") or 1)
             if len(domains) < min_domains:
                 global_min = 0
@@ -211,42 +150,20 @@ class _PodContext:
         return prepared
 
     # ----- inter-pod affinity
-    def _prepare_inter_pod(self, state: ClusterState) -> None:
-        # Domains (topology key, value) holding a pod matched by one of our anti-affinity terms.
-        self.anti_blocked: list[set[str]] = []
-        for term in self.anti_terms:
-            blocked: set[str] = set()
-            for entry, info in state.bound_pods_in_namespaces(term.namespaces):
-                value = info.labels.get(term.topology_key)
-                if value is not None and entry.key != self.key and _term_matches(term, entry.pod):
-                    blocked.add(value)
-            self.anti_blocked.append(blocked)
-        # Symmetry: existing pods whose anti-affinity matches us, as (topology key, value) pairs.
-        self.existing_blocked: set[tuple[str, str]] = set()
-        for key in state.anti_affinity_pods:
-            existing = state.pods.get(key)
-            if existing is None or existing.node_name is None or key == self.key:
-                continue
-            host = state.nodes.get(existing.node_name)
-            if host is None:
-                continue
-            for term in _cached_anti_terms(existing, state):
-                value = host.labels.get(term.topology_key)
-                if value is not None and _term_matches(term, self.pod):
-                    self.existing_blocked.add((term.topology_key, value))
-        # Affinity: per term, the domains holding a matching pod; plus whether any matching pod exists.
-        self.affinity_domains: list[set[str]] = []
-        self.affinity_any = False
-        for term in self.affinity_terms:
-            found: set[str] = set()
-            for entry, info in state.bound_pods_in_namespaces(term.namespaces):
-                if entry.key != self.key and _term_matches(term, entry.pod):
-                    self.affinity_any = True
-                    value = info.labels.get(term.topology_key)
-                    if value is not None:
-                        found.add(value)
-            self.affinity_domains.append(found)
-        self.self_affine = all(_term_matches(term, self.pod) for term in self.affinity_terms)
+    def _prepare_inter_pod(self, index: TopologyIndex) -> None:
+        # Domains holding a pod matched by one of our anti-affinity terms.
+        self.anti_blocked: list[set[str]] = [
+            {domain for domain, count in index.domain_counts(term).items() if count > 0} for term in self.anti_terms
+        ]
+        # Symmetry: running pods whose anti-affinity matches us, as (topology key, value) pairs.
+        self.existing_blocked = index.blocked_by_existing(self.pod)
+        # Affinity: per term, the domains holding a matching pod; and whether any such domain exists.
+        self.affinity_domains: list[set[str]] = [
+            {domain for domain, count in index.domain_counts(term).items() if count > 0}
+            for term in self.affinity_terms
+        ]
+        self.affinity_any = any(self.affinity_domains)
+        self.self_affine = all(term_matches(term, self.pod) for term in self.affinity_terms)
 
     # ----- the filters, one per plugin; each returns None (pass) or the list of reasons
     def filter(self, info: NodeInfo) -> list[str] | None:
