@@ -28,7 +28,9 @@ taint {node.kubernetes.io/not-ready: }."``. With no nodes at all the message is 
 
 Like kube-scheduler, the search stops once enough feasible nodes were found (:func:`feasible_nodes_to_find`,
 the adaptive ``percentageOfNodesToScore``: every node below 100 nodes, 42% of 1,000) and the next pod's
-search starts where this one stopped. Scoring is ``NodeResourcesFit`` least-allocated (the mean free fraction of cpu and memory after placing the
+search starts where this one stopped. The per-domain pod counts behind spread and inter-pod affinity come from ``topology_index.TopologyIndex``
+(memoised, exact under same-cycle bookings), so a pod with constraints costs a few dictionary look-ups per
+node rather than a scan of its namespace. Scoring is ``NodeResourcesFit`` least-allocated (the mean free fraction of cpu and memory after placing the
 pod), ties broken by node name, so decisions are deterministic. Preemption is not simulated. Pod affinity
 terms with a non-empty ``namespaceSelector`` select namespaces by their ``kubernetes.io/metadata.name``
 label only (the cache holds no Namespace objects); an empty one selects all namespaces.
