@@ -81,6 +81,7 @@ class PullConsumerRunner(ConsumerRunner):
         self._subject_users: dict[str, int] = {}
         self._unconfirmed: OrderedDict[int, None] = OrderedDict()
         self._refill_at = max(1, min(settings.fetch_batch, settings.max_concurrency) // 2)
+        self._slot_freed = asyncio.Event()
         self._stopping = False
         self._handled = 0
         self._dead_lettered = 0
@@ -120,8 +121,10 @@ class PullConsumerRunner(ConsumerRunner):
             free = self.settings.max_concurrency - len(self._inflight)
             if free < self._refill_at:
                 # wait for a worthwhile number of free slots: one fetch round trip per handful of messages
-                # instead of one per message when handlers are quick
-                await asyncio.wait(set(self._inflight), return_when=asyncio.FIRST_COMPLETED)
+                # instead of one per message when handlers are quick (an Event, not asyncio.wait over the
+                # in-flight set, which would cost O(in flight) per completed handler)
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
                 continue
             try:
                 deliveries = await self._source.fetch(min(free, self.settings.fetch_batch), timeout=1.0)
@@ -134,7 +137,12 @@ class PullConsumerRunner(ConsumerRunner):
             for delivery in deliveries:
                 task = asyncio.create_task(self._process(delivery))
                 self._inflight.add(task)
-                task.add_done_callback(self._inflight.discard)
+                task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        if self.settings.max_concurrency - len(self._inflight) >= self._refill_at:
+            self._slot_freed.set()
 
     async def _process(self, delivery: Delivery) -> None:
         record = delivery.record

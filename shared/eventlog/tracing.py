@@ -25,8 +25,16 @@ def inject(headers: dict[str, str]) -> dict[str, str]:
     return headers
 
 
+def _recording() -> bool:
+    """Whether an SDK tracer provider is installed (spans are recorded and exported somewhere)."""
+    return type(trace.get_tracer_provider()).__name__ not in {"ProxyTracerProvider", "NoOpTracerProvider"}
+
+
 @contextlib.contextmanager
 def publish_span(subject: str, event_type: str) -> Iterator[None]:
+    if not _recording():
+        yield  # nothing would record it; the caller's context (if any) is still injected into the headers
+        return
     with _tracer.start_as_current_span(
         f"{subject} publish",
         kind=SpanKind.PRODUCER,
@@ -37,11 +45,6 @@ def publish_span(subject: str, event_type: str) -> Iterator[None]:
         },
     ):
         yield
-
-
-def _recording() -> bool:
-    """Whether an SDK tracer provider is installed (spans are recorded and exported somewhere)."""
-    return type(trace.get_tracer_provider()).__name__ not in {"ProxyTracerProvider", "NoOpTracerProvider"}
 
 
 @contextlib.contextmanager
