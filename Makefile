@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test]'
+	PYTHONWARNINGS=ignore $(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test]'
 	touch $@
 
 setup: $(STAMP)
