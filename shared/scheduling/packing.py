@@ -45,6 +45,7 @@ INF = 10**18
 PAIR_WINDOW = 40  # bins considered for pairwise repacking per round
 IMPROVE_WORK = 20000  # node evaluations the improvement phase may spend
 PORTFOLIO_SUB_PODS = 40  # repacked groups up to this many pods get the full portfolio
+ROLLOUT_OPTIONS = 8  # first nodes tried by the lookahead greedy at each step
 TRIPLE_MAX_BINS = 12  # with at most this many bins, triples are repacked too
 KNAPSACK_NODES = 400  # search nodes per exact node fill
 KNAPSACK_MAX_CLASSES = 12  # exact node fill only for problems with at most this many classes
@@ -390,9 +391,9 @@ class Packer:
             return None
         return down, contents, used, okeys, counts, limits
 
-    def _commit(self, bins: list[Bin], chosen) -> int:
+    def _commit(self, bins: list[Bin], chosen, once: bool = False) -> int:
         (tpl, price, offer), contents, used, okeys, counts, limits = chosen
-        times = min(self._classes[ci].count // n for ci, n in contents.items())
+        times = 1 if once else min(self._classes[ci].count // n for ci, n in contents.items())
         times = max(1, min(times, self.budget.max_count(tpl)))
         self.budget.take(tpl, times)
         for ci, n in contents.items():
@@ -493,25 +494,76 @@ class Packer:
             left -= self._commit(bins, chosen)
         return bins, failed
 
-    def pack(self, classes: Sequence[PackClass], portfolio: bool | None = None) -> list[Bin]:
+    def _rollout(self, classes: Sequence[PackClass], weights: Sequence[float]) -> tuple[list[Bin], dict[int, str]]:
+        """Greedy with one step of lookahead: each node is the candidate whose completion (by the exact-fill
+        greedy) costs least. Only for small plain problems (called from the portfolio)."""
+        bins: list[Bin] = []
+        while any(c.count > 0 for c in classes):
+            active = [c for c in classes if c.count > 0]
+            self._classes = {c.index: c for c in classes}
+            buckets = self.buckets(active, weights)
+            options = []
+            seen = set()
+            for tpl in self.candidates(active, weights):
+                for exact in (False, True):
+                    self._weights = weights
+                    self._plain = exact
+                    self._plain_order = sorted(active, key=lambda c: (-self.value_of(c.req, weights), c.index))
+                    opt = self._evaluate(tpl, buckets, None)
+                    if opt is None:
+                        continue
+                    key = (opt[0][0].index, tuple(sorted(opt[1].items())))
+                    if key not in seen:
+                        seen.add(key)
+                        options.append((opt[0][1] / max(self.value_of(opt[2], weights), 1e-12), opt))
+            options.sort(key=lambda item: item[0])
+            best = None
+            for _, opt in options[:ROLLOUT_OPTIONS]:
+                counts = {c.index: c.count for c in classes}
+                budget = Budget(self.budget.resource_names, dict(self.budget.remaining), dict(self.budget.type_caps))
+                trial: list[Bin] = []
+                self._classes = {c.index: c for c in classes}
+                self._commit(trial, opt, once=True)
+                rest, failed = self._greedy(classes, weights, None, exact=True)
+                key = (sum(counts[i] for i in failed), opt[0][1] + sum(b.price for b in rest))
+                if best is None or key < best[0]:
+                    best = (key, opt)
+                for c in classes:
+                    c.count = counts[c.index]
+                self.budget = budget
+            if best is None:
+                rest, failed = self._greedy(classes, weights, None, exact=True)
+                return bins + rest, failed
+            self._classes = {c.index: c for c in classes}
+            self._commit(bins, best[1], once=True)
+        return bins, {}
+
+    def pack(self, classes: Sequence[PackClass], portfolio: bool | None = None, lookahead: bool = False
+             ) -> list[Bin]:
         """Pack ``classes`` (their counts are consumed); failures go to ``self.failed``."""
         use_portfolio = self.portfolio if portfolio is None else portfolio
         counts = {c.index: c.count for c in classes}
-        strategies: list[tuple[Sequence[float], Template | None, bool]] = [(self.weights, None, False)]
+        strategies: list[tuple[Sequence[float], Template | None, bool | None]] = [(self.weights, None, False)]
         if use_portfolio:
             cpu_only = [self.weights[0] or 1.0] + [0.0] * (len(self.weights) - 1)
             mem_only = [0.0, self.weights[1] or 1.0] + [0.0] * (len(self.weights) - 2)
-            for exact in (False, True):
-                strategies += [(cpu_only, None, exact), (mem_only, None, exact)]
-                strategies += [(self.weights, t, exact) for t in self.candidates(classes, self.weights)]
+            for fill_exact in (False, True):
+                strategies += [(cpu_only, None, fill_exact), (mem_only, None, fill_exact)]
+                strategies += [(self.weights, t, fill_exact) for t in self.candidates(classes, self.weights)]
             strategies.append((self.weights, None, True))
+            plain = all(not c.limits and not c.matches and c.okeys is None for c in classes)
+            if lookahead and plain and sum(counts.values()) <= PORTFOLIO_SUB_PODS:
+                strategies.append((self.weights, None, None))  # None: the lookahead greedy
         best: tuple[tuple[int, float], list[Bin], dict[int, str], Budget] | None = None
         start = Budget(self.budget.resource_names, dict(self.budget.remaining), dict(self.budget.type_caps))
         for weights, only, exact in strategies:
             for c in classes:
                 c.count = counts[c.index]
             self.budget = Budget(start.resource_names, dict(start.remaining), dict(start.type_caps))
-            bins, failed = self._greedy(classes, weights, only, exact)
+            if exact is None:
+                bins, failed = self._rollout(classes, weights)
+            else:
+                bins, failed = self._greedy(classes, weights, only, exact)
             key = (sum(counts[i] for i in failed), sum(b.price for b in bins))
             if best is None or key < best[0]:
                 best = (key, bins, failed, self.budget)

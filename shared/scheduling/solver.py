@@ -442,7 +442,7 @@ class _Solve:
             small = n_pods <= SMALL_PODS and len(pack_classes) <= SMALL_CLASSES
             packer = Packer(tpls, budget, weights, max_candidates=24,
                             improve_budget=2500 if small else 60, portfolio=small)
-            bins = packer.pack(pack_classes)
+            bins = packer.pack(pack_classes, lookahead=True)
             bins = packer.improve(bins, [PackClass(c.index, c.req, 0, c.okeys, c.matches, c.limits, c.templates)
                                          for c in pack_classes])
             bins.sort(key=lambda b: (-b.price, b.template.instance_type.name, sorted(b.contents.items())))
