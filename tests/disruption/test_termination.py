@@ -146,3 +146,31 @@ async def test_pdb_holds_the_drain_and_a_restart_finishes_it_once(
     assert len([e for e in await claim_events(jetstream_log) if isinstance(e, ev.DisruptionRequested)]) == 1
     ctx.stopping.set()
     await asyncio.wait_for(task, 20)
+
+
+async def test_kubectl_delete_node_takes_the_graceful_path(jetstream_log: JetStreamEventLog, kube: Kube) -> None:
+    await seed(jetstream_log, kube)
+    await kube.patch(NODES, NODE, {"metadata": {"finalizers": ["karpenter.sh/termination"]}})
+    await kube.patch(PODDISRUPTIONBUDGETS, "guarded", {"spec": {"maxUnavailable": 1}}, namespace="default")
+    ctx, task = start(jetstream_log, kube)
+    await kube.delete(NODES, NODE)  # what `kubectl delete node` does; tenon's finalizer holds the Node
+    deleting = await kube.get(NODES, NODE)
+    assert deleting["metadata"].get("deletionTimestamp")
+    # pod-watcher's observation of the deletion
+    await jetstream_log.publish(subjects.node(NODE), ev.NodeObserved(**envelope("deleting"), change="changed",
+                                                                     node=deleting))
+
+    async def drained() -> list[ev.Event]:
+        return [e for e in await claim_events(jetstream_log) if isinstance(e, ev.NodeClaimDrained)]
+
+    [done] = await until(drained)
+    assert isinstance(done, ev.NodeClaimDrained) and done.evicted == ("default/guarded",)
+    [request] = [e for e in await claim_events(jetstream_log) if isinstance(e, ev.DisruptionRequested)]
+    assert isinstance(request, ev.DisruptionRequested) and request.method == "delete" and NODE in request.reason
+
+    async def node_gone() -> bool:
+        return await kube.get_or_none(NODES, NODE) is None
+
+    await until(node_gone)  # the finalizer came off once the drain was done
+    ctx.stopping.set()
+    await asyncio.wait_for(task, 20)
