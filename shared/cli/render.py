@@ -25,6 +25,17 @@ def summary(event: ev.Event) -> str:
             return "nodepools: " + ", ".join(n.get("metadata", {}).get("name", "?") for n in event.nodepools)
         case ev.NodeClassesSnapshot():
             return "nodeclasses: " + ", ".join(n.get("metadata", {}).get("name", "?") for n in event.nodeclasses)
+        case ev.DaemonSetsSnapshot():
+            names = (f"{d.get('metadata', {}).get('namespace')}/{d.get('metadata', {}).get('name')}"
+                     for d in event.daemonsets)
+            return "daemonsets: " + (", ".join(names) or "none")
+        case ev.BatchPlanned():
+            parts = [f"{len(event.nodeclaims)} new claim(s)"]
+            if event.existing:
+                parts.append(f"{len(event.existing)} pod(s) on existing room")
+            if event.unschedulable:
+                parts.append(f"{len(event.unschedulable)} unschedulable")
+            return f"batch {event.batch_id}: " + ", ".join(parts) + f", ${event.total_price_per_hour:.4f}/h"
         case ev.CatalogSnapshot():
             return f"catalog {event.node_class} ({event.provider}): {len(event.instance_types)} type(s)" + (
                 f", {len(event.skipped)} skipped" if event.skipped else ""
