@@ -26,9 +26,9 @@ def summary(event: ev.Event) -> str:
         case ev.NodeClassesSnapshot():
             return "nodeclasses: " + ", ".join(n.get("metadata", {}).get("name", "?") for n in event.nodeclasses)
         case ev.DaemonSetsSnapshot():
-            names = (f"{d.get('metadata', {}).get('namespace')}/{d.get('metadata', {}).get('name')}"
-                     for d in event.daemonsets)
-            return "daemonsets: " + (", ".join(names) or "none")
+            listed = ", ".join(f"{d.get('metadata', {}).get('namespace')}/{d.get('metadata', {}).get('name')}"
+                               for d in event.daemonsets)
+            return "daemonsets: " + (listed or "none")
         case ev.BatchPlanned():
             parts = [f"{len(event.nodeclaims)} new claim(s)"]
             if event.existing:
