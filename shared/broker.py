@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -25,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Protocol
+
+from shared.processes import kill_process, stop_process
 
 
 class BrokerError(RuntimeError):
@@ -125,21 +126,12 @@ class LocalNatsServer:
 
     def stop(self, timeout: float = 10.0) -> None:
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout)
 
     def kill(self) -> None:
         """Stop abruptly (SIGKILL), as a crash would."""
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.kill()
-            process.wait()
+        kill_process(process)
 
     def restart(self) -> None:
         """Stop and start again on the same port with the same store: durable state survives."""

@@ -7,6 +7,7 @@ JSON logs, a provisioned event log, the election, SIGINT/SIGTERM to a clean stop
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import os
@@ -84,3 +85,21 @@ def run_service(name: str, work: Work) -> int:
     configure_tracing(name)
     asyncio.run(serve(name, work))
     return 0
+
+
+def workload_service_main(
+    name: str,
+    work: Callable[[ServiceContext, str | None], Awaitable[None]],
+    description: str,
+    argv: list[str] | None = None,
+) -> int:
+    """``python -m services.<name> [--kubeconfig PATH]`` for a service that talks to the workload cluster."""
+    parser = argparse.ArgumentParser(prog=f"python -m services.{name.replace('-', '_')}", description=description)
+    parser.add_argument("--kubeconfig", default=os.environ.get("TENON_KUBECONFIG"),
+                        help="kubeconfig of the workload cluster (default: TENON_KUBECONFIG, else in-cluster)")
+    args = parser.parse_args(argv)
+
+    async def run(ctx: ServiceContext) -> None:
+        await work(ctx, args.kubeconfig)
+
+    return run_service(name, run)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ import yaml
 from shared.broker import LocalNatsServer, free_port
 from shared.kube import Kube, KubeApiError, load_kube
 from shared.kube.resources import BY_KIND
+from shared.processes import kill_process, stop_process
 
 SERVICE_MODULES: dict[str, str] = {
     "pod-watcher": "services.pod_watcher",
@@ -120,21 +120,10 @@ class LocalStack:
 
     def kill(self, name: str) -> None:
         """SIGKILL, as a crash would."""
-        process = self.processes.pop(name, None)
-        if process is not None and process.poll() is None:
-            process.kill()
-            process.wait()
+        kill_process(self.processes.pop(name, None))
 
     def terminate(self, name: str, timeout: float = 15.0) -> None:
-        process = self.processes.pop(name, None)
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(self.processes.pop(name, None), timeout)
 
     def dead_services(self) -> dict[str, int]:
         return {n: p.returncode for n, p in self.processes.items() if p.poll() is not None}

@@ -1,25 +1,16 @@
-"""``python -m services.scheduler [--kubeconfig PATH]``: run the scheduler (env: TENON_KUBECONFIG, TENON_NATS_*)."""
+"""``python -m services.scheduler [--kubeconfig PATH]``: run the scheduler (env: TENON_KUBECONFIG, TENON_NATS_*,
+TENON_LAUNCH_TIMEOUT_SECONDS, TENON_REGISTRATION_TIMEOUT_SECONDS, TENON_TICK_SECONDS)."""
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 
 from services.scheduler.service import work
-from shared.service import ServiceContext, run_service
+from shared.service import workload_service_main
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m services.scheduler", description=__doc__)
-    parser.add_argument("--kubeconfig", default=os.environ.get("TENON_KUBECONFIG"),
-                        help="kubeconfig of the workload cluster (default: TENON_KUBECONFIG, else in-cluster)")
-    args = parser.parse_args(argv)
-
-    async def scheduler(ctx: ServiceContext) -> None:
-        await work(ctx, args.kubeconfig)
-
-    return run_service("scheduler", scheduler)
+    return workload_service_main("scheduler", work, __doc__ or "", argv)
 
 
 if __name__ == "__main__":
