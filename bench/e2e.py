@@ -47,7 +47,8 @@ Measured on this 2-core machine (2026-11-29, full sizes, about 4 minutes for the
     sandbox busy), so 127 claims of one batch take 10 s (``PendingBatch -> Planned`` p50 4.8 s, p99 10 s;
     the scheduling core itself answered in ~0.2 s); (2) the sandbox's kube-scheduler packs pods other than
     the plan assumed (the plan placed every pod), and the 81 pods left without room wait for pod-watcher's
-    30 s re-batch, three times (the run is mostly idle CPU). ``Launched -> Registered`` had only 57 of 146 claims: see below.
+    30 s re-batch, three times (the run is mostly idle CPU). ``Launched -> Registered`` had only 57 of 146
+    claims: see below.
     Scale to zero: 500 nodes provisioned in 49 s; after the delete, 172 claims went in 19 s with the peak
     of 29 at once never above the budget (46 then; 0 violations), but 331 Nodes were never removed: their
     claims stopped at ``NodeClaimLaunched`` and never got ``NodeClaimRegistered``, so they are no
