@@ -29,6 +29,7 @@ from shared.kube import NODECLAIMS, Kube, Relisted, WatchChange, list_and_watch
 from shared.kube.client import load_kube
 from shared.kube.events import post_event
 from shared.projection import ClusterProjection
+from shared.rebuild import rebuild_projection
 from shared.service import ServiceContext
 
 log = logging.getLogger("tenon.disruption")
@@ -44,14 +45,11 @@ class DisruptionService:
         self.terminator = Terminator(kube, ctx.event_log, self.projection)
         self.terminations: dict[str, asyncio.Task[None]] = {}
         self._published: set[str] = set()
-        self._folded = asyncio.Event()
+        self._prefolded: set[str] = set()
 
     async def rebuild(self) -> None:
-        async for record in self.log.read(subjects.ALL_EVENTS):
-            event = record.event
-            if event is not None:
-                self.projection.apply(event, record.sequence)
-            self.projection.sequence = max(self.projection.sequence, record.sequence)
+        self._prefolded = await rebuild_projection(self.log, self.projection, durable="disruption",
+                                                   producer="disruption")
 
     async def run(self) -> None:
         await self.rebuild()
@@ -76,9 +74,12 @@ class DisruptionService:
 
     async def handle(self, record: LogRecord) -> None:
         if record.sequence <= self.projection.sequence:
-            return
+            return  # handled before the rebuild: folded then
         event = record.decode()
-        self.projection.apply(event, record.sequence)
+        if event.id in self._prefolded:
+            self._prefolded.discard(event.id)  # our own, folded at the rebuild
+        else:
+            self.projection.apply(event, record.sequence)
         if isinstance(event, ev.DisruptionRequested):
             self._ensure_termination(event.nodeclaim)
         elif isinstance(event, ev.NodeObserved):

@@ -9,7 +9,8 @@ code path:
   ``InstanceCatalog`` document named like its NodeClass;
 * every *live* NodeClaim (planned, launched, registered but not yet initialised as a Node the projection knows)
   as a ``karpenter.sh/v1`` NodeClaim whose ``tenon.sh/nominated-pods`` lists the pods it was bought for: their
-  room is used before anything is bought, so a re-offered pod never buys twice;
+  room is used before anything is bought, so a re-offered pod never buys twice; and the pods it was bought for
+  that are still pending, so that the room they will take is not offered to a newer pod;
 * the batch's pods that are still not bound.
 
 Each object is validated on its own first. An invalid NodePool is left out (and reported, so the service can
@@ -160,6 +161,7 @@ def cluster_documents(
     node_names_by_provider = {
         (node.get("spec") or {}).get("providerID"): name for name, node in projection.nodes.items()
     }
+    offered = {object_key(pod) for pod in pods}
     for name, claim in sorted(projection.claims.items()):
         if not claim.live or claim.planned is None or name in exclude_claims:
             continue
@@ -167,6 +169,15 @@ def cluster_documents(
         if node_name is None and claim.launched:
             node_name = node_names_by_provider.get(claim.launched.provider_id)
         add("NodeClaim", nodeclaim_document(name, claim.planned, node_name))
+        # the pods it was bought for hold its room until they land, even when they are not in this batch
+        for key in claim.planned.pods:
+            waiting = projection.pending.get(key)
+            if waiting is None or key in offered:
+                continue
+            if node_name and node_name in projection.nodes:
+                waiting = {**waiting, "spec": {**(waiting.get("spec") or {}), "nodeName": node_name}}
+            if _validate("NodeClaim pods", 0, waiting) is None:
+                add("NodeClaim pods", waiting)
     for pod in pods:
         problem = _validate("PendingBatch", 0, pod)
         if problem:

@@ -2,10 +2,10 @@
 
 As leader of the ``scheduler`` group it:
 
-1. **Rebuilds** the projection by reading the log from the start to its current end (ordered, ephemeral).
+1. **Rebuilds** the projection from the log up to what its consumer has handled, plus its own decisions
+   (:mod:`shared.rebuild`): what it had not finished is left for the consumer, so it is decided, not skipped.
 2. **Follows** the log with the durable consumer ``scheduler`` (one message at a time: the projection is a fold
-   in log order, and a decision must see everything before its input). Records already folded during the
-   rebuild are skipped by sequence. For each input it asks the decider (:mod:`.decider`) what to do, carries it
+   in log order, and a decision must see everything before its input). For each input it asks the decider (:mod:`.decider`) what to do, carries it
    out, and only then folds the input, so a failure leaves nothing half-applied and the redelivery decides again:
    * ``NodeClaimPlanned``: appended as the first event of the claim's subject (expected sequence 0, so a
      redelivered batch cannot plan the same claim twice), then the ``karpenter.sh/v1`` NodeClaim is created;
@@ -39,6 +39,7 @@ from shared.kube import NODECLAIMS, NODEPOOLS, NODES, Kube, KubeApiError
 from shared.kube.client import load_kube
 from shared.kube.events import post_event
 from shared.projection import ClusterProjection
+from shared.rebuild import rebuild_projection
 from shared.service import ServiceContext
 
 log = logging.getLogger("tenon.scheduler")
@@ -63,22 +64,10 @@ class SchedulerService:
         self.registration_timeout = registration_timeout
         self.tick_seconds = tick_seconds
         self._nodepool_status: dict[str, Any] = {}
+        self._prefolded: set[str] = set()
 
     async def rebuild(self) -> None:
-        started = time.perf_counter()
-        count = 0
-        async for record in self.log.read(subjects.ALL_EVENTS):
-            event = record.event
-            if event is not None:
-                self.projection.apply(event, record.sequence)
-                count += 1
-            else:
-                self.projection.sequence = max(self.projection.sequence, record.sequence)
-        log.info(
-            "projection rebuilt",
-            extra={"events": count, "sequence": self.projection.sequence,
-                   "ms": round((time.perf_counter() - started) * 1000)},
-        )
+        self._prefolded = await rebuild_projection(self.log, self.projection, durable="scheduler", producer="scheduler")
 
     async def run(self) -> None:
         await self.rebuild()
@@ -98,7 +87,7 @@ class SchedulerService:
 
     async def handle(self, record: LogRecord) -> None:
         if record.sequence <= self.projection.sequence:
-            return  # folded during the rebuild
+            return  # handled before the rebuild: folded then
         event = record.decode()
         decisions = self.decider.decide(self.projection, event)
         started = time.perf_counter()
@@ -111,7 +100,10 @@ class SchedulerService:
                        "decisions": [type(d).__name__ for d in decisions],
                        "ms": round((time.perf_counter() - started) * 1000)},
             )
-        self.projection.apply(event, record.sequence)
+        if event.id in self._prefolded:
+            self._prefolded.discard(event.id)  # our own decision, folded at the rebuild
+        else:
+            self.projection.apply(event, record.sequence)
         if isinstance(event, ev.NodeClaimEvent) and not isinstance(event, ev.NodeClaimPlanned):
             await self.sync_nodeclaim(event.nodeclaim)
         if isinstance(event, ev.NodePoolsSnapshot):

@@ -82,6 +82,12 @@ class EventLog(abc.ABC):
         has caught up with the log as it was when reading began (or at ``stop_sequence``)."""
 
     @abc.abstractmethod
+    async def consumer_ack_floor(self, durable: str) -> int:
+        """The stream sequence up to which the durable consumer has acked everything (0: none, or no such
+        consumer). A service that rebuilds state at start folds the log up to here and lets the consumer deliver
+        the rest, so nothing it had not finished handling is folded without being handled."""
+
+    @abc.abstractmethod
     def consumer(self, settings: ConsumerSettings, handler: Handler) -> ConsumerRunner:
         """A durable consumer (created if missing, updated if its settings changed), not yet started."""
 

@@ -212,6 +212,13 @@ class JetStreamEventLog(EventLog):
             except Exception:  # already gone, or the connection with it
                 pass
 
+    async def consumer_ack_floor(self, durable: str) -> int:
+        try:
+            info = await self.js.consumer_info(subjects.EVENTS_STREAM, durable)
+        except NotFoundError:
+            return 0
+        return int(info.ack_floor.stream_seq) if info.ack_floor else 0
+
     def consumer(self, settings: ConsumerSettings, handler: Handler) -> ConsumerRunner:
         stream = subjects.EVENTS_STREAM
 

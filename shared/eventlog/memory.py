@@ -148,6 +148,14 @@ class InMemoryEventLog(EventLog):
             async with log.changed:
                 await log.changed.wait_for(_grown_past(log, index))
 
+    async def consumer_ack_floor(self, durable: str) -> int:
+        state = self._consumers.get(durable)
+        if state is None:
+            return 0
+        if state.deliveries:
+            return min(state.deliveries) - 1
+        return state.stream.records[state.cursor - 1].sequence if state.cursor else 0
+
     def consumer(self, settings: ConsumerSettings, handler: Handler) -> ConsumerRunner:
         state = self._consumers.get(settings.durable)
         if state is None:

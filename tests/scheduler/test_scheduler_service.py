@@ -234,3 +234,35 @@ async def test_a_claim_never_launched_is_abandoned_and_its_pods_planned_again(
     while await kube.get_or_none(NODECLAIMS, first.name) is not None:  # the abandoned claim's object goes
         assert asyncio.get_running_loop().time() < deadline
         await asyncio.sleep(0.05)
+
+
+async def test_a_restarted_scheduler_answers_what_came_while_it_was_down_and_nothing_twice(
+    jetstream_log: JetStreamEventLog, kube: Kube
+) -> None:
+    nodepools = [d for d in demo_objects("nodepool.yaml") if d["kind"] == "NodePool"]
+    await seed(jetstream_log, kube, nodepools)
+
+    def start() -> tuple[ServiceContext, SchedulerService, asyncio.Task[None]]:
+        ctx = ServiceContext("scheduler", "test", jetstream_log)
+        service = SchedulerService(ctx, kube, tick_seconds=0.2)
+        return ctx, service, asyncio.create_task(service.run())
+
+    ctx, first, task = start()
+    await jetstream_log.publish(subjects.PENDING, observed(
+        ev.PendingBatch, ("before",), batch_id="before", pods=(pod("a-0", "3"),),
+        window_opened_at=datetime.now(UTC), window_closed_by="idle"))
+    await wait_for(lambda: [c for c in first.projection.claims.values() if c.planned])
+    ctx.stopping.set()
+    await asyncio.wait_for(task, 20)
+
+    # while no scheduler runs, another batch arrives
+    await jetstream_log.publish(subjects.PENDING, observed(
+        ev.PendingBatch, ("while-down",), batch_id="while-down", pods=(pod("b-0", "3"),),
+        window_opened_at=datetime.now(UTC), window_closed_by="idle"))
+    ctx, second, task = start()
+    await wait_for(lambda: len([c for c in second.projection.claims.values() if c.planned]) == 2)
+    await asyncio.sleep(0.5)
+    ctx.stopping.set()
+    await asyncio.wait_for(task, 20)
+    planned = await events_of(jetstream_log, ev.NodeClaimPlanned)
+    assert sorted(p.batch_id for p in planned) == ["before", "while-down"]  # each answered exactly once
