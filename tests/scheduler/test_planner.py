@@ -86,8 +86,9 @@ def test_a_node_that_is_not_tenons_keeps_its_taints() -> None:
 
 def test_room_bought_for_a_pending_pod_is_not_offered_to_another() -> None:
     projection = demo_projection()
-    first = plan_batch(projection, batch("b1", pod("a-0", "3"))).events
-    for event in first:
+    offered = batch("b1", pod("a-0", "3"))
+    first = plan_batch(projection, offered).events
+    for event in (offered, *first):
         projection.apply(event)
     # a-0 is still pending (on its way to the c3-8); b-0 must not be squeezed into the same c3-8
     [claim] = planned(plan_batch(projection, batch("b2", pod("b-0", "3"))).events)
