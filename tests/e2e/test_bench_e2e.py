@@ -133,8 +133,9 @@ def test_unfinished_claims_are_counted_by_the_step_they_stopped_at() -> None:
 
 
 async def test_provisioning_measurement_at_a_tiny_size(stack: LocalStack) -> None:
-    figures = await measure_provisioning(stack, deployments=2, replicas=10, timeout=60)
+    figures = await measure_provisioning(stack, deployments=2, replicas=10, timeout=60, stall=20)
     assert figures["pods"] == 20 and figures["pods_seen_unschedulable"] == 20
+    assert figures["pods_never_running"] == 0
     assert figures["claims"] >= 1 and figures["nodes"] == figures["claims"]
     assert figures["price_per_hour"] > 0
     # every claim went through every hop, and planning came after the last pod was seen Unschedulable
@@ -146,7 +147,7 @@ async def test_provisioning_measurement_at_a_tiny_size(stack: LocalStack) -> Non
 
 async def test_scale_to_zero_measurement_at_a_tiny_size(stack: LocalStack) -> None:
     figures = await measure_scale_to_zero(stack, nodes=10, timeout=60, stall=15)
-    assert figures["nodes"] == figures["claims"] == 10  # one pod per node
+    assert figures["nodes"] == figures["claims"] == 10 and figures["pods_never_running"] == 0  # one pod per node
     assert figures["nodes_left"] == 0, figures["stuck_claims_last_step"]
     assert figures["claims_disrupted"] == 10 and figures["claims_unfinished"] == 0
     assert figures["initial_budget"] == 1  # ceil(10% of 10)
