@@ -116,6 +116,7 @@ BATCH_IDLE_S = 1.0
 """pod-watcher's default idle window: the batch closes this long after the last new pending pod."""
 PLANNING_TARGET_S = BATCH_IDLE_S + 0.25
 MAX_SIZE_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 CLUSTER_AUTOSCALER_BOUND = "30 s max, ~5 s avg (< 100 nodes)"
 KARPENTER_FIELD_SCALE_TO_ZERO = "~3 min (field)"
 FAST_PROFILE_WAITS = {
@@ -125,7 +126,10 @@ FAST_PROFILE_WAITS = {
 }
 CPU_CHOICES = ("250m", "500m", "750m", "1", "1500m", "2")
 MEMORY_CHOICES = ("256Mi", "512Mi", "1Gi", "2Gi")
-HOPS = ("PendingBatch -> Planned", "Planned -> Launched", "Launched -> Registered", "Registered -> Initialized")
+CHAIN_EVENTS = (NodeClaimPlanned, NodeClaimLaunched, NodeClaimRegistered, NodeClaimInitialized)
+HOPS = (
+    "PendingBatch -> Planned", "Planned -> Launched", "Launched -> Registered", "Registered -> Initialized"
+)
 
 
 # --------------------------------------------------------------------------------------------- pure analysis
@@ -156,7 +160,7 @@ def chain_hops(events: Iterable[TimedEvent]) -> dict[str, list[float]]:
         event = timed.event
         if isinstance(event, PendingBatch):
             batches.setdefault(event.id, timed.recorded_at)
-        elif isinstance(event, NodeClaimPlanned | NodeClaimLaunched | NodeClaimRegistered | NodeClaimInitialized):
+        elif isinstance(event, CHAIN_EVENTS):
             steps.setdefault(event.nodeclaim, {}).setdefault(type(event).__name__, timed)
     hops: dict[str, list[float]] = {hop: [] for hop in HOPS}
     order = ("NodeClaimPlanned", "NodeClaimLaunched", "NodeClaimRegistered", "NodeClaimInitialized")
@@ -166,7 +170,8 @@ def chain_hops(events: Iterable[TimedEvent]) -> dict[str, list[float]]:
             hops[HOPS[0]].append((planned.recorded_at - batches[planned.event.causation_id]).total_seconds())
         for hop, (before, after) in zip(HOPS[1:], itertools.pairwise(order), strict=True):
             if before in claim_steps and after in claim_steps:
-                hops[hop].append((claim_steps[after].recorded_at - claim_steps[before].recorded_at).total_seconds())
+                elapsed = claim_steps[after].recorded_at - claim_steps[before].recorded_at
+                hops[hop].append(elapsed.total_seconds())
     return hops
 
 
@@ -230,8 +235,8 @@ def disruption_overlap(events: Iterable[TimedEvent], percent: float) -> OverlapR
 @dataclass(frozen=True)
 class PlanningWaves:
     """The claims planned for the pods as they first went pending, apart from those planned later for pods
-    offered again (pod-watcher re-offers a pod still pending ``rebatch`` seconds after its batch, e.g. when the
-    kube-scheduler placed pods other than the plan assumed and some were left without room)."""
+    offered again (pod-watcher re-offers a pod still pending ``rebatch`` seconds after its batch, e.g. when
+    the     kube-scheduler placed pods other than the plan assumed and some were left without room)."""
 
     first_wave_last_planned: datetime | None
     later_batches: int
@@ -239,7 +244,9 @@ class PlanningWaves:
     later_claims: int
 
 
-def planning_waves(events: Iterable[TimedEvent], last_unschedulable: datetime, slack_s: float = 0.5) -> PlanningWaves:
+def planning_waves(
+    events: Iterable[TimedEvent], last_unschedulable: datetime, slack_s: float = 0.5
+) -> PlanningWaves:
     """Batches whose window opened by the time the last pod went pending (plus ``slack_s`` for the two
     observers' lag) are the first wave; any later batch re-offers pods."""
     ordered = sorted(events, key=lambda t: t.recorded_at)
@@ -293,8 +300,10 @@ def hop_summary(hops: dict[str, list[float]]) -> dict[str, dict[str, float]]:
 # ------------------------------------------------------------------------------------------ workloads (pure)
 
 
-def infrastructure(*, max_size: int, budgets: list[dict[str, str]] | None = None,
-                   consolidate_after: str = "30s", instance_types: Sequence[str] = ()) -> list[dict[str, Any]]:
+def infrastructure(
+    *, max_size: int, budgets: list[dict[str, str]] | None = None, consolidate_after: str = "30s",
+    instance_types: Sequence[str] = (),
+) -> list[dict[str, Any]]:
     """The demo's NodePool, NodeClass, MachineDeployments and DaemonSet, with limits lifted for ``max_size``
     machines per MachineDeployment (the demo caps each at 10 and the pool at 64 CPU)."""
     documents = load_manifests(
@@ -311,12 +320,14 @@ def infrastructure(*, max_size: int, budgets: list[dict[str, str]] | None = None
                 spec["disruption"]["budgets"] = budgets
             if instance_types:
                 spec["template"]["spec"]["requirements"].append(
-                    {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": list(instance_types)}
+                    {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": list(instance_types)}
                 )
     return documents
 
 
-def deployment(name: str, replicas: int, cpu: str, memory: str, *, one_per_node: bool = False) -> dict[str, Any]:
+def deployment(
+    name: str, replicas: int, cpu: str, memory: str, *, one_per_node: bool = False
+) -> dict[str, Any]:
     labels = {"app": name, "bench": "e2e"}
     pod_spec: dict[str, Any] = {
         "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
@@ -361,7 +372,7 @@ class PodTracker:
         status = pod.get("status") or {}
         self.phase[uid] = status.get("phase") or "Pending"
         if uid not in self.first_unschedulable and any(
-            c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+            (c.get("type"), c.get("status"), c.get("reason")) == ("PodScheduled", "False", "Unschedulable")
             for c in status.get("conditions") or []
         ):
             self.first_unschedulable[uid] = time.time()
@@ -397,7 +408,9 @@ async def _read_log(url: str, subject_filters: Sequence[str]) -> list[TimedEvent
         await event_log.close()
 
 
-async def _wait_for(probe: Any, timeout: float, what: str, stack: LocalStack, interval: float = 0.25) -> float:
+async def _wait_for(
+    probe: Callable[[], Awaitable[bool]], timeout: float, what: str, stack: LocalStack, interval: float = 0.25
+) -> float:
     """Poll ``probe`` until true; returns the wall-clock time it became true. Fails fast if a service died."""
     deadline = time.monotonic() + timeout
     while True:
@@ -463,7 +476,9 @@ async def measure_provisioning(
         async def running_pods() -> int:
             return tracker.running
 
-        running, running_at = await _wait_for_progress(stack, running_pods, expected, timeout, stall, "pods Running")
+        running, running_at = await _wait_for_progress(
+            stack, running_pods, expected, timeout, stall, "pods Running"
+        )
         cpu = _cpu_delta(cpu_before, _cpu_seconds(stack))
         await asyncio.sleep(0.5)  # the last lifecycle events reach the log
         events = await _read_log(stack.nats_url, (subjects.PENDING, "tenon.nodeclaim.>"))
@@ -532,14 +547,19 @@ async def _wait_for_progress(
         await asyncio.sleep(0.25)
 
 
-async def measure_scale_to_zero(stack: LocalStack, nodes: int, timeout: float, stall: float = 60.0) -> dict[str, Any]:
+async def measure_scale_to_zero(
+    stack: LocalStack, nodes: int, timeout: float, stall: float = 60.0
+) -> dict[str, Any]:
     """Provision ``nodes`` one-pod nodes, then delete the workload and measure the way back to zero. Gives up
-    waiting when no node has gone for ``stall`` seconds, and reports what is left and where its claims stopped."""
+    waiting when no node has gone for ``stall`` seconds, and reports what is left and where its claims
+    stopped."""
     kube, management = await connect(stack)
     tracker = PodTracker()
     watch = asyncio.create_task(_track_pods(kube, tracker))
     try:
-        documents = infrastructure(max_size=max(10, nodes), budgets=[{"nodes": "10%"}], consolidate_after="1h")
+        documents = infrastructure(
+            max_size=max(10, nodes), budgets=[{"nodes": "10%"}], consolidate_after="1h"
+        )
         await _setup(stack, kube, management, documents)
         provision_started = time.time()
         await apply_manifests(kube, management, [deployment("bench-one-per-node", nodes, "1500m", "1Gi",
@@ -548,7 +568,9 @@ async def measure_scale_to_zero(stack: LocalStack, nodes: int, timeout: float, s
         async def running_pods() -> int:
             return tracker.running
 
-        running, running_at = await _wait_for_progress(stack, running_pods, nodes, timeout, stall, "pods Running")
+        running, running_at = await _wait_for_progress(
+            stack, running_pods, nodes, timeout, stall, "pods Running"
+        )
         node_list, _ = await kube.list(NODES)
         claims_before, _ = await kube.list(NODECLAIMS)
         await kube.patch(NODEPOOLS, "default", {"spec": {"disruption": {"consolidateAfter": "1s"}}})
@@ -559,14 +581,18 @@ async def measure_scale_to_zero(stack: LocalStack, nodes: int, timeout: float, s
         async def node_count() -> int:
             return len((await kube.list(NODES))[0])
 
-        nodes_left, no_nodes_at = await _wait_for_progress(stack, node_count, 0, timeout, stall, "no Node left")
+        nodes_left, no_nodes_at = await _wait_for_progress(
+            stack, node_count, 0, timeout, stall, "no Node left"
+        )
         zero_replicas_at: float | None = None
         if not nodes_left:
             async def machine_deployments_at_zero() -> bool:
                 mds, _ = await management.list(MACHINEDEPLOYMENTS)
                 return not any(int((m.get("spec") or {}).get("replicas") or 0) for m in mds)
 
-            zero_replicas_at = await _wait_for(machine_deployments_at_zero, 60, "every MachineDeployment at 0", stack)
+            zero_replicas_at = await _wait_for(
+                machine_deployments_at_zero, 60, "every MachineDeployment at 0", stack
+            )
         cpu = _cpu_delta(cpu_before, _cpu_seconds(stack))
         await asyncio.sleep(0.5)
         events = await _read_log(stack.nats_url, ("tenon.nodeclaim.>", "tenon.disruption.>"))
@@ -621,7 +647,8 @@ def _seconds(value: float | None) -> str:
 
 
 def _top(cpu: dict[str, float], count: int = 3) -> str:
-    return ", ".join(f"{name} {seconds:.1f}s" for name, seconds in sorted(cpu.items(), key=lambda kv: -kv[1])[:count])
+    busiest = sorted(cpu.items(), key=lambda kv: -kv[1])[:count]
+    return ", ".join(f"{name} {seconds:.1f}s" for name, seconds in busiest)
 
 
 def run(quick: bool) -> Suite:
@@ -630,7 +657,7 @@ def run(quick: bool) -> Suite:
     provisioning = run_provisioning(deployments, replicas, timeout)
     scale_down = run_scale_to_zero(nodes, timeout)
     suite = Suite(
-        title=f"end to end on the sandbox, fast profile ({provisioning['pods']} pods; {nodes} empty nodes -> 0)",
+        title=f"end to end, sandbox fast profile ({provisioning['pods']} pods; {nodes} empty nodes -> 0)",
         columns=["measure", "value", "reference"],
         data={"provisioning": provisioning, "scale_to_zero": scale_down,
               "references": {"cluster_autoscaler": CLUSTER_AUTOSCALER_BOUND,
@@ -646,8 +673,8 @@ def run(quick: bool) -> Suite:
          f"{p['pods_seen_unschedulable']} ({p['first_to_last_unschedulable_s']:.2f} s)", ""],
         ["last Unschedulable -> every NodeClaim planned", f"{p['last_unschedulable_to_all_planned_s']:.3f} s",
          f"batch window {BATCH_IDLE_S:.0f} s + 250 ms"],
-        ["  of which the first wave (pods as they went pending)", _seconds(p["last_unschedulable_to_first_wave_planned_s"]),
-         ""],
+        ["  of which the first wave (pods as they went pending)",
+         _seconds(p["last_unschedulable_to_first_wave_planned_s"]), ""],
         ["  pods offered again later (batches / claims)",
          f"{p['pods_offered_again']} ({p['later_batches']} / {p['claims_for_pods_offered_again']})",
          "re-offered 30 s after batch"],
@@ -666,7 +693,8 @@ def run(quick: bool) -> Suite:
     suite.rows.append(["CPU during provisioning (top 3)", _top(p["cpu_seconds"]), ""])
     s = scale_down
     suite.rows += [
-        [f"{s['nodes']} nodes provisioned one pod each", _seconds(s["provision_s"]) if not s["pods_never_running"]
+        [f"{s['nodes']} nodes provisioned one pod each",
+         _seconds(s["provision_s"]) if not s["pods_never_running"]
          else f"never: {s['pods_never_running']} pods not Running when progress stopped", ""],
         ["delete -> no Node left", _seconds(s["delete_to_no_node_s"]) if not s["nodes_left"]
          else f"never: {s['nodes_left']} left (claims stopped at {s['stuck_claims_last_step']})",
@@ -685,7 +713,8 @@ def run(quick: bool) -> Suite:
                f"{p['last_unschedulable_to_all_planned_s']:.3f} s",
                p["last_unschedulable_to_all_planned_s"] < PLANNING_TARGET_S),
         Target("disruption budget 10% never exceeded", "0 moments over budget",
-               f"{s['budget_violations']} moments over (peak {s['peak_disrupting']}, budget {s['budget_at_peak']})",
+               f"{s['budget_violations']} moments over "
+               f"(peak {s['peak_disrupting']}, budget {s['budget_at_peak']})",
                s["budget_violations"] == 0),
         Target(f"{s['nodes']} empty nodes -> 0", "every claim disrupted and terminated, no Node left",
                f"{s['claims_disrupted']} of {s['claims']} disrupted, {s['claims_unfinished']} unfinished, "

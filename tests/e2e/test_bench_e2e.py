@@ -46,7 +46,8 @@ def common(event_id: str, causation: str | None = None) -> dict[str, Any]:
 def planned(claim: str, batch: str = "batch-1") -> NodeClaimPlanned:
     return NodeClaimPlanned(
         **common(f"planned-{claim}", batch), nodeclaim=claim, nodepool="default", node_class="default",
-        choice=InstanceChoice("c3-4", None, "on-demand", 0.05), fallbacks=(), pods=(), requirements=(), labels={},
+        choice=InstanceChoice("c3-4", None, "on-demand", 0.05), fallbacks=(), pods=(), requirements=(),
+        labels={},
     )
 
 
@@ -64,7 +65,15 @@ def terminated(claim: str) -> NodeClaimTerminated:
 
 
 def decision(event_id: str) -> DisruptionDecision:
-    return DisruptionDecision(**common(event_id), method="emptiness", candidates=(), reason="empty", budget="10%")
+    return DisruptionDecision(
+        **common(event_id), method="emptiness", candidates=(), reason="empty", budget="10%"
+    )
+
+
+def launched(event_id: str, claim: str) -> NodeClaimLaunched:
+    return NodeClaimLaunched(
+        **common(event_id), nodeclaim=claim, provider_id=f"p://{claim}", instance_type="c3-4"
+    )
 
 
 def test_chain_hops_follow_each_claim_through_its_batch_and_ignore_repeated_steps() -> None:
@@ -73,14 +82,15 @@ def test_chain_hops_follow_each_claim_through_its_batch_and_ignore_repeated_step
         at(0.5, batch("batch-2")),
         at(0.1, planned("a", "batch-1")),
         at(0.9, planned("b", "batch-2")),
-        at(0.3, NodeClaimLaunched(**common("l-a"), nodeclaim="a", provider_id="p://a", instance_type="c3-4")),
-        at(9.0, NodeClaimLaunched(**common("l-a2"), nodeclaim="a", provider_id="p://a", instance_type="c3-4")),
+        at(0.3, launched("l-a", "a")),
+        at(9.0, launched("l-a2", "a")),
         at(0.4, NodeClaimRegistered(**common("r-a"), nodeclaim="a", node="n-a", provider_id="p://a")),
         at(0.6, NodeClaimInitialized(**common("i-a"), nodeclaim="a", node="n-a")),
     ]
     hops = chain_hops(events)
     assert sorted(round(v, 3) for v in hops[HOPS[0]]) == [0.1, 0.4]
-    assert [round(v, 3) for v in hops["Planned -> Launched"]] == [0.2]  # the redelivered Launched at 9 s is no step
+    # the redelivered Launched at 9 s is no new step
+    assert [round(v, 3) for v in hops["Planned -> Launched"]] == [0.2]
     assert [round(v, 3) for v in hops["Launched -> Registered"]] == [0.1]
     assert [round(v, 3) for v in hops["Registered -> Initialized"]] == [0.2]
 
@@ -126,8 +136,7 @@ def test_planning_waves_separate_pods_offered_again_from_the_first_wave() -> Non
 
 
 def test_unfinished_claims_are_counted_by_the_step_they_stopped_at() -> None:
-    launched = NodeClaimLaunched(**common("l-b"), nodeclaim="b", provider_id="p://b", instance_type="c3-4")
-    events = [at(0, planned("a")), at(0, planned("b")), at(0, planned("c")), at(1, launched),
+    events = [at(0, planned("a")), at(0, planned("b")), at(0, planned("c")), at(1, launched("l-b", "b")),
               at(2, requested("a")), at(3, terminated("a"))]
     assert last_steps_of_unfinished(events) == {"NodeClaimLaunched": 1, "NodeClaimPlanned": 1}
 
@@ -147,7 +156,8 @@ async def test_provisioning_measurement_at_a_tiny_size(stack: LocalStack) -> Non
 
 async def test_scale_to_zero_measurement_at_a_tiny_size(stack: LocalStack) -> None:
     figures = await measure_scale_to_zero(stack, nodes=10, timeout=60, stall=15)
-    assert figures["nodes"] == figures["claims"] == 10 and figures["pods_never_running"] == 0  # one pod per node
+    assert figures["nodes"] == figures["claims"] == 10  # one pod per node
+    assert figures["pods_never_running"] == 0
     assert figures["nodes_left"] == 0, figures["stuck_claims_last_step"]
     assert figures["claims_disrupted"] == 10 and figures["claims_unfinished"] == 0
     assert figures["initial_budget"] == 1  # ceil(10% of 10)
