@@ -116,7 +116,6 @@ BATCH_IDLE_S = 1.0
 """pod-watcher's default idle window: the batch closes this long after the last new pending pod."""
 PLANNING_TARGET_S = BATCH_IDLE_S + 0.25
 MAX_SIZE_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 CLUSTER_AUTOSCALER_BOUND = "30 s max, ~5 s avg (< 100 nodes)"
 KARPENTER_FIELD_SCALE_TO_ZERO = "~3 min (field)"
 FAST_PROFILE_WAITS = {
@@ -301,8 +300,7 @@ def hop_summary(hops: dict[str, list[float]]) -> dict[str, dict[str, float]]:
 
 
 def infrastructure(
-    *, max_size: int, budgets: list[dict[str, str]] | None = None, consolidate_after: str = "30s",
-    instance_types: Sequence[str] = (),
+    *, max_size: int, budgets: list[dict[str, str]] | None = None, consolidate_after: str = "30s"
 ) -> list[dict[str, Any]]:
     """The demo's NodePool, NodeClass, MachineDeployments and DaemonSet, with limits lifted for ``max_size``
     machines per MachineDeployment (the demo caps each at 10 and the pool at 64 CPU)."""
@@ -318,10 +316,6 @@ def infrastructure(
             spec["disruption"]["consolidateAfter"] = consolidate_after
             if budgets is not None:
                 spec["disruption"]["budgets"] = budgets
-            if instance_types:
-                spec["template"]["spec"]["requirements"].append(
-                    {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": list(instance_types)}
-                )
     return documents
 
 
