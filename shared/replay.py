@@ -5,8 +5,8 @@ function from (state, input event) to the events it would publish (``decide``). 
 decider with I/O; ``tenon replay`` runs the same decider offline over a recorded range, with no broker writes
 and no cluster, and compares what it decides now with what was recorded then.
 
-How a replay runs: for each record in order, ``decide`` runs against the state *as recorded up to that point*;
-then ``evolve`` applies the record and, right after it, the service's recorded answers to it (as the live
+How a replay runs: for each record in order, ``evolve`` folds it into the state *as recorded up to that point*,
+``decide`` answers it from there, and the service's recorded answers to it are folded right after (as the live
 service folds its own decisions before its next input; they are not applied again where they sit in the log).
 Feeding the recorded outputs back, rather than the replayed ones, keeps every decision compared against the
 world the live service saw, so one divergence shows as one difference instead of a cascade. Decisions must take their clock from the input event (``decided_at``), not from the wall clock, so
@@ -43,7 +43,9 @@ class Decider(Protocol):
 
     def evolve(self, state: Any, event: Event) -> Any: ...
 
-    def decide(self, state: Any, event: Event) -> Sequence[Event]: ...
+    def decide(self, state: Any, event: Event) -> Sequence[Event]:
+        """What the service does about ``event``, given ``state`` with ``event`` already folded in."""
+        ...
 
 
 def load_decider(spec: str) -> Decider:
@@ -129,10 +131,10 @@ def replay(decider: Decider, records: Iterable[LogRecord]) -> ReplayReport:
     folded: set[str] = set()
     for record, event in decoded:
         recorded = answers.get(event.id, [])
-        replayed = list(decider.decide(state, event))
-        report.comparisons.append(DecisionComparison(record.sequence, type(event).__name__, replayed, recorded))
         if event.id not in folded:
             state = decider.evolve(state, event)
+        replayed = list(decider.decide(state, event))
+        report.comparisons.append(DecisionComparison(record.sequence, type(event).__name__, replayed, recorded))
         for answer in recorded:
             if answer.id not in folded:
                 state = decider.evolve(state, answer)

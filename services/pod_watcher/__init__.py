@@ -40,7 +40,7 @@ log-rebuilt view keeps repeats from being derived in the first place outside tha
 Running it
 ----------
 ``python -m services.pod_watcher [--kubeconfig PATH] [--batch-idle-seconds 1] [--batch-max-seconds 10]
-[--rebatch-seconds 30]`` (env ``TENON_KUBECONFIG``, ``TENON_BATCH_IDLE_SECONDS``, ``TENON_BATCH_MAX_SECONDS``,
+[--rebatch-seconds 5]`` (env ``TENON_KUBECONFIG``, ``TENON_BATCH_IDLE_SECONDS``, ``TENON_BATCH_MAX_SECONDS``,
 ``TENON_REBATCH_SECONDS``; the broker from ``TENON_NATS_URL`` and friends, see
 ``shared/eventlog/connection.py``). Without a kubeconfig it uses the in-cluster service account.
 

@@ -81,7 +81,9 @@ class PodWatcherSettings:
     """The workload cluster's kubeconfig; ``None``: the in-cluster service account."""
     batch_idle_seconds: float = 1.0
     batch_max_seconds: float = 10.0
-    rebatch_seconds: float = 30.0
+    rebatch_seconds: float = 5.0
+    """A pod still pending this long after its batch is offered again: the kube-scheduler may have packed the
+    new nodes differently from the plan, and the pod must not wait long for the room it lacks."""
     snapshot_debounce_seconds: float = 0.1
     absent_kind_retry_seconds: float = 30.0
     watch_timeout_seconds: int = 300

@@ -1,8 +1,9 @@
 """The scheduler's whole decision function, as ``tenon replay scheduler`` runs it.
 
-``decide`` answers a PendingBatch with NodeClaims (:mod:`.planner`), an abandoned claim by planning its pods
-again, and Node and claim events with lifecycle steps (:mod:`.lifecycle`); ``evolve`` folds every event into
-the :class:`ClusterProjection`. The live service runs exactly this, plus I/O.
+``evolve`` folds every event into the :class:`ClusterProjection`; ``decide`` then looks at the state *with* the
+event folded in and answers: a PendingBatch with NodeClaims (:mod:`.planner`), an abandoned claim by planning
+its pods again, Node and claim events with lifecycle steps (:mod:`.lifecycle`). The live service runs exactly
+this, plus I/O, and so does ``tenon replay scheduler``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class SchedulerDecider:
     def decide(self, state: ClusterProjection, event: ev.Event) -> Sequence[ev.Event]:
         if isinstance(event, ev.PendingBatch):
             return planner.plan_batch(state, event).events
+        decisions: list[ev.Event] = []
         if isinstance(event, ev.NodeClaimAbandoned):
-            return planner.replan_abandoned(state, event).events
-        return lifecycle.decide(state, event)
+            decisions += planner.replan_abandoned(state, event).events
+        return decisions + lifecycle.decide(state, event)

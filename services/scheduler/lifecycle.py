@@ -12,6 +12,9 @@ The scheduler is the single writer of a claim's state (Karpenter's lifecycle con
   ``registration_timeout`` (15 min) of being planned, or when every instance type failed to launch. The
   launcher removes its machine, and the scheduler plans its pods again.
 
+Decisions are level-triggered: after an event is folded, each claim it concerns is checked for what is now true
+and not yet recorded (:func:`due`). So a decision that could not be recorded (another writer appended to the
+claim first) is simply decided again when that writer's event is folded, and deciding twice decides the same.
 Event-driven decisions take their time from the triggering event, so they replay exactly; timeouts are checked
 against a clock the service passes in (:func:`expired_claims`), and they are recorded with no causation.
 """
@@ -85,32 +88,47 @@ def _event_time(event: ev.Event) -> datetime:
     return event.decided_at
 
 
-def decide(projection: ClusterProjection, event: ev.Event) -> list[ev.Event]:
-    """Lifecycle events that ``event`` makes true."""
-    decisions: list[ev.Event] = []
+def affected_claims(projection: ClusterProjection, event: ev.Event) -> list[ClaimState]:
+    """The claims whose lifecycle ``event`` may move: its own claim, or the claims of a Node it observed."""
+    if isinstance(event, ev.NodeClaimEvent):
+        claim = projection.claims.get(event.nodeclaim)
+        return [claim] if claim is not None else []
     if isinstance(event, ev.NodeObserved) and event.change != "removed":
+        name = (event.node.get("metadata") or {}).get("name")
         provider_id = (event.node.get("spec") or {}).get("providerID")
-        for claim in projection.claims.values():
-            if claim.launched is None or claim.phase not in ("Launched", "Registered"):
-                continue
-            if claim.registered is not None:
-                if claim.registered.node == (event.node.get("metadata") or {}).get("name") and is_initialized(
-                    claim, event.node
-                ):
-                    decisions.append(_initialized(claim, event))
-            elif provider_id and claim.launched.provider_id == provider_id:
-                decisions.append(_registered(claim, event.node, event))
-    elif isinstance(event, ev.NodeClaimLaunched):
-        launched = projection.claims.get(event.nodeclaim)
-        node = projection.node_by_provider_id(event.provider_id)
-        if launched is not None and launched.registered is None and node is not None:
-            decisions.append(_registered(launched, node, event))
-    elif isinstance(event, ev.NodeClaimLaunchFailed) and not event.retryable:
-        failed = projection.claims.get(event.nodeclaim)
-        if failed is not None and failed.launched is None and failed.abandoned is None:
-            decisions.append(
-                _abandoned(failed, f"no instance type could be launched: {event.reason}", event, event.decided_at)
-            )
+        return [
+            c for c in projection.claims.values()
+            if (c.registered and c.registered.node == name)
+            or (c.launched and provider_id and c.launched.provider_id == provider_id)
+        ]
+    return []
+
+
+def due(projection: ClusterProjection, claim: ClaimState, cause: ev.Event) -> list[ev.Event]:
+    """What is true of ``claim`` now and not yet recorded (level-triggered: deciding twice decides the same)."""
+    if claim.phase == "Failed" and claim.abandoned is None and claim.launch_failures:
+        return [_abandoned(claim, f"no instance type could be launched: {claim.launch_failures[-1].reason}",
+                           cause, cause.decided_at)]
+    if claim.phase == "Launched" and claim.launched is not None:
+        node = projection.node_by_provider_id(claim.launched.provider_id)
+        if node is not None:
+            registered = _registered(claim, node, cause)
+            if is_initialized(claim, node):
+                # the node was Ready with its startup taints gone by the time tenon saw it
+                return [registered, _initialized(claim, registered.node, cause)]
+            return [registered]
+    if claim.phase == "Registered" and claim.registered is not None:
+        node = projection.nodes.get(claim.registered.node)
+        if node is not None and is_initialized(claim, node):
+            return [_initialized(claim, claim.registered.node, cause)]
+    return []
+
+
+def decide(projection: ClusterProjection, event: ev.Event) -> list[ev.Event]:
+    """Lifecycle events that became true with ``event`` (already folded into ``projection``)."""
+    decisions: list[ev.Event] = []
+    for claim in affected_claims(projection, event):
+        decisions += due(projection, claim, event)
     return decisions
 
 
@@ -127,7 +145,7 @@ def _registered(claim: ClaimState, node: KubeObject, cause: ev.Event) -> ev.Node
     )
 
 
-def _initialized(claim: ClaimState, cause: ev.NodeObserved) -> ev.NodeClaimInitialized:
+def _initialized(claim: ClaimState, node: str, cause: ev.Event) -> ev.NodeClaimInitialized:
     return ev.NodeClaimInitialized(
         id=derive_id(PRODUCER, "NodeClaimInitialized", claim.name),
         decided_at=_event_time(cause),
@@ -135,7 +153,7 @@ def _initialized(claim: ClaimState, cause: ev.NodeObserved) -> ev.NodeClaimIniti
         causation_id=cause.id,
         correlation_id=claim.name,
         nodeclaim=claim.name,
-        node=str((cause.node.get("metadata") or {}).get("name")),
+        node=node,
     )
 
 

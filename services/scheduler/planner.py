@@ -122,7 +122,7 @@ def _validate(source: str, index: int, obj: KubeObject) -> str | None:
 
 
 def cluster_documents(
-    projection: ClusterProjection, pods: list[KubeObject], exclude_claims: frozenset[str] = frozenset()
+    projection: ClusterProjection, pods: list[KubeObject]
 ) -> tuple[list[tuple[str, int, Any]], dict[str, str], dict[str, str]]:
     """(documents, invalid NodePools -> reason, invalid pods -> reason)."""
     documents: list[tuple[str, int, Any]] = []
@@ -163,7 +163,7 @@ def cluster_documents(
     }
     offered = {object_key(pod) for pod in pods}
     for name, claim in sorted(projection.claims.items()):
-        if not claim.live or claim.planned is None or name in exclude_claims:
+        if not claim.live or claim.planned is None:
             continue
         node_name = claim.registered.node if claim.registered else None
         if node_name is None and claim.launched:
@@ -202,11 +202,10 @@ def plan_pods(
     cause: ev.Event,
     pods: list[KubeObject],
     batch_id: str,
-    exclude_claims: frozenset[str] = frozenset(),
 ) -> BatchOutcome:
     """Decide for ``pods`` (the still-unbound ones) against the projection; ``cause`` is the answered event."""
     pods = [p for p in pods if object_key(p) not in projection.bound_pods]
-    documents, invalid_pools, invalid_pods = cluster_documents(projection, pods, exclude_claims)
+    documents, invalid_pools, invalid_pods = cluster_documents(projection, pods)
     outcome = BatchOutcome(invalid_nodepools=invalid_pools)
     if not pods:
         return outcome
@@ -287,6 +286,4 @@ def replan_abandoned(projection: ClusterProjection, abandoned: ev.NodeClaimAband
     if claim is None or claim.planned is None:
         return BatchOutcome()
     pods = [projection.pending[p] for p in claim.planned.pods if p in projection.pending]
-    return plan_pods(
-        projection, abandoned, pods, f"replan-{abandoned.nodeclaim}", exclude_claims=frozenset({abandoned.nodeclaim})
-    )
+    return plan_pods(projection, abandoned, pods, f"replan-{abandoned.nodeclaim}")

@@ -31,13 +31,11 @@ from proto import events as ev
 from proto import subjects
 from services.scheduler import lifecycle
 from services.scheduler.decider import SchedulerDecider
-from services.scheduler.nodeclaims import nodeclaim_spec, nodeclaim_status
 from services.scheduler.nodepools import nodepool_status
+from services.scheduler.objects import NodeClaimObjects
 from shared.eventlog import ConcurrencyConflict, ConsumerSettings, LogRecord, TransientError
-from shared.explain import LoggedEvent, explain_nodeclaim, nodeclaim_event_message
-from shared.kube import NODECLAIMS, NODEPOOLS, NODES, Kube, KubeApiError
+from shared.kube import NODEPOOLS, NODES, Kube, KubeApiError
 from shared.kube.client import load_kube
-from shared.kube.events import post_event
 from shared.projection import ClusterProjection
 from shared.rebuild import rebuild_projection
 from shared.service import ServiceContext
@@ -65,9 +63,12 @@ class SchedulerService:
         self.tick_seconds = tick_seconds
         self._nodepool_status: dict[str, Any] = {}
         self._prefolded: set[str] = set()
+        self._handled_floor = 0
+        self.objects = NodeClaimObjects(kube, self.projection)
 
     async def rebuild(self) -> None:
         self._prefolded = await rebuild_projection(self.log, self.projection, durable="scheduler", producer="scheduler")
+        self._handled_floor = self.projection.sequence
 
     async def run(self) -> None:
         await self.rebuild()
@@ -78,17 +79,29 @@ class SchedulerService:
         )
         await runner.start()
         ticker = asyncio.create_task(self._tick_forever())
+        await self.objects.start()
+        for name in self.projection.claims:
+            self.objects.sync(name)  # whatever changed while no scheduler ran
         try:
             await self.ctx.stopping.wait()
         finally:
             ticker.cancel()
             await asyncio.gather(ticker, return_exceptions=True)
             await runner.stop()
+            await self.objects.stop()
 
     async def handle(self, record: LogRecord) -> None:
-        if record.sequence <= self.projection.sequence:
-            return  # handled before the rebuild: folded then
         event = record.decode()
+        if record.sequence > self.projection.sequence:
+            if event.id in self._prefolded:
+                self._prefolded.discard(event.id)  # our own decision, folded at the rebuild
+                self.projection.sequence = max(self.projection.sequence, record.sequence)
+            else:
+                self.projection.apply(event, record.sequence)
+        elif event.id not in self._prefolded and record.sequence <= self._handled_floor:
+            return  # handled before the rebuild
+        # decide on the state with the event in it; a redelivery (after a failure) decides again, and since
+        # decisions are level-triggered and idempotent, that is safe
         decisions = self.decider.decide(self.projection, event)
         started = time.perf_counter()
         for decision in decisions:
@@ -100,28 +113,21 @@ class SchedulerService:
                        "decisions": [type(d).__name__ for d in decisions],
                        "ms": round((time.perf_counter() - started) * 1000)},
             )
-        if event.id in self._prefolded:
-            self._prefolded.discard(event.id)  # our own decision, folded at the rebuild
-        else:
-            self.projection.apply(event, record.sequence)
-        if isinstance(event, ev.NodeClaimEvent) and not isinstance(event, ev.NodeClaimPlanned):
-            await self.sync_nodeclaim(event.nodeclaim)
+        if isinstance(event, ev.NodeClaimEvent):
+            self.objects.sync(event.nodeclaim)
         if isinstance(event, ev.NodePoolsSnapshot):
             await self.sync_nodepools()
 
     async def execute(self, decision: ev.Event, cause: ev.Event | None = None) -> None:
         if isinstance(decision, ev.NodeClaimPlanned):
-            await self._append(decision, expected=0, first=True)
-            claim = self.projection.claim(decision.nodeclaim)
-            if claim.planned is None:
-                claim.planned = decision  # planned before, by an earlier delivery: the object may still be due
-            await self._create_nodeclaim(decision.nodeclaim, cause)
-            log.info(
-                "claim planned",
-                extra={"nodeclaim": decision.nodeclaim, "instance_type": decision.choice.instance_type,
-                       "price_per_hour": decision.choice.price_per_hour, "pods": len(decision.pods),
-                       "why": decision.explanation.get("chosen", "")},
-            )
+            if await self._append(decision, expected=0):
+                self.objects.sync(decision.nodeclaim, cause=cause)
+                log.info(
+                    "claim planned",
+                    extra={"nodeclaim": decision.nodeclaim, "instance_type": decision.choice.instance_type,
+                           "price_per_hour": decision.choice.price_per_hour, "pods": len(decision.pods),
+                           "why": decision.explanation.get("chosen", "")},
+                )
         elif isinstance(decision, ev.BatchPlanned):
             await self.log.publish(subjects.BATCH_DECISIONS, decision)
             for pod in decision.unschedulable:
@@ -129,8 +135,6 @@ class SchedulerService:
         elif isinstance(decision, ev.NodeClaimRegistered):
             claim = self.projection.claims[decision.nodeclaim]
             node = self.projection.nodes.get(decision.node)
-            if isinstance(cause, ev.NodeObserved):
-                node = cause.node  # newer than the projection, which folds the cause after deciding
             if node is not None:
                 patch = lifecycle.registration_patch(claim, node)
                 if patch:
@@ -144,17 +148,18 @@ class SchedulerService:
         else:
             raise TypeError(f"the scheduler has no way to carry out a {type(decision).__name__}")
 
-    async def _append(self, event: ev.NodeClaimEvent, *, expected: int, first: bool = False) -> None:
+    async def _append(self, event: ev.NodeClaimEvent, *, expected: int) -> bool:
+        """Record a decision on its claim and fold it; False when the claim's subject moved on first."""
         subject = subjects.nodeclaim(event.nodeclaim)
         try:
             result = await self.log.append(subject, event, expected_last_sequence=expected)
         except ConcurrencyConflict as conflict:
-            if first:
-                # the claim's subject already has its first event: this batch was answered before (a
-                # redelivery past the duplicate window); never plan a claim twice
-                log.info("claim already planned", extra={"nodeclaim": event.nodeclaim})
-                return
-            raise TransientError(str(conflict)) from None
+            # Someone wrote to the claim after what this scheduler has folded (the launcher, disruption), or
+            # this decision was recorded by an earlier delivery. Either way: not now. Decisions are
+            # level-triggered, so when that event is folded the claim is looked at again.
+            log.info("decision deferred: the claim moved on", extra={
+                "nodeclaim": event.nodeclaim, "event": type(event).__name__, "why": str(conflict)})
+            return False
         if result.duplicate:
             log.info("duplicate suppressed", extra={"nodeclaim": event.nodeclaim, "event": type(event).__name__})
         # Fold our own decision now rather than when the log delivers it back: the next input must see it
@@ -163,6 +168,7 @@ class SchedulerService:
         self.projection.apply(event)
         claim = self.projection.claim(event.nodeclaim)
         claim.last_sequence = max(claim.last_sequence, result.sequence)
+        return True
 
     async def _patch_node(self, name: str, patch: dict[str, Any]) -> None:
         try:
@@ -171,58 +177,6 @@ class SchedulerService:
             if exc.status == 404:
                 return
             raise TransientError(str(exc)) from None
-
-    async def _create_nodeclaim(self, name: str, cause: ev.Event | None = None) -> None:
-        claim = self.projection.claims[name]
-        body = nodeclaim_spec(self.projection, claim)
-        try:
-            created = await self.kube.create(NODECLAIMS, body)
-        except KubeApiError as exc:
-            if exc.status != 409:
-                log.warning("could not create NodeClaim object", extra={"nodeclaim": name, "error": str(exc)})
-            return  # 409: created before this redelivery, its Event with it
-        await self._write_status(name)
-        if claim.planned is not None:
-            now = datetime.now(UTC)
-            story = [LoggedEvent(0, now, e) for e in (cause, claim.planned) if e is not None]
-            message = nodeclaim_event_message(explain_nodeclaim(name, story))
-            await post_event(self.kube, created, reason="Planned", message=message)
-
-    async def sync_nodeclaim(self, name: str) -> None:
-        claim = self.projection.claims.get(name)
-        if claim is None or claim.planned is None:
-            return
-        if claim.phase in ("Abandoned", "Terminated", "Failed"):
-            try:
-                if await self.kube.get_or_none(NODECLAIMS, name) is not None:
-                    await self.kube.patch(NODECLAIMS, name, {"metadata": {"finalizers": []}})
-                    await self.kube.delete(NODECLAIMS, name)
-            except KubeApiError as exc:
-                log.warning("could not delete NodeClaim object", extra={"nodeclaim": name, "error": str(exc)})
-            return
-        await self._write_status(name)
-
-    async def _write_status(self, name: str) -> None:
-        claim = self.projection.claims[name]
-        try:
-            await self.kube.patch(
-                NODECLAIMS, name, {"status": nodeclaim_status(self.projection, claim)}, subresource="status"
-            )
-        except KubeApiError as exc:
-            if exc.status == 404:
-                await self._recreate(name)
-                return
-            log.warning("could not update NodeClaim status", extra={"nodeclaim": name, "error": str(exc)})
-
-    async def _recreate(self, name: str) -> None:
-        claim = self.projection.claims[name]
-        try:
-            await self.kube.create(NODECLAIMS, nodeclaim_spec(self.projection, claim))
-            await self.kube.patch(
-                NODECLAIMS, name, {"status": nodeclaim_status(self.projection, claim)}, subresource="status"
-            )
-        except KubeApiError as exc:
-            log.warning("could not recreate NodeClaim object", extra={"nodeclaim": name, "error": str(exc)})
 
     async def sync_nodepools(self) -> None:
         now = datetime.now(UTC)
@@ -258,10 +212,8 @@ class SchedulerService:
             registration_timeout=self.registration_timeout,
         ):
             log.warning("claim abandoned", extra={"nodeclaim": abandoned.nodeclaim, "reason": abandoned.reason})
-            try:
-                await self._append(abandoned, expected=self.projection.claims[abandoned.nodeclaim].last_sequence)
-            except TransientError:
-                continue  # the claim moved on meanwhile; look again next tick
+            if await self._append(abandoned, expected=self.projection.claims[abandoned.nodeclaim].last_sequence):
+                self.objects.sync(abandoned.nodeclaim)
         await self.sync_nodepools()
 
 
