@@ -113,7 +113,7 @@ def _without_ephemeral_taints(node: KubeObject, startup: frozenset[str]) -> Kube
     return {**node, "spec": {**spec, "taints": taints}}
 
 
-def _validate(source: str, index: int, obj: KubeObject) -> str | None:
+def _problem(source: str, index: int, obj: KubeObject) -> str | None:
     try:
         parse_objects([(source, index, obj)])
     except InputError as exc:
@@ -122,12 +122,16 @@ def _validate(source: str, index: int, obj: KubeObject) -> str | None:
 
 
 def cluster_documents(
-    projection: ClusterProjection, pods: list[KubeObject]
+    projection: ClusterProjection, pods: list[KubeObject], *, validate: bool = True
 ) -> tuple[list[tuple[str, int, Any]], dict[str, str], dict[str, str]]:
-    """(documents, invalid NodePools -> reason, invalid pods -> reason)."""
+    """(documents, invalid NodePools -> reason, invalid pods -> reason). Without ``validate`` every object
+    is taken as it is (the fast path, when the whole set is known to parse)."""
     documents: list[tuple[str, int, Any]] = []
     invalid_pools: dict[str, str] = {}
     invalid_pods: dict[str, str] = {}
+
+    def _validate(source: str, index: int, obj: KubeObject) -> str | None:
+        return _problem(source, index, obj) if validate else None
 
     def add(source: str, obj: KubeObject) -> None:
         documents.append((source, len(documents), obj))
@@ -205,11 +209,17 @@ def plan_pods(
 ) -> BatchOutcome:
     """Decide for ``pods`` (the still-unbound ones) against the projection; ``cause`` is the answered event."""
     pods = [p for p in pods if object_key(p) not in projection.bound_pods]
-    documents, invalid_pools, invalid_pods = cluster_documents(projection, pods)
-    outcome = BatchOutcome(invalid_nodepools=invalid_pools)
     if not pods:
-        return outcome
-    plan = solve(parse_objects(documents))
+        return BatchOutcome()
+    # parse everything at once; only when that fails, object by object to leave out exactly what is invalid
+    documents, invalid_pools, invalid_pods = cluster_documents(projection, pods, validate=False)
+    try:
+        inputs = parse_objects(documents)
+    except InputError:
+        documents, invalid_pools, invalid_pods = cluster_documents(projection, pods)
+        inputs = parse_objects(documents)
+    outcome = BatchOutcome(invalid_nodepools=invalid_pools)
+    plan = solve(inputs)
     outcome.plan = plan
     claims: list[str] = []
     for index, nc in enumerate(plan.node_claims):
