@@ -53,8 +53,11 @@ def claim_name(nodepool: str, batch_event_id: str, index: int) -> str:
     return f"{nodepool}-{base64.b32encode(digest).decode().lower()[:5]}"
 
 
-def nodeclaim_document(state_name: str, planned: ev.NodeClaimPlanned, node_name: str | None) -> KubeObject:
-    """A live claim as the scheduling core reads in-flight capacity."""
+def nodeclaim_document(
+    state_name: str, planned: ev.NodeClaimPlanned, node_name: str | None, nominated: tuple[str, ...]
+) -> KubeObject:
+    """A live claim as the scheduling core reads in-flight capacity; ``nominated`` are the pods it was bought
+    for that are still pending (one that landed elsewhere must not hold room here too)."""
     labels = dict(planned.labels)
     labels.setdefault(NODEPOOL_LABEL, planned.nodepool)
     labels.setdefault(INSTANCE_TYPE_LABEL, planned.choice.instance_type)
@@ -67,7 +70,7 @@ def nodeclaim_document(state_name: str, planned: ev.NodeClaimPlanned, node_name:
         "metadata": {
             "name": state_name,
             "labels": labels,
-            "annotations": {NOMINATED_PODS: ",".join(planned.pods)},
+            "annotations": {NOMINATED_PODS: ",".join(nominated)},
         },
         "status": {"nodeName": node_name} if node_name else {},
     }
@@ -172,7 +175,8 @@ def cluster_documents(
         node_name = claim.registered.node if claim.registered else None
         if node_name is None and claim.launched:
             node_name = node_names_by_provider.get(claim.launched.provider_id)
-        add("NodeClaim", nodeclaim_document(name, claim.planned, node_name))
+        still_pending = tuple(p for p in claim.planned.pods if p in projection.pending)
+        add("NodeClaim", nodeclaim_document(name, claim.planned, node_name, still_pending))
         # the pods it was bought for hold its room until they land, even when they are not in this batch
         for key in claim.planned.pods:
             waiting = projection.pending.get(key)

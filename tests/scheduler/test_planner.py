@@ -93,3 +93,18 @@ def test_room_bought_for_a_pending_pod_is_not_offered_to_another() -> None:
     # a-0 is still pending (on its way to the c3-8); b-0 must not be squeezed into the same c3-8
     [claim] = planned(plan_batch(projection, batch("b2", pod("b-0", "3"))).events)
     assert claim.pods == ("default/b-0",) and claim.choice.instance_type == "c3-8"
+
+
+def test_a_pod_that_landed_elsewhere_frees_the_room_bought_for_it() -> None:
+    projection = demo_projection()
+    offered = batch("b1", pod("a-0", "3"))
+    first = plan_batch(projection, offered).events
+    for event in (offered, *first):
+        projection.apply(event)
+    assert len(planned(first)) == 1
+    # the kube-scheduler put a-0 on an unrelated node: the claim bought for it is free for the next pod
+    landed = pod("a-0", "3")
+    landed["spec"]["nodeName"] = "elsewhere"
+    projection.apply(ev.BoundPodObserved(**envelope("bound"), change="added", pod=landed))
+    again = plan_batch(projection, batch("b2", pod("c-0", "3"))).events
+    assert planned(again) == []
