@@ -19,7 +19,7 @@ import asyncio
 import logging
 import re
 from collections.abc import AsyncIterator, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import nats
@@ -243,15 +243,18 @@ class JetStreamEventLog(EventLog):
             await self.client.drain()
 
 
+_NO_HEADERS: dict[str, str] = {}
+
+
 def _record(message: Msg) -> LogRecord:
     metadata = message.metadata
     return LogRecord(
-        sequence=int(metadata.sequence.stream),
+        sequence=metadata.sequence.stream,
         subject=message.subject,
         data=message.data,
-        headers=dict(message.headers or {}),
-        recorded_at=metadata.timestamp.astimezone(UTC),
-        delivery_count=int(metadata.num_delivered or 1),
+        headers=message.headers or _NO_HEADERS,  # the client's own dict, read-only from here on
+        recorded_at=metadata.timestamp,  # nats-py gives it in UTC already
+        delivery_count=metadata.num_delivered or 1,
     )
 
 

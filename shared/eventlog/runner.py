@@ -80,7 +80,7 @@ class PullConsumerRunner(ConsumerRunner):
         self._subject_locks: dict[str, asyncio.Lock] = {}
         self._subject_users: dict[str, int] = {}
         self._unconfirmed: OrderedDict[int, None] = OrderedDict()
-        self._refill_at = max(1, min(settings.fetch_batch, settings.max_concurrency) // 2)
+        self._refill_at = max(1, min(settings.fetch_batch, settings.max_concurrency) * 3 // 4)
         self._slot_freed = asyncio.Event()
         self._stopping = False
         self._handled = 0
@@ -167,8 +167,11 @@ class PullConsumerRunner(ConsumerRunner):
             await self._ack(delivery)
             return
         try:
-            with tracing.consume_span(record.subject, record.headers, self.settings.durable, record.sequence):
-                await self._handler(record)
+            if "traceparent" in record.headers:
+                with tracing.consume_span(record.subject, record.headers, self.settings.durable, record.sequence):
+                    await self._handler(record)
+            else:
+                await self._handler(record)  # nothing to continue: skip the context manager on the hot path
         except asyncio.CancelledError:
             raise
         except UndecodableEvent as exc:
