@@ -27,6 +27,10 @@ from typing import Protocol
 
 from shared.processes import kill_process, stop_process
 
+LOCAL_MAX_PAYLOAD = 8 * 1024 * 1024
+"""Local runs take messages up to 8 MiB (NATS allows up to 64; its default is 1), so a 1,000-pod window is one
+PendingBatch."""
+
 
 class BrokerError(RuntimeError):
     """The broker could not be started."""
@@ -78,12 +82,18 @@ class LocalNatsServer:
         store_dir: str | Path | None = None,
         extra_args: tuple[str, ...] = (),
         log_path: str | Path | None = None,
+        max_payload: int | None = None,
     ) -> None:
         self.host = host
         self.port = port or free_port(host)
         self._owns_store = store_dir is None
         self.store_dir = Path(store_dir) if store_dir else Path(tempfile.mkdtemp(prefix="tenon-nats-"))
         self.extra_args = extra_args
+        if max_payload is not None:
+            # only settable from a configuration file; NATS's default is 1 MiB
+            config = self.store_dir.parent / f"{self.store_dir.name}.conf"
+            config.write_text(f"max_payload: {max_payload}\n")
+            self.extra_args = ("--config", str(config), *extra_args)
         self.log_path = Path(log_path) if log_path else self.store_dir / "nats-server.log"
         self._process: subprocess.Popen[bytes] | None = None
 

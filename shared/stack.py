@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from shared.broker import LocalNatsServer, free_port
+from shared.broker import LOCAL_MAX_PAYLOAD, LocalNatsServer, free_port
 from shared.kube import Kube, KubeApiError, load_kube
 from shared.kube.resources import BY_KIND
 from shared.processes import kill_process, stop_process
@@ -78,7 +78,8 @@ class LocalStack:
 
     def start(self) -> LocalStack:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.broker = LocalNatsServer(store_dir=self.run_dir / "jetstream", log_path=self.run_dir / "nats.log")
+        self.broker = LocalNatsServer(store_dir=self.run_dir / "jetstream", log_path=self.run_dir / "nats.log",
+                                      max_payload=LOCAL_MAX_PAYLOAD)
         self.broker.start()
         self._start_sandbox()
         for name in self.services:

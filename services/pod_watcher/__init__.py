@@ -46,7 +46,7 @@ Running it
 
 Size and cost
 -------------
-* A window whose pods do not fit in one NATS message (``max_payload``, 1 MiB by default: about 900 typical
+* A window whose pods do not fit in one NATS message (``max_payload``: NATS defaults to 1 MiB, about 900 typical
   pods) is published as several ``PendingBatch`` events sharing ``windowOpenedAt``. Measured on the sandbox:
   1,000 pods of 20 Deployments -> two batches (943 + 57) closed 1.02 s after the last pod became
   Unschedulable, with the idle window at 1 s.

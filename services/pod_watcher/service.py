@@ -87,7 +87,7 @@ class PodWatcherSettings:
     snapshot_debounce_seconds: float = 0.1
     absent_kind_retry_seconds: float = 30.0
     watch_timeout_seconds: int = 300
-    batch_max_bytes: int = 1_048_576
+    batch_max_bytes: int = 8 * 1_048_576
     """Largest PendingBatch message; a bigger window is split into several batches (see
     :func:`.observations.split_for_payload`). The broker's own limit, when lower, wins."""
 

@@ -104,8 +104,12 @@ class SchedulerService:
         # decisions are level-triggered and idempotent, that is safe
         decisions = self.decider.decide(self.projection, event)
         started = time.perf_counter()
+        # a plan's claims are independent aggregates: record them together, then the rest in order
+        planned = [d for d in decisions if isinstance(d, ev.NodeClaimPlanned)]
+        await asyncio.gather(*(self.execute(d, event) for d in planned))
         for decision in decisions:
-            await self.execute(decision, event)
+            if not isinstance(decision, ev.NodeClaimPlanned):
+                await self.execute(decision, event)
         if decisions:
             log.info(
                 "decided",

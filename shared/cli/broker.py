@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from shared.broker import BrokerError, LocalNatsServer
+from shared.broker import LOCAL_MAX_PAYLOAD, BrokerError, LocalNatsServer
 
 
 def register(subparsers: Any) -> None:
@@ -24,7 +24,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    server = LocalNatsServer(host=args.host, port=args.port, store_dir=args.store_dir)
+    server = LocalNatsServer(host=args.host, port=args.port, store_dir=args.store_dir,
+                             max_payload=LOCAL_MAX_PAYLOAD)
     try:
         server.start()
     except BrokerError as exc:
