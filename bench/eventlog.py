@@ -156,7 +156,7 @@ async def _measure(count: int) -> dict[str, float]:
     }
 
 
-ROUNDS = 3
+ROUNDS = 5
 
 
 def run(quick: bool) -> Suite:

@@ -150,7 +150,11 @@ class PullConsumerRunner(ConsumerRunner):
         self._subject_users[record.subject] = self._subject_users.get(record.subject, 0) + 1
         try:
             async with lock:
-                await self._process_in_order(delivery)
+                handled = await self._process_in_order(delivery)
+            if handled:
+                # acked outside the subject's lock: order matters for the handlers' side effects, not for the
+                # acks, and the next message of the subject need not wait for this one's round trip
+                await self._ack(delivery)
         finally:
             users = self._subject_users[record.subject] - 1
             if users:
@@ -160,12 +164,12 @@ class PullConsumerRunner(ConsumerRunner):
                 del self._subject_users[record.subject]
                 del self._subject_locks[record.subject]
 
-    async def _process_in_order(self, delivery: Delivery) -> None:
+    async def _process_in_order(self, delivery: Delivery) -> bool:
+        """Run the handler; True when it succeeded and the message is to be acked."""
         record = delivery.record
         if record.sequence in self._unconfirmed:
             # handled before, only the ack confirmation was lost: don't run the side effects again
-            await self._ack(delivery)
-            return
+            return True
         try:
             if "traceparent" in record.headers:
                 with tracing.consume_span(record.subject, record.headers, self.settings.durable, record.sequence):
@@ -198,9 +202,11 @@ class PullConsumerRunner(ConsumerRunner):
                     },
                 )
                 await self._nak(delivery, delay)
+            return False
         else:
             self._handled += 1
-            await self._ack(delivery)
+            return True
+        return False
 
     async def _ack(self, delivery: Delivery) -> None:
         sequence = delivery.record.sequence
