@@ -16,7 +16,7 @@ into it; copying thousands of objects per event would cost more than the decisio
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from proto import events as ev
@@ -24,6 +24,7 @@ from proto import events as ev
 KubeObject = dict[str, Any]
 
 LIVE_PHASES = ("Planned", "Launched", "Registered", "Initialized")
+PENDING_TTL = timedelta(seconds=60)
 
 
 def object_key(obj: KubeObject) -> str:
@@ -90,6 +91,9 @@ class ClusterProjection:
     last_pod_activity: dict[str, datetime] = field(default_factory=dict)
     """Node name -> when a pod last arrived on it or left it (for consolidateAfter)."""
     pending: dict[str, KubeObject] = field(default_factory=dict)
+    pending_seen: dict[str, datetime] = field(default_factory=dict)
+    """When each pending pod was last offered in a batch: the pod-watcher offers a pod that is still pending again
+    every few seconds, so one not offered for :data:`PENDING_TTL` is gone (deleted before it was ever bound)."""
     """Pods seen in PendingBatches and not (yet) bound or gone: what an abandoned claim's pods go back to."""
 
     def claim(self, name: str) -> ClaimState:
@@ -97,6 +101,11 @@ class ClusterProjection:
         if state is None:
             state = self.claims[name] = ClaimState(name)
         return state
+
+    def still_pending(self, key: str, now: datetime) -> bool:
+        """Whether the pod ``key`` is pending as of ``now`` (offered recently and not bound since)."""
+        seen = self.pending_seen.get(key)
+        return seen is not None and now - seen <= PENDING_TTL
 
     def pods_on(self, node_name: str) -> list[KubeObject]:
         """Pods bound to the node and not finished."""
@@ -133,6 +142,7 @@ class ClusterProjection:
                     self.bound_pods[key] = event.pod
                     self.pods_by_node.setdefault(node_name or "", {})[key] = event.pod
                 self.pending.pop(key, None)
+                self.pending_seen.pop(key, None)
             case ev.NodePoolsSnapshot():
                 self.nodepools = {object_key(np): np for np in event.nodepools}
             case ev.NodeClassesSnapshot():
@@ -146,6 +156,7 @@ class ClusterProjection:
                     key = object_key(pod)
                     if key not in self.bound_pods:
                         self.pending[key] = pod
+                        self.pending_seen[key] = event.decided_at
             case ev.NodeClaimEvent():
                 self._apply_claim(event, sequence)
         return self

@@ -110,7 +110,7 @@ def empty_nodes(projection: ClusterProjection, now: datetime) -> tuple[list[Cand
         if any(not _is_daemon_pod(p) for p in pods):
             continue
         if (now - claim.initialized.decided_at < NOMINATION_TTL  # type: ignore[union-attr]
-                and any(p in projection.pending for p in claim.planned.pods)):
+                and any(projection.still_pending(p, now) for p in claim.planned.pods)):
             continue  # bought for pods that have not landed yet: empty only because they are on their way
         since = max(
             projection.last_pod_activity.get(claim.registered.node, claim.initialized.decided_at),  # type: ignore[union-attr]

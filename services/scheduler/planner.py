@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import hashlib
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from proto import events as ev
@@ -125,7 +126,7 @@ def _problem(source: str, index: int, obj: KubeObject) -> str | None:
 
 
 def cluster_documents(
-    projection: ClusterProjection, pods: list[KubeObject], *, validate: bool = True
+    projection: ClusterProjection, pods: list[KubeObject], now: datetime, *, validate: bool = True
 ) -> tuple[list[tuple[str, int, Any]], dict[str, str], dict[str, str]]:
     """(documents, invalid NodePools -> reason, invalid pods -> reason). Without ``validate`` every object
     is taken as it is (the fast path, when the whole set is known to parse)."""
@@ -175,12 +176,12 @@ def cluster_documents(
         node_name = claim.registered.node if claim.registered else None
         if node_name is None and claim.launched:
             node_name = node_names_by_provider.get(claim.launched.provider_id)
-        still_pending = tuple(p for p in claim.planned.pods if p in projection.pending)
+        still_pending = tuple(p for p in claim.planned.pods if projection.still_pending(p, now))
         add("NodeClaim", nodeclaim_document(name, claim.planned, node_name, still_pending))
         # the pods it was bought for hold its room until they land, even when they are not in this batch
         for key in claim.planned.pods:
             waiting = projection.pending.get(key)
-            if waiting is None or key in offered:
+            if waiting is None or key in offered or not projection.still_pending(key, now):
                 continue
             if node_name and node_name in projection.nodes:
                 waiting = {**waiting, "spec": {**(waiting.get("spec") or {}), "nodeName": node_name}}
@@ -216,11 +217,11 @@ def plan_pods(
     if not pods:
         return BatchOutcome()
     # parse everything at once; only when that fails, object by object to leave out exactly what is invalid
-    documents, invalid_pools, invalid_pods = cluster_documents(projection, pods, validate=False)
+    documents, invalid_pools, invalid_pods = cluster_documents(projection, pods, cause.decided_at, validate=False)
     try:
         inputs = parse_objects(documents)
     except InputError:
-        documents, invalid_pools, invalid_pods = cluster_documents(projection, pods)
+        documents, invalid_pools, invalid_pods = cluster_documents(projection, pods, cause.decided_at)
         inputs = parse_objects(documents)
     outcome = BatchOutcome(invalid_nodepools=invalid_pools)
     plan = solve(inputs)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +108,22 @@ def test_a_pod_that_landed_elsewhere_frees_the_room_bought_for_it() -> None:
     projection.apply(ev.BoundPodObserved(**envelope("bound"), change="added", pod=landed))
     again = plan_batch(projection, batch("b2", pod("c-0", "3"))).events
     assert planned(again) == []
+
+
+def test_a_pod_deleted_before_it_landed_stops_holding_room() -> None:
+    projection = demo_projection()
+    offered = batch("b1", pod("a-0", "3"))
+    for event in (offered, *plan_batch(projection, offered).events):
+        projection.apply(event)
+    # a-0 is never offered again (deleted while pending); two minutes later its claim's room is free again
+    later = ev.PendingBatch(id="b2", decided_at=T0 + timedelta(minutes=2), producer="test", batch_id="b2",
+                            pods=(pod("c-0", "3"),), window_opened_at=T0, window_closed_by="idle")
+    projection.apply(later)
+    assert planned(plan_batch(projection, later).events) == []
+    # while it is still being offered, it keeps its room
+    soon = ev.PendingBatch(id="b3", decided_at=T0 + timedelta(seconds=10), producer="test", batch_id="b3",
+                           pods=(pod("d-0", "3"),), window_opened_at=T0, window_closed_by="idle")
+    fresh = demo_projection()
+    for event in (offered, *plan_batch(fresh, offered).events, soon):
+        fresh.apply(event)
+    assert len(planned(plan_batch(fresh, soon).events)) == 1
