@@ -24,6 +24,7 @@ from typing import Any
 
 from services.sandbox.controllers.informer import (
     InformerFactory,
+    InformerUser,
     StoreLike,
     WorkQueue,
     object_key,
@@ -100,13 +101,11 @@ def pod_node(pod: dict[str, Any]) -> str | None:
     return None
 
 
-class DaemonSetController:
+class DaemonSetController(InformerUser):
     def __init__(
         self, store: StoreLike, profile: TimingProfile, informers: InformerFactory | None = None
     ) -> None:
-        self.store = store
-        self._own_informers = informers is None
-        self.informers = informers or InformerFactory(store, profile.resync_period)
+        super().__init__(store, profile, informers)
         self.ds_rt = store.resource("apps/v1", "DaemonSet")
         self.pods_rt = store.resource("v1", "Pod")
         self.nodes_rt = store.resource("v1", "Node")
@@ -212,5 +211,4 @@ class DaemonSetController:
             await self.informers.start(self.daemonsets, self.nodes, self.pods)
             await run_worker("daemonsets", self.queue, self.reconcile)
         finally:
-            if self._own_informers:
-                await self.informers.stop()
+            await self.stop_own_informers()

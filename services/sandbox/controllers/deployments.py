@@ -30,6 +30,7 @@ from services.sandbox.controllers.conditions import set_condition
 from services.sandbox.controllers.informer import (
     Informer,
     InformerFactory,
+    InformerUser,
     StoreLike,
     WorkQueue,
     object_key,
@@ -89,13 +90,11 @@ def pod_from_template(replicaset: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": template.get("spec") or {}}
 
 
-class DeploymentController:
+class DeploymentController(InformerUser):
     def __init__(
         self, store: StoreLike, profile: TimingProfile, informers: InformerFactory | None = None
     ) -> None:
-        self.store = store
-        self._own_informers = informers is None
-        self.informers = informers or InformerFactory(store, profile.resync_period)
+        super().__init__(store, profile, informers)
         self.deploy_rt = store.resource("apps/v1", "Deployment")
         self.rs_rt = store.resource("apps/v1", "ReplicaSet")
         self.pods_rt = store.resource("v1", "Pod")
@@ -288,5 +287,4 @@ class DeploymentController:
             await self.informers.start(self.deployments, self.replicasets, self.pods)
             await run_worker("deployments", self.queue, self.reconcile)
         finally:
-            if self._own_informers:
-                await self.informers.stop()
+            await self.stop_own_informers()

@@ -33,6 +33,7 @@ from services.sandbox.controllers.clock import parse_rfc3339
 from services.sandbox.controllers.conditions import set_condition
 from services.sandbox.controllers.informer import (
     InformerFactory,
+    InformerUser,
     StoreLike,
     WorkQueue,
     object_key,
@@ -134,13 +135,11 @@ def budget_status(
     return status, next_expiry
 
 
-class DisruptionController:
+class DisruptionController(InformerUser):
     def __init__(
         self, store: StoreLike, profile: TimingProfile, informers: InformerFactory | None = None
     ) -> None:
-        self.store = store
-        self._own_informers = informers is None
-        self.informers = informers or InformerFactory(store, profile.resync_period)
+        super().__init__(store, profile, informers)
         self.pdb_rt = store.resource("policy/v1", "PodDisruptionBudget")
         self.pods_rt = store.resource("v1", "Pod")
         self.rs_rt = store.resource("apps/v1", "ReplicaSet")
@@ -230,5 +229,4 @@ class DisruptionController:
             await self.informers.start(self.budgets, self.pods, self.replicasets)
             await run_worker("disruption", self.queue, self.reconcile)
         finally:
-            if self._own_informers:
-                await self.informers.stop()
+            await self.stop_own_informers()

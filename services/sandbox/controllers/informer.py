@@ -29,6 +29,11 @@ sequence of calls.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from services.sandbox.profiles import TimingProfile
+
 import asyncio
 import contextlib
 import heapq
@@ -339,3 +344,17 @@ async def run_worker(name: str, queue: WorkQueue, reconcile: Reconcile, batch_yi
         done += 1
         if done % batch_yield == 0:
             await asyncio.sleep(0)  # let watches and the API server run between bursts
+
+
+class InformerUser:
+    """A controller reading through shared informers: the factory it was given, or one of its own that it
+    starts and stops itself."""
+
+    def __init__(self, store: StoreLike, profile: TimingProfile, informers: InformerFactory | None = None) -> None:
+        self.store = store
+        self._own_informers = informers is None
+        self.informers = informers or InformerFactory(store, profile.resync_period)
+
+    async def stop_own_informers(self) -> None:
+        if self._own_informers:
+            await self.informers.stop()

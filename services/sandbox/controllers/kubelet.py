@@ -42,7 +42,14 @@ from typing import Any
 
 from services.sandbox.controllers.clock import now_rfc3339
 from services.sandbox.controllers.conditions import set_condition
-from services.sandbox.controllers.informer import InformerFactory, StoreLike, WorkQueue, run_worker, split_key
+from services.sandbox.controllers.informer import (
+    InformerFactory,
+    InformerUser,
+    StoreLike,
+    WorkQueue,
+    run_worker,
+    split_key,
+)
 from services.sandbox.controllers.predicates import (
     HOSTNAME_LABEL,
     NOT_READY_TAINT,
@@ -178,13 +185,11 @@ def running_pod_status(pod: dict[str, Any], host_ip: str, pod_ip: str) -> dict[s
 
 
 # -------------------------------------------------------------------------------------------- controller
-class Kubelet:
+class Kubelet(InformerUser):
     def __init__(
         self, store: StoreLike, profile: TimingProfile, informers: InformerFactory | None = None
     ) -> None:
-        self.store = store
-        self._own_informers = informers is None
-        self.informers = informers or InformerFactory(store, profile.resync_period)
+        super().__init__(store, profile, informers)
         self.profile = profile
         self.pods_rt = store.resource("v1", "Pod")
         self.nodes_rt = store.resource("v1", "Node")
@@ -360,5 +365,4 @@ class Kubelet:
             await self.informers.start(self.nodes, self.pods)
             await run_worker("kubelet", self.queue, self.reconcile)
         finally:
-            if self._own_informers:
-                await self.informers.stop()
+            await self.stop_own_informers()

@@ -19,7 +19,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from services.sandbox.controllers.informer import InformerFactory, StoreLike, WorkQueue, run_worker, split_key
+from services.sandbox.controllers.informer import (
+    InformerFactory,
+    InformerUser,
+    StoreLike,
+    WorkQueue,
+    run_worker,
+    split_key,
+)
 from services.sandbox.controllers.predicates import is_terminal, is_terminating, pod_key, tolerates
 from services.sandbox.errors import NotFound
 from services.sandbox.profiles import TimingProfile
@@ -42,13 +49,11 @@ def eviction_delay(pod: dict[str, Any], taints: list[dict[str, Any]]) -> float |
     return delay
 
 
-class PodGarbageCollector:
+class PodGarbageCollector(InformerUser):
     def __init__(
         self, store: StoreLike, profile: TimingProfile, informers: InformerFactory | None = None
     ) -> None:
-        self.store = store
-        self._own_informers = informers is None
-        self.informers = informers or InformerFactory(store, profile.resync_period)
+        super().__init__(store, profile, informers)
         self.profile = profile
         self.pods_rt = store.resource("v1", "Pod")
         self.nodes_rt = store.resource("v1", "Node")
@@ -137,5 +142,4 @@ class PodGarbageCollector:
                     self.queue.add(key)
             await run_worker("pod-gc", self.queue, self.reconcile)
         finally:
-            if self._own_informers:
-                await self.informers.stop()
+            await self.stop_own_informers()

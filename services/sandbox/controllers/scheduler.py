@@ -37,7 +37,7 @@ from typing import Any
 from services.sandbox.controllers.cluster_state import ClusterState
 from services.sandbox.controllers.conditions import set_condition
 from services.sandbox.controllers.events import EventRecorder
-from services.sandbox.controllers.informer import InformerFactory, StoreLike
+from services.sandbox.controllers.informer import InformerFactory, InformerUser, StoreLike
 from services.sandbox.controllers.predicates import get_condition, is_terminal, is_terminating, pod_key
 from services.sandbox.controllers.scheduling_filters import Decision, choose_node, equivalence_key
 from services.sandbox.errors import ApiError, Conflict, NotFound
@@ -95,13 +95,11 @@ def pod_node_changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
     return False
 
 
-class Scheduler:
+class Scheduler(InformerUser):
     def __init__(
         self, store: StoreLike, profile: TimingProfile, informers: InformerFactory | None = None
     ) -> None:
-        self.store = store
-        self._own_informers = informers is None
-        self.informers = informers or InformerFactory(store, profile.resync_period)
+        super().__init__(store, profile, informers)
         self.profile = profile
         self.pods_rt = store.resource("v1", "Pod")
         self.nodes_rt = store.resource("v1", "Node")
@@ -174,8 +172,7 @@ class Scheduler:
                 await self._cycle()
                 await self._sleep_until_due()
         finally:
-            if self._own_informers:
-                await self.informers.stop()
+            await self.stop_own_informers()
 
     async def _sleep_until_due(self) -> None:
         now = self._now()
