@@ -17,7 +17,7 @@ test: setup
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 lint: setup
-	$(VENV)/bin/ruff check services shared proto tests bench
+	$(VENV)/bin/ruff check tenon proto devtools tests bench
 	$(VENV)/bin/mypy
 
 schemas: setup

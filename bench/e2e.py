@@ -1,6 +1,6 @@
 """The whole system end to end: provisioning 1,000 pods, and scale to zero from 500 empty nodes (issues 5, 6).
 
-Both measurements run on :class:`shared.stack.LocalStack` with the sandbox's ``fast`` timing profile: a real
+Both measurements run on :class:`devtools.stack.LocalStack` with the sandbox's ``fast`` timing profile: a real
 ``nats-server``, the sandbox (workload + management clusters) and every service as its own process, exactly
 what ``tenon up`` runs. Each gets a fresh stack, so one cannot warm or slow the other.
 
@@ -88,6 +88,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bench.suite import Suite, Target
+from devtools.stack import DEMO_DIR, LocalStack, apply_manifests, connect, load_manifests
 from proto import subjects
 from proto.events import (
     CatalogSnapshot,
@@ -103,13 +104,12 @@ from proto.events import (
     NodePoolsSnapshot,
     PendingBatch,
 )
-from shared.eventlog import EventLogError
-from shared.eventlog.connection import ConnectionSettings
-from shared.eventlog.jetstream import JetStreamEventLog
-from shared.kube import MACHINEDEPLOYMENTS, NODECLAIMS, NODEPOOLS, NODES, PODS, Kube
-from shared.kube.resources import DEPLOYMENTS
-from shared.kube.watching import Relisted, WatchChange, list_and_watch
-from shared.stack import DEMO_DIR, LocalStack, apply_manifests, connect, load_manifests
+from tenon.runtime.eventlog import EventLogError
+from tenon.runtime.eventlog.connection import ConnectionSettings
+from tenon.runtime.eventlog.jetstream import JetStreamEventLog
+from tenon.runtime.kube import MACHINEDEPLOYMENTS, NODECLAIMS, NODEPOOLS, NODES, PODS, Kube
+from tenon.runtime.kube.resources import DEPLOYMENTS
+from tenon.runtime.kube.watching import Relisted, WatchChange, list_and_watch
 
 NAMESPACE = "default"
 BATCH_IDLE_S = 1.0

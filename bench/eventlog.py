@@ -23,13 +23,13 @@ import nats
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from bench.suite import Suite, Target
+from devtools.broker import LocalNatsServer
 from proto import subjects
 from proto.codec import decode, encode
 from proto.events import NodeObserved
-from shared.broker import LocalNatsServer
-from shared.eventlog import ConsumerSettings, LogRecord
-from shared.eventlog.connection import ConnectionSettings
-from shared.eventlog.jetstream import JetStreamEventLog
+from tenon.runtime.eventlog import ConsumerSettings, LogRecord
+from tenon.runtime.eventlog.connection import ConnectionSettings
+from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 
 NODE = {
     "apiVersion": "v1",

@@ -1,6 +1,6 @@
 """The Cluster API launcher: how fast it decides, and its hops of the event chain on the sandbox.
 
-* **decide**: :func:`services.launcher_capi.launching.decide` on N claims (half bound to Machines, half
+* **decide**: :func:`tenon.services.launcher_capi.launching.decide` on N claims (half bound to Machines, half
   waiting on the MD's scaled-up list), the whole-state decision the launcher makes after every event.
 * **Planned -> scale-up**: one ``NodeClaimPlanned`` appended at a time; time until the MachineDeployment's
   ``spec.replicas`` is patched (seen in the sandbox's store). The launcher's share of the chain's latency.
@@ -22,11 +22,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bench.suite import Suite, Target
+from devtools.broker import LocalNatsServer
+from devtools.sandbox.testing import running_sandbox
 from proto import subjects
 from proto.events import InstanceChoice, NodeClaimPlanned, NodeClassesSnapshot
 from proto.ids import derive_id
-from services.launcher_capi.catalog import MachineDeploymentKey
-from services.launcher_capi.launching import (
+from tenon.runtime.eventlog.connection import ConnectionSettings
+from tenon.runtime.eventlog.jetstream import JetStreamEventLog
+from tenon.runtime.kube import load_kube
+from tenon.services.launcher_capi.catalog import MachineDeploymentKey
+from tenon.services.launcher_capi.launching import (
     ClaimState,
     LauncherState,
     MachineDeploymentView,
@@ -34,12 +39,7 @@ from services.launcher_capi.launching import (
     apply_claim_event,
     decide,
 )
-from services.launcher_capi.service import CapiLauncher, LauncherSettings
-from services.sandbox.testing import running_sandbox
-from shared.broker import LocalNatsServer
-from shared.eventlog.connection import ConnectionSettings
-from shared.eventlog.jetstream import JetStreamEventLog
-from shared.kube import load_kube
+from tenon.services.launcher_capi.service import CapiLauncher, LauncherSettings
 
 KEY = MachineDeploymentKey("default", "c3-8")
 NODECLASS: dict[str, Any] = {"apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1", "kind": "ClusterAPINodeClass",

@@ -4,14 +4,14 @@ Scenario (issue 4): N pods (1,000; 200 with ``--quick``) are created while 5 wat
 collection. Two measurements:
 
 ``http``
-    The sandbox runs as its own process (``python -m services.sandbox --no-controllers``), as it does under an
+    The sandbox runs as its own process (``python -m devtools.sandbox --no-controllers``), as it does under an
     end-to-end benchmark. This process opens 5 raw HTTP watch streams, then creates the pods with 32 requests
     in flight over keep-alive connections. Throughput is pods / (last create answered - first create sent).
     Latency is, per pod and watcher, the time from sending the create request to reading that pod's ADDED
     line on the stream, so it includes the HTTP round trip, the store commit and the fan-out.
 ``in-process``
-    The same load on a :class:`~services.sandbox.store.Store` called directly, with 5 in-process
-    :class:`~services.sandbox.store.Watch` consumers: the cost of the store itself, as the sandbox's own
+    The same load on a :class:`~devtools.sandbox.store.Store` called directly, with 5 in-process
+    :class:`~devtools.sandbox.store.Watch` consumers: the cost of the store itself, as the sandbox's own
     controllers see it.
 
 Targets: >= 2,000 writes/s and p99 write-to-event latency < 50 ms, on the HTTP path (the stricter one). The
@@ -38,7 +38,7 @@ import aiohttp
 import msgspec
 
 from bench.suite import Suite, Target
-from services.sandbox.store import Store
+from devtools.sandbox.store import Store
 
 WATCHERS = 5
 IN_FLIGHT = 32
@@ -165,7 +165,7 @@ async def _http_run(url: str, count: int, list_size: int, server_pid: int) -> di
 def bench_http(count: int, list_size: int = 0) -> dict[str, Any]:
     port, management_port = _free_port(), _free_port()
     with tempfile.TemporaryDirectory(prefix="tenon-bench-sandbox-") as tmp:
-        command = [sys.executable, "-m", "services.sandbox", "--port", str(port), "--management-port",
+        command = [sys.executable, "-m", "devtools.sandbox", "--port", str(port), "--management-port",
                    str(management_port), "--kubeconfig", str(Path(tmp) / "w.kubeconfig"),
                    "--management-kubeconfig", str(Path(tmp) / "m.kubeconfig"), "--no-controllers",
                    "--profile", "fast"]

@@ -1,7 +1,7 @@
 """Sandbox controllers at end-to-end scale (``make bench``, suite ``sandbox_controllers``).
 
 The sandbox must never be the bottleneck of an end-to-end run with 1,000 nodes and 10,000 pods (issue 4).
-This suite runs every simulated controller (``services.sandbox.controllers.run_controllers``, ``fast``
+This suite runs every simulated controller (``devtools.sandbox.controllers.run_controllers``, ``fast``
 profile) in-process on one store and measures, with an in-process watch that records when each pod was first
 seen bound, Running, or marked Unschedulable:
 
@@ -24,9 +24,9 @@ import time
 from typing import Any
 
 from bench.suite import Suite, Target
-from services.sandbox.controllers import run_controllers
-from services.sandbox.profiles import get_profile
-from services.sandbox.store import Store
+from devtools.sandbox.controllers import run_controllers
+from devtools.sandbox.profiles import get_profile
+from devtools.sandbox.store import Store
 
 
 def _node(name: str) -> dict[str, Any]:

@@ -43,12 +43,12 @@ from bench.scheduling_workloads import (
     random_scenario,
 )
 from bench.suite import Suite, Target
-from shared.scheduling import parse_objects, solve
-from shared.scheduling.catalog import instance_types_for_node_pool
-from shared.scheduling.catalogs_generated import fake_400, kwok_144
-from shared.scheduling.model import ClusterInput
-from shared.scheduling.packing import dual_weights
-from shared.scheduling.templates import build_templates
+from tenon.core import parse_objects, solve
+from tenon.core.catalog import instance_types_for_node_pool
+from tenon.core.catalogs_generated import fake_400, kwok_144
+from tenon.core.model import ClusterInput
+from tenon.core.packing import dual_weights
+from tenon.core.templates import build_templates
 
 BASELINES = (("ca-least-waste", ca_least_waste), ("karpenter-core", karpenter_core),
              ("karpenter-capi", karpenter_capi))
@@ -216,7 +216,7 @@ def _kwok(suite: Suite) -> None:
 _RSS_PROBE = """
 import resource, sys
 from bench.scheduling import _kwok_inputs
-from shared.scheduling import solve
+from tenon.core import solve
 inputs = _kwok_inputs()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 solve(inputs)

@@ -23,9 +23,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from shared.scheduling.catalog import instance_types_for_node_pool
-from shared.scheduling.model import ClusterInput
-from shared.scheduling.templates import build_templates
+from tenon.core.catalog import instance_types_for_node_pool
+from tenon.core.model import ClusterInput
+from tenon.core.templates import build_templates
 
 Vec = tuple[int, int, int]
 

@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from shared.broker import LocalNatsServer
-from shared.eventlog.connection import ConnectionSettings
-from shared.eventlog.jetstream import JetStreamEventLog
+from devtools.broker import LocalNatsServer
+from tenon.runtime.eventlog.connection import ConnectionSettings
+from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from proto import events as ev
-from services.disruption import emptiness
-from services.disruption.budgets import BudgetError, allowance, cron_matches, parse_duration
-from shared.projection import ClusterProjection
+from tenon.domain.projection import ClusterProjection
+from tenon.services.disruption import emptiness
+from tenon.services.disruption.budgets import BudgetError, allowance, cron_matches, parse_duration
 
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
+from devtools.sandbox.testing import SandboxHandle, running_sandbox
 from proto import events as ev
 from proto import subjects
-from services.disruption.service import DisruptionService
-from services.sandbox.testing import SandboxHandle, running_sandbox
-from shared.eventlog.jetstream import JetStreamEventLog
-from shared.kube import NODECLAIMS, NODES, PODS, Kube, load_kube
-from shared.kube.resources import PODDISRUPTIONBUDGETS
-from shared.service import ServiceContext
+from tenon.runtime.eventlog.jetstream import JetStreamEventLog
+from tenon.runtime.kube import NODECLAIMS, NODES, PODS, Kube, load_kube
+from tenon.runtime.kube.resources import PODDISRUPTIONBUDGETS
+from tenon.runtime.service import ServiceContext
+from tenon.services.disruption.service import DisruptionService
 
 CLAIM, NODE = "default-abcde", "node-a"
 

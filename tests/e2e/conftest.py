@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.stack import LocalStack
+from devtools.stack import LocalStack
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from bench.e2e import (
     percentile,
     planning_waves,
 )
+from devtools.stack import LocalStack
 from proto.events import (
     DisruptionDecision,
     DisruptionRequested,
@@ -30,7 +31,6 @@ from proto.events import (
     NodeClaimTerminated,
     PendingBatch,
 )
-from shared.stack import LocalStack
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

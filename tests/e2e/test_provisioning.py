@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from shared.kube import MACHINEDEPLOYMENTS, MACHINES, NODECLAIMS, PODS, Kube
-from shared.stack import DEMO_DIR, LocalStack, apply_manifests, connect, load_manifests
+from devtools.stack import DEMO_DIR, LocalStack, apply_manifests, connect, load_manifests
+from tenon.runtime.kube import MACHINEDEPLOYMENTS, MACHINES, NODECLAIMS, PODS, Kube
 
 INFRASTRUCTURE = ("nodepool.yaml", "machinedeployments.yaml", "daemonset.yaml")
 
@@ -58,7 +58,7 @@ async def claims_by_type(kube: Kube) -> list[str]:
 
 def tap_json(stack: LocalStack) -> list[dict[str, Any]]:
     out = subprocess.run(
-        [sys.executable, "-m", "shared.cli.main", "tap", "--server", stack.nats_url, "--no-follow", "--json"],
+        [sys.executable, "-m", "tenon.cli.main", "tap", "--server", stack.nats_url, "--no-follow", "--json"],
         capture_output=True, text=True, timeout=60, check=True,
     ).stdout
     return [json.loads(line) for line in out.splitlines()]
@@ -98,7 +98,7 @@ async def test_eight_1_vcpu_pods_get_a_c3_16_and_a_c3_4_and_the_log_tells_and_re
     # replay: the scheduler's decisions recomputed offline from the log alone are the recorded ones
     replayed = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "shared.cli.main", "replay", "scheduler", "--server", stack.nats_url, "--diff"],
+        [sys.executable, "-m", "tenon.cli.main", "replay", "scheduler", "--server", stack.nats_url, "--diff"],
         capture_output=True, text=True, timeout=120,
     )
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
@@ -122,7 +122,7 @@ async def test_two_replicas_of_every_service_act_once(stack: LocalStack) -> None
 
 def test_tenon_up_runs_the_demo_unattended() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "shared.cli.main", "up", "--demo", "inflate", "--exit-when-done", "--json",
+        [sys.executable, "-m", "tenon.cli.main", "up", "--demo", "inflate", "--exit-when-done", "--json",
          "--timeout", "120"],
         capture_output=True, text=True, timeout=240,
     )

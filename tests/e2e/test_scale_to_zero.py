@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from shared.kube import MACHINEDEPLOYMENTS, MACHINES, NODECLAIMS, NODEPOOLS, NODES
-from shared.kube.resources import DEPLOYMENTS
-from shared.stack import LocalStack
+from devtools.stack import LocalStack
+from tenon.runtime.kube import MACHINEDEPLOYMENTS, MACHINES, NODECLAIMS, NODEPOOLS, NODES
+from tenon.runtime.kube.resources import DEPLOYMENTS
 from tests.e2e.test_provisioning import provision, tap_json, until
 
 

@@ -11,13 +11,13 @@ from datetime import UTC, datetime
 
 import pytest
 
+from devtools.broker import LocalNatsServer, free_port
 from proto import subjects
 from proto.events import Event, InstanceChoice, NodeClaimLaunched, NodeClaimPlanned, NodeObserved
-from shared.broker import LocalNatsServer, free_port
-from shared.cli.main import main
-from shared.eventlog.connection import ConnectionSettings
-from shared.eventlog.factories import make_event
-from shared.eventlog.jetstream import JetStreamEventLog
+from tenon.cli.main import main
+from tenon.runtime.eventlog.connection import ConnectionSettings
+from tenon.runtime.eventlog.factories import make_event
+from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 
 
 class LaunchDecider:
@@ -118,7 +118,7 @@ def test_tap_prints_a_line_per_event_and_filters(recorded: str, capsys: pytest.C
 def test_tap_follows_live_events_without_durable_state(nats_server: LocalNatsServer) -> None:
     asyncio.run(record_a_run(nats_server.url))
     process = subprocess.Popen(
-        [sys.executable, "-m", "shared.cli.main", "tap", "--server", nats_server.url, "--type", "NodeObserved"],
+        [sys.executable, "-m", "tenon.cli.main", "tap", "--server", nats_server.url, "--type", "NodeObserved"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

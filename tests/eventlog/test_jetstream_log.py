@@ -8,15 +8,15 @@ from collections import Counter
 import pytest
 from nats.js.api import StreamConfig
 
+from devtools.broker import LocalNatsServer
 from proto import subjects
 from proto.codec import decode
 from proto.events import DeadLetter, NodeClaimLaunched, NodeObserved
-from shared.broker import LocalNatsServer
-from shared.eventlog import ConcurrencyConflict, ConsumerSettings, LogRecord, PermanentError
-from shared.eventlog.connection import ConnectionSettings
-from shared.eventlog.factories import make_event
-from shared.eventlog.jetstream import JetStreamEventLog
-from shared.eventlog.provisioning import default_streams
+from tenon.runtime.eventlog import ConcurrencyConflict, ConsumerSettings, LogRecord, PermanentError
+from tenon.runtime.eventlog.connection import ConnectionSettings
+from tenon.runtime.eventlog.factories import make_event
+from tenon.runtime.eventlog.jetstream import JetStreamEventLog
+from tenon.runtime.eventlog.provisioning import default_streams
 
 
 def node_event(name: str, version: int = 1) -> NodeObserved:

@@ -8,9 +8,9 @@ import pytest
 
 from proto import subjects
 from proto.events import DeadLetter, NodeClaimLaunched
-from shared.eventlog import ConcurrencyConflict, ConsumerSettings, LogRecord
-from shared.eventlog.factories import make_event
-from shared.eventlog.memory import InMemoryEventLog
+from tenon.runtime.eventlog import ConcurrencyConflict, ConsumerSettings, LogRecord
+from tenon.runtime.eventlog.factories import make_event
+from tenon.runtime.eventlog.memory import InMemoryEventLog
 
 
 def launched(claim: str, n: int = 0) -> NodeClaimLaunched:

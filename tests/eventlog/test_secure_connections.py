@@ -14,12 +14,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from devtools.broker import LocalNatsServer
 from proto import subjects
 from proto.events import NodeObserved
-from shared.broker import LocalNatsServer
-from shared.eventlog.connection import ConnectionSettings
-from shared.eventlog.factories import make_event
-from shared.eventlog.jetstream import JetStreamEventLog
+from tenon.runtime.eventlog.connection import ConnectionSettings
+from tenon.runtime.eventlog.factories import make_event
+from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 
 
 def _write_certificates(directory: Path) -> tuple[Path, Path, Path]:

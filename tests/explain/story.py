@@ -19,10 +19,10 @@ import yaml
 
 from proto import events as ev
 from proto import subjects
-from services.scheduler import planner
-from shared.eventlog.factories import make_event
-from shared.explain import LoggedEvent
-from shared.projection import ClusterProjection
+from tenon.domain.explain import LoggedEvent
+from tenon.domain.projection import ClusterProjection
+from tenon.runtime.eventlog.factories import make_event
+from tenon.services.scheduler import planner
 
 DEMO = Path(__file__).parents[2] / "deploy" / "examples" / "capi-demo"
 START = datetime(2026, 11, 29, 10, 0, 0, tzinfo=UTC)

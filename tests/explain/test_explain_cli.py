@@ -8,11 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from devtools.broker import LocalNatsServer, free_port
 from proto import events as ev
-from shared.broker import LocalNatsServer, free_port
-from shared.cli.main import main
-from shared.eventlog.connection import ConnectionSettings
-from shared.eventlog.jetstream import JetStreamEventLog
+from tenon.cli.main import main
+from tenon.runtime.eventlog.connection import ConnectionSettings
+from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tests.explain.story import Story, pending_pod, subject_of
 
 pytestmark = pytest.mark.integration

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from proto import events as ev
-from shared.explain import MAX_EVENT_MESSAGE, LoggedEvent, explain_nodeclaim, nodeclaim_event_message
+from tenon.domain.explain import MAX_EVENT_MESSAGE, LoggedEvent, explain_nodeclaim, nodeclaim_event_message
 from tests.explain.story import Story, pending_pod
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from proto import events as ev
-from shared.explain import explain_pod
+from tenon.domain.explain import explain_pod
 from tests.explain.story import Story, pending_pod
 
 

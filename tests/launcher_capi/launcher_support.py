@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from devtools.sandbox.store import Store
+from devtools.sandbox.testing import SandboxHandle
 from proto import subjects
 from proto.events import (
     Event,
@@ -22,11 +24,9 @@ from proto.events import (
     NodeClassesSnapshot,
 )
 from proto.ids import derive_id
-from services.launcher_capi.service import CapiLauncher, LauncherSettings
-from services.sandbox.store import Store
-from services.sandbox.testing import SandboxHandle
-from shared.eventlog import EventLog
-from shared.kube import load_kube
+from tenon.runtime.eventlog import EventLog
+from tenon.runtime.kube import load_kube
+from tenon.services.launcher_capi.service import CapiLauncher, LauncherSettings
 
 CAPACITY = "capacity.cluster-autoscaler.kubernetes.io/"
 MAX_SIZE = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"

@@ -7,18 +7,18 @@ from typing import Any
 
 import pytest
 
+from devtools.sandbox.testing import running_sandbox
 from proto.events import CatalogSnapshot
-from services.launcher_capi.catalog import (
+from tenon.core.catalog import instance_types_from_catalog
+from tenon.runtime.eventlog.jetstream import JetStreamEventLog
+from tenon.services.launcher_capi.catalog import (
     SKIPPED_EVENT_REASON,
     MachineDeploymentKey,
     NodeClassInvalid,
     build_catalog,
     catalog_snapshot,
 )
-from services.launcher_capi.openstack import Flavor
-from services.sandbox.testing import running_sandbox
-from shared.eventlog.jetstream import JetStreamEventLog
-from shared.scheduling.catalog import instance_types_from_catalog
+from tenon.services.launcher_capi.openstack import Flavor
 from tests.launcher_capi.launcher_support import (
     CAPACITY,
     PRICE,

@@ -1,6 +1,6 @@
 """SIGKILL the launcher process right after it scaled a MachineDeployment; the restarted one owes nothing more.
 
-The launcher runs as it does in production (``python -m services.launcher_capi``, leader election included)
+The launcher runs as it does in production (``python -m tenon.services.launcher_capi``, leader election included)
 against the real broker and the sandbox's management cluster. The sandbox boots Machines ten times slower than
 its fast profile, so the kill lands after the replicas patch and before any providerID (asserted: a kill that
 came too late would not test anything).
@@ -18,10 +18,10 @@ from typing import IO
 
 import pytest
 
+from devtools.broker import LocalNatsServer
+from devtools.sandbox.testing import SandboxHandle, running_sandbox
 from proto.events import NodeClaimLaunched
-from services.sandbox.testing import SandboxHandle, running_sandbox
-from shared.broker import LocalNatsServer
-from shared.eventlog.jetstream import JetStreamEventLog
+from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tests.launcher_capi.launcher_support import (
     CLAIM,
     append_claim_event,
@@ -46,7 +46,7 @@ async def start_launcher(nats: LocalNatsServer, sandbox: SandboxHandle, output: 
     env.update({"TENON_NATS_URL": nats.url, "TENON_MANAGEMENT_KUBECONFIG": str(sandbox.management_kubeconfig),
                 "NO_PROXY": "127.0.0.1"})
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "services.launcher_capi", env=env, stdout=output, stderr=output,
+        sys.executable, "-m", "tenon.services.launcher_capi", env=env, stdout=output, stderr=output,
         cwd=str(REPO))
 
 

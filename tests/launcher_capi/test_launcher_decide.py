@@ -13,8 +13,10 @@ from proto.events import (
     NodeClaimTerminated,
 )
 from proto.ids import derive_id
-from services.launcher_capi.catalog import MachineDeploymentKey
-from services.launcher_capi.launching import (
+from tenon.runtime.eventlog.memory import InMemoryEventLog
+from tenon.runtime.kube import Kube
+from tenon.services.launcher_capi.catalog import MachineDeploymentKey
+from tenon.services.launcher_capi.launching import (
     ClaimState,
     LauncherState,
     MachineDeploymentView,
@@ -23,9 +25,7 @@ from services.launcher_capi.launching import (
     apply_claim_event,
     decide,
 )
-from services.launcher_capi.service import CapiLauncher
-from shared.eventlog.memory import InMemoryEventLog
-from shared.kube import Kube
+from tenon.services.launcher_capi.service import CapiLauncher
 from tests.launcher_capi.launcher_support import append_claim_event, nodeclass, planned, publish_nodeclasses
 
 C38 = MachineDeploymentKey("default", "c3-8")

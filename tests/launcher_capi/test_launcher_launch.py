@@ -11,6 +11,7 @@ import functools
 from datetime import UTC, datetime
 from typing import Any
 
+from devtools.sandbox.testing import running_sandbox
 from proto import subjects
 from proto.events import (
     NodeClaimDrained,
@@ -19,8 +20,7 @@ from proto.events import (
     NodeClaimPlanned,
     NodeClaimTerminated,
 )
-from services.sandbox.testing import running_sandbox
-from shared.eventlog.jetstream import JetStreamEventLog
+from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tests.launcher_capi.launcher_support import (
     CLAIM,
     DELETE_MACHINE,

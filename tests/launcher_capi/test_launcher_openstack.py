@@ -1,6 +1,6 @@
 """A ClusterAPINodeClass naming an OpenStack cloud: Nova flavors fill the catalog, and claims launch from it.
 
-The cloud is ``shared.testing.openstack_stub.OpenStackStub`` (a real Keystone v3 + Nova flavors server on a
+The cloud is ``devtools.openstack_stub.OpenStackStub`` (a real Keystone v3 + Nova flavors server on a
 loopback port, in its own thread); the launcher runs in this event loop against the sandbox.
 """
 
@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from devtools.broker import free_port
+from devtools.openstack_stub import OpenStackStub, nova_flavor
+from devtools.sandbox.testing import running_sandbox
 from proto.events import CatalogSnapshot, NodeClaimLaunched
-from services.sandbox.testing import running_sandbox
-from shared.broker import free_port
-from shared.eventlog.jetstream import JetStreamEventLog
-from shared.testing.openstack_stub import OpenStackStub, nova_flavor
+from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tests.launcher_capi.launcher_support import (
     CAPACITY,
     PRICE,

@@ -1,6 +1,6 @@
 """Two launcher processes: one leads and acts, the other waits; when the leader stops, the other takes over.
 
-Both run as in production (``python -m services.launcher_capi``) against the real broker and the sandbox's
+Both run as in production (``python -m tenon.services.launcher_capi``) against the real broker and the sandbox's
 management cluster; their JSON logs say which of them did what.
 """
 
@@ -13,10 +13,10 @@ import signal
 import sys
 from pathlib import Path
 
+from devtools.broker import LocalNatsServer
+from devtools.sandbox.testing import SandboxHandle, running_sandbox
 from proto.events import NodeClaimLaunched
-from services.sandbox.testing import SandboxHandle, running_sandbox
-from shared.broker import LocalNatsServer
-from shared.eventlog.jetstream import JetStreamEventLog
+from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tests.launcher_capi.launcher_support import (
     CLAIM,
     append_claim_event,
@@ -59,7 +59,7 @@ async def start(identity: str, nats: LocalNatsServer, sandbox: SandboxHandle, lo
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "services.launcher_capi", env=env, stdout=fd, stderr=fd, cwd=str(REPO))
+            sys.executable, "-m", "tenon.services.launcher_capi", env=env, stdout=fd, stderr=fd, cwd=str(REPO))
     finally:
         os.close(fd)
 

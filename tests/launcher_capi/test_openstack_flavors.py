@@ -1,6 +1,6 @@
 """OpenStack flavors fill the Cluster API catalog: NodeClass surface, openstacksdk against a local stub, merging.
 
-The OpenStack side is ``shared.testing.openstack_stub.OpenStackStub``: a real Keystone v3 + Nova flavors HTTP
+The OpenStack side is ``devtools.openstack_stub.OpenStackStub``: a real Keystone v3 + Nova flavors HTTP
 server on a loopback port, so openstacksdk does its real authentication, catalog lookup, version discovery and
 paging. Nothing here talks to anything but 127.0.0.1.
 """
@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from services.launcher_capi.openstack import (
+from devtools.openstack_stub import OpenStackStub, nova_flavor
+from tenon.services.launcher_capi.openstack import (
     CPU_ANNOTATION,
     EPHEMERAL_DISK_ANNOTATION,
     FLAVOR_ANNOTATION,
@@ -37,7 +38,6 @@ from services.launcher_capi.openstack import (
     read_flavors,
     with_secrets,
 )
-from shared.testing.openstack_stub import OpenStackStub, nova_flavor
 
 # openstacksdk's own PendingDeprecationWarnings about its internals say nothing about this code.
 pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning:openstack")
@@ -507,7 +507,7 @@ def test_secret_problems_name_the_field() -> None:
 
 def test_unannotated_machine_deployments_become_priced_instance_types(cloud: OpenStackStub) -> None:
     """The field case of issue 3, with capacity and prices known only to OpenStack and the NodeClass."""
-    from shared.scheduling.catalog import instance_types_from_machine_deployments
+    from tenon.core.catalog import instance_types_from_machine_deployments
 
     mds = [machine_deployment(name) for name in ("c3-4", "c3-8", "c3-16")]
     _, skipped_before = instance_types_from_machine_deployments(mds)

@@ -7,13 +7,13 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
+from devtools.sandbox.testing import SandboxHandle
 from proto import subjects
 from proto.events import Event
-from services.pod_watcher.service import PodWatcher, PodWatcherSettings
-from services.sandbox.testing import SandboxHandle
-from shared.eventlog.interface import EventLog
-from shared.kube.client import load_kube
-from shared.kube.resources import Kube
+from tenon.runtime.eventlog.interface import EventLog
+from tenon.runtime.kube.client import load_kube
+from tenon.runtime.kube.resources import Kube
+from tenon.services.pod_watcher.service import PodWatcher, PodWatcherSettings
 
 E = TypeVar("E", bound=Event)
 

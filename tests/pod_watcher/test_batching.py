@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from services.pod_watcher.batching import PendingBatcher
+from tenon.services.pod_watcher.batching import PendingBatcher
 
 
 class FakeClock:

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from devtools.sandbox.testing import running_sandbox
 from proto.events import BoundPodObserved, NodeClassesSnapshot, NodeObserved, NodePoolsSnapshot
-from services.sandbox.testing import running_sandbox
-from shared.eventlog.jetstream import JetStreamEventLog
-from shared.kube.resources import Kube, KubeApiError
+from tenon.runtime.eventlog.jetstream import JetStreamEventLog
+from tenon.runtime.kube.resources import Kube, KubeApiError
 from tests.pod_watcher.support import logged, running_watcher, wait_for_events
 from tests.sandbox.controller_support import node, pod
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from proto.events import NodeObserved, NodePoolsSnapshot, PendingBatch
-from services.pod_watcher import observations as obs
+from tenon.services.pod_watcher import observations as obs
 
 
 def unschedulable_pod(name: str = "web-1", uid: str = "u-web-1", **spec: Any) -> dict[str, Any]:

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from devtools.sandbox.testing import running_sandbox
 from proto.events import PendingBatch
-from services.sandbox.testing import running_sandbox
-from shared.eventlog.jetstream import JetStreamEventLog
+from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tests.pod_watcher.support import logged, running_watcher, wait_for_events, wait_until
 from tests.sandbox.controller_support import condition, deployment, node, pod
 

@@ -1,4 +1,4 @@
-"""``python -m services.pod_watcher`` as its own process, configured by the environment, stopped by SIGTERM."""
+"""``python -m tenon.services.pod_watcher`` as its own process, configured by the environment, stopped by SIGTERM."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from devtools.broker import LocalNatsServer
+from devtools.sandbox.testing import running_sandbox
 from proto.events import NodeObserved, PendingBatch
-from services.pod_watcher.__main__ import settings_from
-from services.sandbox.testing import running_sandbox
-from shared.broker import LocalNatsServer
-from shared.eventlog.jetstream import JetStreamEventLog
+from tenon.runtime.eventlog.jetstream import JetStreamEventLog
+from tenon.services.pod_watcher.__main__ import settings_from
 from tests.pod_watcher.support import wait_for_events
 from tests.sandbox.controller_support import node, pod
 
@@ -47,7 +47,7 @@ async def test_the_service_process_publishes_and_stops_cleanly_on_sigterm(
         store.create(store.resource("v1", "Node"), node("n1", ready=True))
         env = {**os.environ, "TENON_NATS_URL": nats_server.url, "TENON_KUBECONFIG": str(sandbox.workload_kubeconfig),
                "TENON_BATCH_IDLE_SECONDS": "0.2", "TENON_LOG_LEVEL": "WARNING"}
-        process = await asyncio.create_subprocess_exec(sys.executable, "-m", "services.pod_watcher", env=env,
+        process = await asyncio.create_subprocess_exec(sys.executable, "-m", "tenon.services.pod_watcher", env=env,
                                                        stderr=asyncio.subprocess.PIPE)
         try:
             await wait_for_events(jetstream_log, NodeObserved, lambda e: len(e) == 1, timeout=20,

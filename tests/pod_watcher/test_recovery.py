@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from proto import subjects
-from services.pod_watcher import observations as obs
-from services.pod_watcher.service import PodWatcher, PodWatcherSettings
-from shared.eventlog.interface import EventLog
-from shared.eventlog.jetstream import JetStreamEventLog
-from shared.eventlog.memory import InMemoryEventLog
-from shared.kube.resources import Kube
+from tenon.runtime.eventlog.interface import EventLog
+from tenon.runtime.eventlog.jetstream import JetStreamEventLog
+from tenon.runtime.eventlog.memory import InMemoryEventLog
+from tenon.runtime.kube.resources import Kube
+from tenon.services.pod_watcher import observations as obs
+from tenon.services.pod_watcher.service import PodWatcher, PodWatcherSettings
 
 
 def node(name: str, uid: str, rv: int, **labels: str) -> dict[str, Any]:

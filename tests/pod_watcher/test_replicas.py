@@ -1,4 +1,4 @@
-"""Two replicas through ``shared.service.serve``: one publishes; when it stops the other takes over, repeating
+"""Two replicas through ``tenon.runtime.service.serve``: one publishes; when it stops the other takes over, repeating
 nothing it already published and missing nothing that changes afterwards."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
+from devtools.sandbox.testing import running_sandbox
 from proto import subjects
 from proto.events import BoundPodObserved, Event, NodeObserved, NodePoolsSnapshot, PendingBatch
-from services.pod_watcher.service import SERVICE_NAME, PodWatcherSettings, make_work
-from services.sandbox.testing import running_sandbox
-from shared.eventlog.connection import ConnectionSettings
-from shared.eventlog.jetstream import JetStreamEventLog
-from shared.service import ServiceContext, serve
+from tenon.runtime.eventlog.connection import ConnectionSettings
+from tenon.runtime.eventlog.jetstream import JetStreamEventLog
+from tenon.runtime.service import ServiceContext, serve
+from tenon.services.pod_watcher.service import SERVICE_NAME, PodWatcherSettings, make_work
 from tests.pod_watcher.support import logged, wait_for_events, wait_until
 from tests.sandbox.controller_support import deployment, node
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from services.sandbox.testing import SandboxHandle, running_sandbox
+from devtools.sandbox.testing import SandboxHandle, running_sandbox
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 

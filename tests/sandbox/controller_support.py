@@ -7,9 +7,9 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from services.sandbox.controllers import run_controllers
-from services.sandbox.profiles import get_profile
-from services.sandbox.store import Store
+from devtools.sandbox.controllers import run_controllers
+from devtools.sandbox.profiles import get_profile
+from devtools.sandbox.store import Store
 
 
 @contextlib.asynccontextmanager

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 import yaml
 
-from shared.cli.main import main as tenon_main
+from tenon.cli.main import main as tenon_main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 async def _serve_and_stop(tmp_path: Path, signum: int) -> None:
     workload, management = tmp_path / f"w{signum}.kubeconfig", tmp_path / f"m{signum}.kubeconfig"
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "services.sandbox", "--port", "0", "--management-port", "0",
+        sys.executable, "-m", "devtools.sandbox", "--port", "0", "--management-port", "0",
         "--kubeconfig", str(workload), "--management-kubeconfig", str(management), "--no-controllers",
         cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     try:

@@ -11,7 +11,7 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.sandbox.testing import SandboxHandle, running_sandbox
+from devtools.sandbox.testing import SandboxHandle, running_sandbox
 from tests.sandbox.conftest import node_manifest, pod_manifest
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from services.sandbox.testing import SandboxHandle
+from devtools.sandbox.testing import SandboxHandle
 from tests.sandbox.conftest import KubectlRunner, node_manifest, pod_manifest
 
 DEPLOYMENT = """

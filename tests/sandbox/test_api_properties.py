@@ -7,8 +7,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.sandbox.patching import merge_patch, strategic_merge_patch
-from services.sandbox.selectors import from_label_selector_dict, parse_label_selector
+from devtools.sandbox.patching import merge_patch, strategic_merge_patch
+from devtools.sandbox.selectors import from_label_selector_dict, parse_label_selector
 
 keys = st.sampled_from(["a", "b", "c", "spec", "labels"])
 scalars = st.one_of(st.integers(-5, 5), st.text("xyz", max_size=3), st.booleans())

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from services.sandbox.errors import (
+from devtools.sandbox.errors import (
     AlreadyExists,
     BadRequest,
     Conflict,
@@ -17,7 +17,7 @@ from services.sandbox.errors import (
     TooManyRequests,
     UnsupportedMediaType,
 )
-from services.sandbox.store import Store
+from devtools.sandbox.store import Store
 from tests.sandbox.conftest import node_manifest, pod_manifest
 
 SMP = "application/strategic-merge-patch+json"

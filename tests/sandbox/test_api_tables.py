@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.sandbox.resources import DEFAULT_REGISTRY
-from services.sandbox.tables import human_duration, render_table, wants_table
+from devtools.sandbox.resources import DEFAULT_REGISTRY
+from devtools.sandbox.tables import human_duration, render_table, wants_table
 
 
 @pytest.mark.parametrize(("seconds", "text"), [(5, "5s"), (119, "119s"), (150, "2m30s"), (600, "10m"),

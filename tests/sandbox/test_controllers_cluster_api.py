@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from services.sandbox.controllers.machine_nodes import deletion_order, node_for_machine
+from devtools.sandbox.controllers.machine_nodes import deletion_order, node_for_machine
 from tests.sandbox.controller_support import condition, rt, running_controllers, wait_for
 
 CAPACITY = "capacity.cluster-autoscaler.kubernetes.io/"

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from services.sandbox.testing import running_sandbox
+from devtools.sandbox.testing import running_sandbox
 from tests.sandbox.controller_support import deployment, node
 
 pytestmark = pytest.mark.integration

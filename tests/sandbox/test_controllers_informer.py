@@ -6,8 +6,8 @@ import asyncio
 import contextlib
 from typing import Any
 
-from services.sandbox.controllers.informer import Informer, WorkQueue
-from services.sandbox.store import Store
+from devtools.sandbox.controllers.informer import Informer, WorkQueue
+from devtools.sandbox.store import Store
 from tests.sandbox.controller_support import node, wait_for
 
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from services.sandbox.controllers.cluster_state import ClusterState
-from services.sandbox.controllers.predicates import pod_requests, tolerates
-from services.sandbox.controllers.quantity import QuantityError, to_units
-from services.sandbox.controllers.scheduling_filters import NO_NODES_MESSAGE, Decision, choose_node
-from services.sandbox.profiles import get_profile
+from devtools.sandbox.controllers.cluster_state import ClusterState
+from devtools.sandbox.controllers.predicates import pod_requests, tolerates
+from devtools.sandbox.controllers.quantity import QuantityError, to_units
+from devtools.sandbox.controllers.scheduling_filters import NO_NODES_MESSAGE, Decision, choose_node
+from devtools.sandbox.profiles import get_profile
 from tests.sandbox.controller_support import node, pod
 
 

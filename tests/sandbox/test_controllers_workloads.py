@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from services.sandbox.controllers.disruption_budgets import budget_status
-from services.sandbox.controllers.nodes_gc import eviction_delay
-from services.sandbox.errors import TooManyRequests
+from devtools.sandbox.controllers.disruption_budgets import budget_status
+from devtools.sandbox.controllers.nodes_gc import eviction_delay
+from devtools.sandbox.errors import TooManyRequests
 from tests.sandbox.controller_support import (
     condition,
     deployment,

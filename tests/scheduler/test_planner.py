@@ -9,8 +9,8 @@ from typing import Any
 import yaml
 
 from proto import events as ev
-from services.scheduler.planner import plan_batch
-from shared.projection import ClusterProjection
+from tenon.domain.projection import ClusterProjection
+from tenon.services.scheduler.planner import plan_batch
 
 DEMO = Path(__file__).parents[2] / "deploy" / "examples" / "capi-demo"
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)

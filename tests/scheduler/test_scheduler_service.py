@@ -12,17 +12,17 @@ from typing import Any
 import pytest
 import yaml
 
+from devtools.sandbox.testing import SandboxHandle, running_sandbox
 from proto import events as ev
 from proto import subjects
 from proto.codec import encode
-from services.sandbox.testing import SandboxHandle, running_sandbox
-from services.scheduler.decider import SchedulerDecider
-from services.scheduler.service import SchedulerService
-from shared.eventlog.factories import make_event
-from shared.eventlog.jetstream import JetStreamEventLog
-from shared.kube import EVENTS, NODECLAIMS, NODEPOOLS, NODES, Kube, load_kube
-from shared.replay import replay
-from shared.service import ServiceContext
+from tenon.runtime.eventlog.factories import make_event
+from tenon.runtime.eventlog.jetstream import JetStreamEventLog
+from tenon.runtime.kube import EVENTS, NODECLAIMS, NODEPOOLS, NODES, Kube, load_kube
+from tenon.runtime.replay import replay
+from tenon.runtime.service import ServiceContext
+from tenon.services.scheduler.decider import SchedulerDecider
+from tenon.services.scheduler.service import SchedulerService
 
 DEMO = Path(__file__).parents[2] / "deploy" / "examples" / "capi-demo"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.scheduling import ClusterInput, Plan, parse_objects, solve
+from tenon.core import ClusterInput, Plan, parse_objects, solve
 
 
 def pod(name: str, cpu: str = "100m", memory: str = "64Mi", labels: dict[str, str] | None = None,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.scheduling import instance_types_from_catalog, instance_types_from_machine_deployments
-from shared.scheduling.catalogs_generated import fake_400, kwok_144
+from tenon.core import instance_types_from_catalog, instance_types_from_machine_deployments
+from tenon.core.catalogs_generated import fake_400, kwok_144
 
 
 def md(name: str, cpu: str | None, memory: str = "8Gi", price: str | None = None, **annotations: str

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from shared.scheduling import parse_objects, solve
+from tenon.core import parse_objects, solve
 
 DEMO = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "capi-demo"
 CLUSTER = ("nodepool.yaml", "machinedeployments.yaml", "daemonset.yaml")

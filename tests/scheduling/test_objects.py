@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.scheduling import InputError, parse_objects
-from shared.scheduling.quantities import QuantityError, format_quantity, parse_quantity, to_canonical
+from tenon.core import InputError, parse_objects
+from tenon.core.quantities import QuantityError, format_quantity, parse_quantity, to_canonical
 from tests.scheduling.builders import parse, pod
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.scheduling import solve
+from tenon.core import solve
 from tests.scheduling.builders import (
     anti_affinity,
     catalog,

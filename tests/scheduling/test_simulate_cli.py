@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shared.cli.main import main
+from tenon.cli.main import main
 from tests.scheduling.builders import catalog, itype, node_pool, pod
 
 DEMO = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "capi-demo"

@@ -1,0 +1,238 @@
+"""Admission for the sandbox: defaulting and validation of objects before the store keeps them.
+
+The real API server rejects objects its clients could not parse back; kubernetes-asyncio's deserializer raises
+on a missing required field (OwnerReference ``apiVersion/kind/name/uid``, Taint ``key/effect``, Condition
+``type/status``, Container ``name``, Event ``involvedObject``) or a timestamp that is not RFC 3339. So the
+sandbox validates every write against those rules and answers 422 ``Invalid`` naming the object and field,
+instead of storing something that would later break a watcher far from the cause.
+
+Defaulting copies the handful of defaults the rest of the system relies on: pods get ``schedulerName``,
+``restartPolicy``, ``terminationGracePeriodSeconds`` and the DefaultTolerationSeconds admission's ``not-ready``/
+``unreachable`` NoExecute tolerations; Deployments, ReplicaSets and MachineDeployments get ``replicas: 1``.
+
+Functions here are pure: plain dicts in, a new or validated dict out, :class:`Invalid` on bad input.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+from devtools.sandbox.errors import Invalid
+from devtools.sandbox.resources import ResourceType
+
+_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_NS_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_TIME_FIELDS = ("lastTransitionTime", "lastHeartbeatTime", "lastProbeTime", "lastUpdateTime")
+_TAINT_EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
+
+DEFAULT_TOLERATIONS: tuple[dict[str, Any], ...] = (
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+     "tolerationSeconds": 300},
+)
+_REPLICATED = frozenset({"deployments", "replicasets", "machinedeployments"})
+
+
+def _who(rt: ResourceType, obj: dict[str, Any]) -> str:
+    meta: dict[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
+    name = meta.get("name") or meta.get("generateName") or "<unnamed>"
+    return f'{rt.kind} "{name}"'
+
+
+def _invalid(rt: ResourceType, obj: dict[str, Any], field: str, problem: str) -> Invalid:
+    meta: dict[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
+    return Invalid(
+        f"{_who(rt, obj)} is invalid: {field}: {problem}",
+        details={
+            "name": meta.get("name", ""),
+            "group": rt.group,
+            "kind": rt.kind,
+            "causes": [{"reason": "FieldValueInvalid", "message": problem, "field": field}],
+        },
+    )
+
+
+_LABEL_NAME_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+
+
+def is_label_key(key: str) -> bool:
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _NAME_RE.match(prefix)):
+        return False
+    return 0 < len(name) <= 63 and bool(_LABEL_NAME_RE.match(name))
+
+
+def is_label_value(value: str) -> bool:
+    return len(value) <= 63 and bool(_LABEL_VALUE_RE.match(value))
+
+
+def is_rfc3339(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return "T" in value
+
+
+def apply_defaults(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+    """Return ``obj`` with server-side defaults filled in (copies the parts it changes)."""
+    if rt.group == "" and rt.plural == "pods":
+        spec = dict(obj.get("spec") or {})
+        spec.setdefault("schedulerName", "default-scheduler")
+        spec.setdefault("restartPolicy", "Always")
+        spec.setdefault("terminationGracePeriodSeconds", 30)
+        spec.setdefault("priority", 0)
+        tolerations = list(spec.get("tolerations") or [])
+        for default in DEFAULT_TOLERATIONS:
+            if not any((t.get("key") == default["key"] and t.get("effect") in (None, "", "NoExecute"))
+                       or (not t.get("key") and t.get("operator") == "Exists") for t in tolerations):
+                tolerations.append(dict(default))
+        spec["tolerations"] = tolerations
+        obj = {**obj, "spec": spec}
+    elif rt.plural in _REPLICATED and isinstance(obj.get("spec"), dict) and "replicas" not in obj["spec"]:
+        obj = {**obj, "spec": {**obj["spec"], "replicas": 1}}
+    return obj
+
+
+def validate(rt: ResourceType, obj: dict[str, Any]) -> None:
+    """Raise :class:`Invalid` if the object would break clients or violate the kind's basic rules."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        raise _invalid(rt, obj, "metadata", "Required value: metadata must be an object")
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise _invalid(rt, obj, "metadata.name", "Required value: name or generateName is required")
+    if len(name) > 253 or not _NAME_RE.match(name):
+        raise _invalid(rt, obj, "metadata.name",
+                       f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower case '
+                       "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character")
+    if rt.plural == "namespaces" and (len(name) > 63 or not _NS_RE.match(name)):
+        raise _invalid(rt, obj, "metadata.name", f'Invalid value: "{name}": a namespace name must be an RFC 1123 label')
+    for map_field in ("labels", "annotations"):
+        values = meta.get(map_field)
+        if values is None:
+            continue
+        if not isinstance(values, dict):
+            raise _invalid(rt, obj, f"metadata.{map_field}", "Invalid value: must be a map of string to string")
+        for key, value in values.items():
+            if not isinstance(value, str):
+                raise _invalid(rt, obj, f"metadata.{map_field}[{key}]", "Invalid value: values must be strings")
+            if map_field == "labels":
+                if not is_label_key(key):
+                    raise _invalid(rt, obj, f"metadata.labels[{key}]",
+                                   f'Invalid value: "{key}": a label key is an optional DNS-subdomain prefix and "/" '
+                                   "followed by a name of at most 63 alphanumeric characters, '-', '_' or '.'")
+                if not is_label_value(value):
+                    raise _invalid(rt, obj, f"metadata.labels[{key}]",
+                                   f'Invalid value: "{value}": a label value must be at most 63 alphanumeric '
+                                   "characters, '-', '_' or '.', starting and ending with an alphanumeric")
+    finalizers = meta.get("finalizers")
+    if finalizers is not None and (not isinstance(finalizers, list)
+                                   or not all(isinstance(f, str) and f for f in finalizers)):
+        raise _invalid(rt, obj, "metadata.finalizers", "Invalid value: must be a list of non-empty strings")
+    owners = meta.get("ownerReferences")
+    if owners is not None:
+        if not isinstance(owners, list):
+            raise _invalid(rt, obj, "metadata.ownerReferences", "Invalid value: must be a list")
+        for i, ref in enumerate(owners):
+            for required in ("apiVersion", "kind", "name", "uid"):
+                if not isinstance(ref, dict) or not ref.get(required):
+                    raise _invalid(rt, obj, f"metadata.ownerReferences[{i}].{required}", "Required value")
+    for key in ("spec", "status"):
+        if key in obj and obj[key] is not None and not isinstance(obj[key], dict):
+            raise _invalid(rt, obj, key, "Invalid value: must be an object")
+    _validate_conditions(rt, obj)
+    if rt.group == "":
+        if rt.plural == "pods":
+            _validate_pod(rt, obj)
+        elif rt.plural == "nodes":
+            _validate_taints(rt, obj, (obj.get("spec") or {}).get("taints"), "spec.taints")
+        elif rt.plural == "events" and not isinstance(obj.get("involvedObject"), dict):
+            raise _invalid(rt, obj, "involvedObject", "Required value")
+    elif rt.plural in _REPLICATED:
+        replicas = (obj.get("spec") or {}).get("replicas")
+        if replicas is not None and (not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0):
+            raise _invalid(rt, obj, "spec.replicas", f"Invalid value: {replicas!r}: must be a non-negative integer")
+
+
+def _validate_conditions(rt: ResourceType, obj: dict[str, Any]) -> None:
+    status = obj.get("status")
+    if not isinstance(status, dict) or status.get("conditions") is None:
+        return
+    conditions = status["conditions"]
+    if not isinstance(conditions, list):
+        raise _invalid(rt, obj, "status.conditions", "Invalid value: must be a list")
+    for i, cond in enumerate(conditions):
+        if not isinstance(cond, dict):
+            raise _invalid(rt, obj, f"status.conditions[{i}]", "Invalid value: must be an object")
+        for required in ("type", "status"):
+            if not cond.get(required):
+                raise _invalid(rt, obj, f"status.conditions[{i}].{required}", "Required value")
+        for time_field in _TIME_FIELDS:
+            if cond.get(time_field) is not None and not is_rfc3339(cond[time_field]):
+                raise _invalid(rt, obj, f"status.conditions[{i}].{time_field}",
+                               f'Invalid value: "{cond[time_field]}": must be an RFC 3339 timestamp')
+
+
+def _validate_taints(rt: ResourceType, obj: dict[str, Any], taints: Any, field: str) -> None:
+    if taints is None:
+        return
+    if not isinstance(taints, list):
+        raise _invalid(rt, obj, field, "Invalid value: must be a list")
+    for i, taint in enumerate(taints):
+        if not isinstance(taint, dict) or not taint.get("key"):
+            raise _invalid(rt, obj, f"{field}[{i}].key", "Required value")
+        if taint.get("effect") not in _TAINT_EFFECTS:
+            raise _invalid(rt, obj, f"{field}[{i}].effect",
+                           f'Unsupported value: "{taint.get("effect")}": supported values: '
+                           + ", ".join(f'"{e}"' for e in sorted(_TAINT_EFFECTS)))
+
+
+def _validate_pod(rt: ResourceType, obj: dict[str, Any]) -> None:
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        raise _invalid(rt, obj, "spec", "Required value")
+    for list_field in ("containers", "initContainers"):
+        containers = spec.get(list_field)
+        if list_field == "containers" and not containers:
+            raise _invalid(rt, obj, "spec.containers", "Required value")
+        if containers is None:
+            continue
+        if not isinstance(containers, list):
+            raise _invalid(rt, obj, f"spec.{list_field}", "Invalid value: must be a list")
+        for i, container in enumerate(containers):
+            if not isinstance(container, dict) or not container.get("name"):
+                raise _invalid(rt, obj, f"spec.{list_field}[{i}].name", "Required value")
+
+
+# Pod spec fields an update may change (the rest of a pod's spec is immutable once created).
+_MUTABLE_POD_SPEC = frozenset({"activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds",
+                               "schedulingGates"})
+
+
+def check_pod_spec_update(rt: ResourceType, old: dict[str, Any], new: dict[str, Any]) -> None:
+    """Pod updates may change only images, a few scalar fields and add tolerations (``nodeName`` needs binding)."""
+    old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+
+    def comparable(spec: dict[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in spec.items() if k not in _MUTABLE_POD_SPEC}
+        for list_field in ("containers", "initContainers"):
+            if isinstance(out.get(list_field), list):
+                out[list_field] = [{k: v for k, v in c.items() if k != "image"} if isinstance(c, dict) else c
+                                   for c in out[list_field]]
+        return out
+
+    if comparable(old_spec) != comparable(new_spec):
+        changed = sorted(k for k in set(old_spec) | set(new_spec)
+                         if k not in _MUTABLE_POD_SPEC and old_spec.get(k) != new_spec.get(k))
+        raise _invalid(rt, new, "spec",
+                       "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
+                       "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` "
+                       f"(only additions to existing tolerations), `spec.terminationGracePeriodSeconds` "
+                       f"(changed: {', '.join(changed) or 'containers'}; use the binding subresource to set "
+                       "spec.nodeName)")

@@ -1,0 +1,214 @@
+"""DaemonSet -> one pod per eligible node, placed through the scheduler as the real controller does.
+
+A node is eligible for a DaemonSet when the pod template's ``nodeSelector`` and required node affinity match
+it and the template's tolerations, plus the ones the DaemonSet controller always adds, tolerate all of its
+``NoSchedule``/``NoExecute`` taints (``daemon/util`` ``AddOrUpdateDaemonPodTolerations`` and the
+controller's ``predicates``). The added tolerations are ``not-ready`` and ``unreachable`` (``NoExecute``),
+``disk-pressure``, ``memory-pressure``, ``pid-pressure`` and ``unschedulable`` (``NoSchedule``), plus
+``network-unavailable`` for host-network pods. So a fresh node gets its DaemonSet pods once the not-ready
+``NoSchedule`` taint is gone (it became Ready), and a node still carrying ``karpenter.sh/unregistered`` gets
+none until it registers, unless the template tolerates everything, as CNI DaemonSets do.
+
+Each pod is created unbound, pinned with required node affinity ``matchFields metadata.name In [node]`` (the
+controller's ``ReplaceDaemonSetPodNodeNameNodeAffinity``), and the simulated scheduler binds it, so resource
+fit still applies. Pods on nodes that are gone or no longer eligible are deleted. The status reports
+``desiredNumberScheduled``, ``currentNumberScheduled``, ``numberMisscheduled``, ``numberReady``,
+``numberAvailable``, ``updatedNumberScheduled`` and ``observedGeneration``. Template updates are not rolled
+out to existing pods (``OnDelete`` behaviour).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from devtools.sandbox.controllers.informer import (
+    InformerFactory,
+    InformerUser,
+    StoreLike,
+    WorkQueue,
+    object_key,
+    run_worker,
+)
+from devtools.sandbox.controllers.ownership import OwnerIndex, controller_ref, owner_reference
+from devtools.sandbox.controllers.predicates import (
+    is_terminal,
+    is_terminating,
+    node_labels,
+    node_matches_pod,
+    node_taints,
+    pod_is_ready,
+    untolerated_taint,
+)
+from devtools.sandbox.errors import NotFound
+from devtools.sandbox.profiles import TimingProfile
+
+DAEMON_TOLERATIONS: tuple[dict[str, Any], ...] = (
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/pid-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+)
+POD_EVENT_BATCH = 0.05  # seconds a pod event may wait, so that a burst of pod changes causes one sync
+NETWORK_UNAVAILABLE = {"key": "node.kubernetes.io/network-unavailable", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def daemon_pod_spec(template_spec: dict[str, Any], node_name: str) -> dict[str, Any]:
+    """The pod spec for ``node_name``: default tolerations added, pinned to the node by affinity."""
+    spec = copy.deepcopy(template_spec)
+    tolerations = list(spec.get("tolerations") or [])
+    extra = list(DAEMON_TOLERATIONS) + ([NETWORK_UNAVAILABLE] if spec.get("hostNetwork") else [])
+    for toleration in extra:
+        if not any(t.get("key") == toleration["key"] and t.get("effect") == toleration["effect"] for t in tolerations):
+            tolerations.append(dict(toleration))
+    spec["tolerations"] = tolerations
+    affinity = spec.setdefault("affinity", {})
+    affinity["nodeAffinity"] = {
+        **(affinity.get("nodeAffinity") or {}),
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}
+            ]
+        },
+    }
+    return spec
+
+
+def should_run(template_spec: dict[str, Any], node: dict[str, Any]) -> bool:
+    """Does a DaemonSet with this pod template belong on ``node``?"""
+    name = node["metadata"]["name"]
+    probe = {"spec": template_spec}
+    if not node_matches_pod(probe, name, node_labels(node)):
+        return False
+    spec = daemon_pod_spec(template_spec, name)
+    return untolerated_taint(spec["tolerations"], node_taints(node)) is None
+
+
+def pod_node(pod: dict[str, Any]) -> str | None:
+    """The node a daemon pod is for: where it is bound, else the node its affinity pins it to."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName"):
+        return str(spec["nodeName"])
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    for term in required.get("nodeSelectorTerms") or []:
+        for expr in term.get("matchFields") or []:
+            if expr.get("key") == "metadata.name" and expr.get("operator") == "In" and expr.get("values"):
+                return str(expr["values"][0])
+    return None
+
+
+class DaemonSetController(InformerUser):
+    def __init__(
+        self, store: StoreLike, profile: TimingProfile, informers: InformerFactory | None = None
+    ) -> None:
+        super().__init__(store, profile, informers)
+        self.ds_rt = store.resource("apps/v1", "DaemonSet")
+        self.pods_rt = store.resource("v1", "Pod")
+        self.nodes_rt = store.resource("v1", "Node")
+        self.daemonsets = self.informers.informer(self.ds_rt, "daemonsets")
+        self.nodes = self.informers.informer(self.nodes_rt, "nodes")
+        self.pods = self.informers.informer(self.pods_rt, "pods")
+        self.pods_by_owner = OwnerIndex("DaemonSet")
+        self._ds_key_by_uid: dict[str, str] = {}
+        self.daemonsets.add_handler(self._on_daemonset)
+        self.nodes.add_handler(self._on_node)
+        self.pods.add_handler(self._on_pod)
+        self.queue = WorkQueue()
+
+    def _on_daemonset(self, event_type: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        uid = obj["metadata"].get("uid")
+        if event_type == "DELETED":
+            self._ds_key_by_uid.pop(uid, None)
+            return
+        self._ds_key_by_uid[uid] = object_key(obj)
+        self.queue.add(object_key(obj))
+
+    def _on_node(self, event_type: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if old is not None and event_type == "MODIFIED":
+            before = (old["metadata"].get("labels"), (old.get("spec") or {}).get("taints"))
+            after = (obj["metadata"].get("labels"), (obj.get("spec") or {}).get("taints"))
+            if before == after:
+                return
+        for key in self._ds_key_by_uid.values():
+            self.queue.add(key)
+
+    def _on_pod(self, event_type: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if event_type != "DELETED" and controller_ref(obj) is None:
+            return
+        owner = self.pods_by_owner.handle(object_key(obj), obj, event_type == "DELETED")
+        if owner is not None and owner in self._ds_key_by_uid:
+            self.queue.add(self._ds_key_by_uid[owner], POD_EVENT_BATCH)
+
+    def reconcile(self, key: str) -> float | None:
+        ds = self.daemonsets.objects.get(key)
+        if ds is None or is_terminating(ds):
+            return None
+        meta = ds["metadata"]
+        template = (ds.get("spec") or {}).get("template") or {}
+        template_spec = template.get("spec") or {}
+        by_node: dict[str, list[dict[str, Any]]] = {}
+        for pod_key in self.pods_by_owner.dependents(meta["uid"]):
+            pod = self.pods.objects.get(pod_key)
+            if pod is None or is_terminating(pod) or is_terminal(pod):
+                continue
+            by_node.setdefault(pod_node(pod) or "", []).append(pod)
+        wanted = {name for name, node in self.nodes.objects.items() if should_run(template_spec, node)}
+        for node_name in sorted(wanted - set(by_node)):
+            self._create_pod(ds, template, node_name)
+        for node_name, pods in by_node.items():
+            extra = pods if node_name not in wanted else pods[1:]
+            for pod in extra:
+                try:
+                    last = self.store.delete(self.pods_rt, pod["metadata"]["name"], pod["metadata"].get("namespace"))
+                except NotFound:
+                    last = None
+                self.pods.observe_write(object_key(pod), last)
+        placed = [pods[0] for name, pods in by_node.items() if name in wanted]
+        scheduled = [p for p in placed if (p.get("spec") or {}).get("nodeName")]
+        ready = sum(1 for p in scheduled if pod_is_ready(p))
+        status = {
+            "desiredNumberScheduled": len(wanted),
+            "currentNumberScheduled": len(scheduled),
+            "numberMisscheduled": sum(len(pods) for name, pods in by_node.items() if name not in wanted),
+            "numberReady": ready,
+            "numberAvailable": ready,
+            "numberUnavailable": max(0, len(wanted) - ready),
+            "updatedNumberScheduled": len(scheduled),
+            "observedGeneration": meta.get("generation", 1),
+        }
+        current = ds.get("status") or {}
+        if any(current.get(k) != v for k, v in status.items()):
+            fresh = copy.deepcopy(ds)
+            fresh["status"] = {**current, **status}
+            updated = self.store.update(self.ds_rt, fresh, subresource="status")
+            self.daemonsets.observe_write(key, updated)
+        return None
+
+    def _create_pod(self, ds: dict[str, Any], template: dict[str, Any], node_name: str) -> None:
+        meta = ds["metadata"]
+        template_meta = template.get("metadata") or {}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "generateName": f"{meta['name']}-",
+                "namespace": meta.get("namespace"),
+                "labels": dict(template_meta.get("labels") or {}),
+                "annotations": dict(template_meta.get("annotations") or {}),
+                "ownerReferences": [owner_reference(ds)],
+            },
+            "spec": daemon_pod_spec(template.get("spec") or {}, node_name),
+        }
+        created = self.store.create(self.pods_rt, pod)
+        self.pods.observe_write(object_key(created), created)
+
+    async def run(self) -> None:
+        try:
+            await self.informers.start(self.daemonsets, self.nodes, self.pods)
+            await run_worker("daemonsets", self.queue, self.reconcile)
+        finally:
+            await self.stop_own_informers()

@@ -1,0 +1,360 @@
+"""List-then-watch caches and delayed work queues: the plumbing every sandbox controller runs on.
+
+Controllers follow the client-go pattern, in-process against the sandbox ``Store``:
+
+* an :class:`Informer` lists a resource, keeps a local copy of every object (``objects``, keyed by
+  ``namespace/name``), then watches from the list's resourceVersion and calls its handlers with
+  ``(event_type, new, old)`` for every change. If the watch ends it resumes from the last resourceVersion it
+  saw; if the store answers 410 Expired (history compacted) it re-lists and emits the differences as
+  synthetic ADDED/MODIFIED/DELETED events, so handlers never miss a deletion. Every ``resync_period`` it
+  replays its cache to the handlers (``old`` is the object itself), which re-queues every key: the safety
+  net that makes a controller recover from a dropped write or a bug; every ``RELIST_FACTOR`` resyncs it also
+  re-lists from the store.
+* an :class:`InformerFactory` shares one informer per resource and store between controllers (seven
+  controllers watch pods; each event is decoded and cached once). Cached objects are read-only: controllers
+  copy before they modify. ``observe_write`` puts the result of a controller's own write into the cache at
+  once (write-through), so a second reconcile before the watch event arrives sees it; the watch event for
+  that same version is then ignored.
+* a :class:`WorkQueue` holds keys to reconcile, each at most once, with the earliest due time winning; a
+  worker (:func:`run_worker`) pops due keys and calls the controller's synchronous ``reconcile(key)``, which
+  returns ``None`` when done or a delay in seconds to be called again (the simulated component is waiting
+  for a timer to expire). An ``ApiError`` such as a 409 Conflict from a stale write re-queues the key after a
+  short backoff rather than killing the controller. Handlers that see bursts (pod events) enqueue with a
+  small delay, so a burst of 500 pod changes causes one reconcile of their owner, not 500.
+
+Handlers run inside the watch task and must be quick: they update indexes and enqueue keys; the writes
+happen in ``reconcile``. The store is synchronous and in-process, so a reconcile is a short, non-blocking
+sequence of calls.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from devtools.sandbox.profiles import TimingProfile
+
+import asyncio
+import contextlib
+import heapq
+import logging
+from collections.abc import Callable, Hashable
+from typing import Any, Protocol
+
+from devtools.sandbox.errors import ApiError, Expired
+
+log = logging.getLogger(__name__)
+
+RELIST_FACTOR = 10  # a full re-list every this many resync periods; resyncs in between replay the cache
+Handler = Callable[[str, dict[str, Any], dict[str, Any] | None], None]
+
+
+class WatchLike(Protocol):
+    def __aiter__(self) -> Any: ...
+    def close(self) -> Any: ...
+
+
+class StoreLike(Protocol):
+    """The part of ``devtools.sandbox.store.Store`` the controllers use."""
+
+    def resource(self, api_version: str, kind_or_plural: str) -> Any: ...
+    def get(self, rt: Any, name: str, namespace: str | None = None) -> dict[str, Any]: ...
+    def list(self, rt: Any, namespace: str | None = None, label_selector: Any = None,
+             field_selector: Any = None) -> tuple[list[dict[str, Any]], str]: ...
+    def create(self, rt: Any, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]: ...
+    def update(self, rt: Any, obj: dict[str, Any], subresource: str | None = None) -> dict[str, Any]: ...
+    def delete(self, rt: Any, name: str, namespace: str | None = None, grace_period_seconds: int | None = None,
+               propagation_policy: str = "Background") -> Any: ...
+    def bind(self, name: str, namespace: str, node_name: str,
+             annotations: dict[str, str] | None = None) -> Any: ...
+    def evict(self, name: str, namespace: str, delete_options: dict[str, Any] | None = None) -> Any: ...
+    def watch(self, rt: Any, namespace: str | None = None, resource_version: str | None = None,
+              label_selector: Any = None, field_selector: Any = None) -> Any: ...
+
+
+def object_key(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
+
+
+def _rv(obj: dict[str, Any]) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+def split_key(key: str) -> tuple[str | None, str]:
+    if "/" in key:
+        namespace, name = key.split("/", 1)
+        return namespace, name
+    return None, key
+
+
+class Informer:
+    def __init__(self, store: StoreLike, rt: Any, resync_period: float, name: str = "") -> None:
+        self.store = store
+        self.rt = rt
+        self.resync_period = resync_period
+        self.name = name or getattr(rt, "plural", str(rt))
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.handlers: list[Handler] = []
+        self.synced = asyncio.Event()
+        self._resource_version: str | None = None
+
+    def add_handler(self, handler: Handler) -> None:
+        self.handlers.append(handler)
+
+    def _emit(self, event_type: str, new: dict[str, Any], old: dict[str, Any] | None) -> None:
+        for handler in self.handlers:
+            try:
+                handler(event_type, new, old)
+            except Exception:  # a handler bug must not stop the cache
+                log.exception("sandbox informer %s: handler failed on %s %s", self.name, event_type, object_key(new))
+
+    def _relist(self) -> None:
+        items, resource_version = self.store.list(self.rt)
+        fresh = {object_key(obj): obj for obj in items}
+        for key, gone in list(self.objects.items()):
+            if key not in fresh:
+                del self.objects[key]
+                self._emit("DELETED", gone, gone)
+        for key, obj in fresh.items():
+            old = self.objects.get(key)
+            self.objects[key] = obj
+            if old is None:
+                self._emit("ADDED", obj, None)
+            elif (old.get("metadata") or {}).get("resourceVersion") != (obj.get("metadata") or {}).get(
+                "resourceVersion"
+            ):
+                self._emit("MODIFIED", obj, old)
+        self._resource_version = resource_version
+        self.synced.set()
+
+    def _apply(self, event_type: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        if meta.get("resourceVersion"):
+            self._resource_version = meta["resourceVersion"]
+        if event_type == "BOOKMARK":
+            return
+        key = object_key(obj)
+        old = self.objects.get(key)
+        if event_type == "DELETED":
+            if old is None or (old.get("metadata") or {}).get("uid") != meta.get("uid"):
+                return  # already removed by write-through (or a newer object took the name)
+            self.objects.pop(key, None)
+            self._emit("DELETED", obj, old)
+            return
+        if old is not None and _rv(old) >= _rv(obj) and (old.get("metadata") or {}).get("uid") == meta.get("uid"):
+            return  # this version (or a newer one) is already in the cache via write-through
+        self.objects[key] = obj
+        self._emit("ADDED" if old is None else "MODIFIED", obj, old)
+
+    def observe_write(self, key: str, obj: dict[str, Any] | None) -> None:
+        """Write-through: put the result of our own write in the cache now, ahead of its watch event.
+
+        ``obj`` is what the store returned (None when the write removed the object). Without this a
+        controller acting twice before its watch catches up would, e.g., create the same pods twice.
+        """
+        old = self.objects.get(key)
+        if obj is None:
+            if old is not None:
+                del self.objects[key]
+                self._emit("DELETED", old, old)
+            return
+        if old is not None and _rv(old) >= _rv(obj):
+            return
+        self.objects[key] = obj
+        self._emit("ADDED" if old is None else "MODIFIED", obj, old)
+
+    def _replay(self) -> None:
+        """Periodic resync: hand every cached object to the handlers again (``old`` is the object itself)."""
+        for obj in list(self.objects.values()):
+            self._emit("MODIFIED", obj, obj)
+
+    async def run(self) -> None:
+        """List, then watch until cancelled.
+
+        Every ``resync_period`` the cache is replayed to the handlers (client-go's resync: no API traffic);
+        every ``RELIST_FACTOR`` resync periods, on 410 Expired, and whenever the watch cannot be re-opened,
+        the resource is listed again and differences are emitted.
+        """
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                self._relist()
+            except ApiError as err:
+                log.warning("sandbox informer %s: list failed: %s", self.name, err)
+                await asyncio.sleep(min(1.0, self.resync_period))
+                continue
+            next_relist = loop.time() + self.resync_period * RELIST_FACTOR
+            next_resync = loop.time() + self.resync_period
+            while loop.time() < next_relist:
+                try:
+                    watch = self.store.watch(self.rt, resource_version=self._resource_version)
+                except Expired:
+                    break
+                try:
+                    expired = await self._consume(watch, next_resync)
+                finally:
+                    with contextlib.suppress(Exception):
+                        result = watch.close()
+                        if asyncio.iscoroutine(result):
+                            await result
+                if expired:
+                    break
+                if loop.time() >= next_resync:
+                    self._replay()
+                    next_resync = loop.time() + self.resync_period
+
+    async def _consume(self, watch: Any, deadline: float) -> bool:
+        """Feed events until the watch ends or the resync deadline; True if the history expired."""
+        loop = asyncio.get_running_loop()
+        iterator = watch.__aiter__()
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            try:
+                async with asyncio.timeout(remaining):  # not wait_for: on 3.11 it can swallow a cancel
+                    event = await iterator.__anext__()
+            except (StopAsyncIteration, TimeoutError):
+                return False
+            except Expired:
+                return True
+            event_type = getattr(event, "type", None) or event["type"]
+            obj = getattr(event, "object", None) or event["object"]
+            if event_type == "ERROR":
+                return True
+            self._apply(event_type, obj)
+
+
+class InformerFactory:
+    """Shared informers: one cache and one watch per resource type and store, whoever asks for it.
+
+    Like client-go's SharedInformerFactory: with seven controllers watching pods, each watch event is
+    decoded once instead of seven times. Controllers must treat cached objects as read-only (they copy
+    before modifying). :meth:`start` launches the informers not yet running; :meth:`stop` ends them all.
+    """
+
+    def __init__(self, store: StoreLike, resync_period: float) -> None:
+        self.store = store
+        self.resync_period = resync_period
+        self._informers: dict[Any, Informer] = {}
+        self._tasks: dict[Any, asyncio.Task[None]] = {}
+
+    def informer(self, rt: Any, name: str = "") -> Informer:
+        key = getattr(rt, "storage_key", rt)
+        found = self._informers.get(key)
+        if found is None:
+            found = self._informers[key] = Informer(self.store, rt, self.resync_period, name)
+        return found
+
+    async def start(self, *informers: Informer) -> None:
+        """Run the given informers (if not already running) and wait until each has listed once."""
+        for key, informer in self._informers.items():
+            if informer in informers and key not in self._tasks:
+                self._tasks[key] = asyncio.create_task(informer.run(), name=f"informer-{informer.name}")
+        for informer in informers:
+            await informer.synced.wait()
+
+    async def stop(self) -> None:
+        tasks = list(self._tasks.values())
+        self._tasks.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def failed(self) -> BaseException | None:
+        """The error of an informer task that crashed, if any."""
+        for task in self._tasks.values():
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                return task.exception()
+        return None
+
+
+class WorkQueue:
+    """Keys to reconcile, each queued once at its earliest due time (loop clock)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Hashable]] = []
+        self._due: dict[Hashable, float] = {}
+        self._seq = 0
+        self._wakeup = asyncio.Event()
+
+    def add(self, key: Hashable, delay: float = 0.0) -> None:
+        due = asyncio.get_running_loop().time() + max(0.0, delay)
+        current = self._due.get(key)
+        if current is not None and current <= due:
+            return
+        self._due[key] = due
+        self._seq += 1
+        heapq.heappush(self._heap, (due, self._seq, key))
+        self._wakeup.set()
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+    async def get(self) -> Hashable:
+        loop = asyncio.get_running_loop()
+        while True:
+            while self._heap and self._due.get(self._heap[0][2]) != self._heap[0][0]:
+                heapq.heappop(self._heap)  # superseded by an earlier due time
+            if self._heap:
+                due, _, key = self._heap[0]
+                wait = due - loop.time()
+                if wait <= 0:
+                    heapq.heappop(self._heap)
+                    del self._due[key]
+                    return key
+            else:
+                wait = None
+            self._wakeup.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self._wakeup.wait()
+
+
+Reconcile = Callable[[Any], float | None]
+
+
+async def run_worker(name: str, queue: WorkQueue, reconcile: Reconcile, batch_yield: int = 50) -> None:
+    """Pop due keys and reconcile them until cancelled; errors re-queue the key with backoff."""
+    failures: dict[Hashable, int] = {}
+    done = 0
+    while True:
+        key = await queue.get()
+        try:
+            again = reconcile(key)
+        except ApiError as err:
+            count = failures.get(key, 0) + 1
+            failures[key] = count
+            log.debug("sandbox %s: %s on %s, retry %d", name, err.reason, key, count)
+            queue.add(key, min(2.0, 0.01 * 2**count))
+        except Exception:
+            count = failures.get(key, 0) + 1
+            failures[key] = count
+            log.exception("sandbox %s: reconcile of %s failed", name, key)
+            queue.add(key, min(10.0, 0.1 * 2**count))
+        else:
+            failures.pop(key, None)
+            if again is not None:
+                queue.add(key, again)
+        done += 1
+        if done % batch_yield == 0:
+            await asyncio.sleep(0)  # let watches and the API server run between bursts
+
+
+class InformerUser:
+    """A controller reading through shared informers: the factory it was given, or one of its own that it
+    starts and stops itself."""
+
+    def __init__(self, store: StoreLike, profile: TimingProfile, informers: InformerFactory | None = None) -> None:
+        self.store = store
+        self._own_informers = informers is None
+        self.informers = informers or InformerFactory(store, profile.resync_period)
+
+    async def stop_own_informers(self) -> None:
+        if self._own_informers:
+            await self.informers.stop()

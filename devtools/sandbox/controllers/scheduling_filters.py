@@ -1,0 +1,310 @@
+"""The simulated kube-scheduler's decision for one pod: which node, or why none (pure logic, no I/O).
+
+:func:`choose_node` runs the default scheduler's filter plugins, in the real framework's order, against
+every node of a :class:`ClusterState`, and scores the survivors:
+
+1. ``NodeUnschedulable``: ``spec.unschedulable`` rejects unless the pod tolerates
+   ``node.kubernetes.io/unschedulable:NoSchedule`` -> "node(s) were unschedulable".
+2. ``NodeName``: a pod that names a node fits only there -> "node(s) didn't match the requested node name".
+3. ``TaintToleration``: the first ``NoSchedule``/``NoExecute`` taint not tolerated ->
+   "node(s) had untolerated taint {key: value}". The effective taints include ``not-ready`` for nodes no
+   kubelet has registered yet (``predicates.node_taints``).
+4. ``NodeAffinity``: ``nodeSelector`` and required node affinity ->
+   "node(s) didn't match Pod's node affinity/selector"; then ``NodePorts``: a ``hostPort`` (per protocol)
+   already claimed on the node -> "node(s) didn't have free ports for the requested pod ports".
+5. ``NodeResourcesFit``: pod count against ``allocatable.pods`` ("Too many pods") and every requested
+   resource against allocatable minus what the node's pods request ("Insufficient cpu", ...; all of them).
+6. ``PodTopologySpread`` (``DoNotSchedule`` constraints only): the node must carry the topology key
+   ("... (missing required label)") and ``matching(domain) + self - globalMin <= maxSkew``, where the domains
+   are those of nodes passing the pod's node affinity (``nodeAffinityPolicy`` Honor by default) and, only
+   with ``nodeTaintsPolicy: Honor``, its taints; ``globalMin`` is 0 when fewer than ``minDomains`` exist.
+7. ``InterPodAffinity`` (required terms): the pod's anti-affinity, existing pods' anti-affinity against it
+   (symmetry), and the pod's affinity, with the "first pod of a self-affine set may land" exception.
+
+A node fails on the first plugin that rejects it, and the failure message counts nodes per reason, sorted,
+as ``FitError.Error()`` does: ``"0/3 nodes are available: 1 Insufficient cpu, 2 node(s) had untolerated
+taint {node.kubernetes.io/not-ready: }."``. With no nodes at all the message is the real scheduler's
+"no nodes available to schedule pods".
+
+Like kube-scheduler, the search stops once enough feasible nodes were found (:func:`feasible_nodes_to_find`,
+the adaptive ``percentageOfNodesToScore``: every node below 100 nodes, 42% of 1,000) and the next pod's
+search starts where this one stopped. The per-domain pod counts behind spread and inter-pod affinity come from ``topology_index.TopologyIndex``
+(memoised, exact under same-cycle bookings), so a pod with constraints costs a few dictionary look-ups per
+node rather than a scan of its namespace. Scoring is ``NodeResourcesFit`` least-allocated (the mean free fraction of cpu and memory after placing the
+pod), ties broken by node name, so decisions are deterministic. Preemption is not simulated. Pod affinity
+terms with a non-empty ``namespaceSelector`` select namespaces by their ``kubernetes.io/metadata.name``
+label only (the cache holds no Namespace objects); an empty one selects all namespaces.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from devtools.sandbox.controllers.cluster_state import ClusterState, NodeInfo, host_ports
+from devtools.sandbox.controllers.predicates import (
+    UNSCHEDULABLE_TAINT_KEY,
+    match_label_selector,
+    node_matches_pod,
+    pod_key,
+    tolerates,
+    untolerated_taint,
+    validate_node_affinity,
+)
+from devtools.sandbox.controllers.topology_index import Term, TopologyIndex, affinity_terms, term_matches
+
+NO_NODES_MESSAGE = "no nodes available to schedule pods"
+MIN_FEASIBLE_NODES = 100
+_UNSCHEDULABLE_TAINT = {"key": UNSCHEDULABLE_TAINT_KEY, "effect": "NoSchedule"}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where the pod goes (``node_name``), or why it cannot go anywhere (``message``, per-reason counts)."""
+
+    node_name: str | None
+    message: str = ""
+    reasons: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def scheduled(self) -> bool:
+        return self.node_name is not None
+
+
+# ---------------------------------------------------------------------------------- per-pod precompute
+class _PodContext:
+    """What the per-node filters need, computed once per pod (the framework's PreFilter state)."""
+
+    def __init__(self, pod: Mapping[str, Any], requests: Mapping[str, int], state: ClusterState) -> None:
+        validate_node_affinity(pod)  # PreFilter: a malformed term fails the pod, whatever the nodes
+        self.pod = pod
+        self.requests = requests
+        spec = pod.get("spec") or {}
+        self.key = pod_key(pod)
+        self.tolerations = spec.get("tolerations") or []
+        self.node_name = spec.get("nodeName") or ""
+        self.tolerates_unschedulable = any(tolerates(t, _UNSCHEDULABLE_TAINT) for t in self.tolerations)
+        self.anti_terms = affinity_terms(pod, "podAntiAffinity", state.pods_by_namespace)
+        self.affinity_terms = affinity_terms(pod, "podAffinity", state.pods_by_namespace)
+        index = TopologyIndex.of(state)
+        self.spread = self._spread_constraints(pod, index)
+        self._prepare_inter_pod(index)
+        affinity = spec.get("affinity") or {}
+        self.plain_placement = not spec.get("nodeSelector") and not (affinity.get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution")
+        self.host_ports = host_ports(pod)
+        self.request_items = [(name, amount) for name, amount in requests.items() if name != "pods" and amount > 0]
+        self.inter_pod = bool(self.spread or self.anti_terms or self.existing_blocked or self.affinity_terms)
+        self.cpu = requests.get("cpu", 0)
+        self.memory = requests.get("memory", 0)
+
+    # ----- topology spread
+    def _spread_constraints(self, pod: Mapping[str, Any], index: TopologyIndex) -> list[dict[str, Any]]:
+        spec = pod.get("spec") or {}
+        meta = pod.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        labels = meta.get("labels") or {}
+        affinity_key = repr((sorted((spec.get("nodeSelector") or {}).items()),
+                             ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+                                 "requiredDuringSchedulingIgnoredDuringExecution")))
+        prepared: list[dict[str, Any]] = []
+        for raw in spec.get("topologySpreadConstraints") or []:
+            if raw.get("whenUnsatisfiable", "DoNotSchedule") != "DoNotSchedule":
+                continue
+            key = raw.get("topologyKey") or ""
+            selector = dict(raw.get("labelSelector") or {})
+            expressions = list(selector.get("matchExpressions") or [])
+            for label_key in raw.get("matchLabelKeys") or []:
+                if label_key in labels:
+                    expressions.append({"key": label_key, "operator": "In", "values": [labels[label_key]]})
+            selector = {"matchLabels": selector.get("matchLabels") or {}, "matchExpressions": expressions}
+            honor_affinity = raw.get("nodeAffinityPolicy", "Honor") == "Honor"
+            honor_taints = raw.get("nodeTaintsPolicy", "Ignore") == "Honor"
+            tolerations = self.tolerations
+
+            def accepts(info: NodeInfo, honor_affinity: bool = honor_affinity, honor_taints: bool = honor_taints,
+                        tolerations: Any = tolerations) -> bool:
+                if honor_affinity and not node_matches_pod(pod, info.name, info.labels):
+                    return False
+                return not (honor_taints and untolerated_taint(tolerations, info.taints))
+
+            eligible_key = (key, affinity_key if honor_affinity else None,
+                            repr(tolerations) if honor_taints else None)
+            eligible, domains = index.eligible_nodes(eligible_key, key, accepts)
+            counts = index.domain_counts(Term(key, selector, frozenset({namespace})), eligible_key=eligible_key,
+                                         eligible=eligible, skip_terminating=True)
+            min_domains = int(raw.get("minDomains") or 1)
+            if len(domains) < min_domains:
+                global_min = 0
+            else:
+                global_min = min((counts.get(d, 0) for d in domains), default=0)
+            prepared.append(
+                {
+                    "key": key,
+                    "max_skew": int(raw.get("maxSkew") or 1),
+                    "counts": counts,
+                    "global_min": global_min,
+                    "self": 1 if match_label_selector(selector, labels) else 0,
+                }
+            )
+        return prepared
+
+    # ----- inter-pod affinity
+    def _prepare_inter_pod(self, index: TopologyIndex) -> None:
+        # Domains holding a pod matched by one of our anti-affinity terms.
+        self.anti_blocked: list[set[str]] = [
+            {domain for domain, count in index.domain_counts(term).items() if count > 0} for term in self.anti_terms
+        ]
+        # Symmetry: running pods whose anti-affinity matches us, as (topology key, value) pairs.
+        self.existing_blocked = index.blocked_by_existing(self.pod)
+        # Affinity: per term, the domains holding a matching pod; and whether any such domain exists.
+        self.affinity_domains: list[set[str]] = [
+            {domain for domain, count in index.domain_counts(term).items() if count > 0}
+            for term in self.affinity_terms
+        ]
+        self.affinity_any = any(self.affinity_domains)
+        self.self_affine = all(term_matches(term, self.pod) for term in self.affinity_terms)
+
+    # ----- the filters, one per plugin; each returns None (pass) or the list of reasons
+    def filter(self, info: NodeInfo) -> list[str] | None:
+        if info.unschedulable and not self.tolerates_unschedulable:
+            return ["node(s) were unschedulable"]
+        if self.node_name and self.node_name != info.name:
+            return ["node(s) didn't match the requested node name"]
+        if info.taints:
+            taint = untolerated_taint(self.tolerations, info.taints)
+            if taint is not None:
+                return [f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value') or ''}}}"]
+        if not self.plain_placement and not node_matches_pod(self.pod, info.name, info.labels):
+            return ["node(s) didn't match Pod's node affinity/selector"]
+        if self.host_ports and any(port in info.used_ports for port in self.host_ports):
+            return ["node(s) didn't have free ports for the requested pod ports"]
+        allocatable, requested = info.allocatable, info.requested
+        max_pods = allocatable.get("pods")
+        too_many = max_pods is not None and len(info.pod_keys) + 1 > max_pods
+        short = [name for name, amount in self.request_items
+                 if requested.get(name, 0) + amount > allocatable.get(name, 0)]
+        if too_many or short:
+            return (["Too many pods"] if too_many else []) + [f"Insufficient {name}" for name in sorted(short)]
+        if not self.inter_pod:
+            return None
+        for constraint in self.spread:
+            value = info.labels.get(constraint["key"])
+            if value is None:
+                return ["node(s) didn't match pod topology spread constraints (missing required label)"]
+            skew = constraint["counts"].get(value, 0) + constraint["self"] - constraint["global_min"]
+            if skew > constraint["max_skew"]:
+                return ["node(s) didn't match pod topology spread constraints"]
+        for term, blocked in zip(self.anti_terms, self.anti_blocked, strict=True):
+            if info.labels.get(term.topology_key) in blocked:
+                return ["node(s) didn't match pod anti-affinity rules"]
+        for key, value in self.existing_blocked:
+            if info.labels.get(key) == value:
+                return ["node(s) didn't satisfy existing pods anti-affinity rules"]
+        if self.affinity_terms:
+            pods_exist = True
+            for term, domains in zip(self.affinity_terms, self.affinity_domains, strict=True):
+                value = info.labels.get(term.topology_key)
+                if value is None:
+                    return ["node(s) didn't match pod affinity rules"]
+                if value not in domains:
+                    pods_exist = False
+            if not pods_exist and not (not self.affinity_any and self.self_affine):
+                return ["node(s) didn't match pod affinity rules"]
+        return None
+
+    def score(self, info: NodeInfo) -> float:
+        """Least-allocated: mean free fraction of cpu and memory once the pod is placed (higher is better)."""
+        total = 0.0
+        capacity = info.allocatable.get("cpu", 0)
+        if capacity > 0:
+            total += max(0.0, (capacity - info.requested.get("cpu", 0) - self.cpu) / capacity)
+        capacity = info.allocatable.get("memory", 0)
+        if capacity > 0:
+            total += max(0.0, (capacity - info.requested.get("memory", 0) - self.memory) / capacity)
+        return total / 2
+
+
+def failure_message(node_count: int, reasons: Counter[str]) -> str:
+    if node_count == 0:
+        return NO_NODES_MESSAGE
+    parts = sorted(f"{count} {reason}" for reason, count in reasons.items())
+    return f"0/{node_count} nodes are available: {', '.join(parts)}."
+
+
+def feasible_nodes_to_find(node_count: int) -> int:
+    """kube-scheduler's adaptive ``percentageOfNodesToScore``: stop filtering after this many fit."""
+    if node_count < MIN_FEASIBLE_NODES:
+        return node_count
+    percentage = max(5, 50 - node_count // 125)
+    return max(MIN_FEASIBLE_NODES, node_count * percentage // 100)
+
+
+def choose_node(pod: Mapping[str, Any], requests: Mapping[str, int], state: ClusterState) -> Decision:
+    """Filter nodes, score the feasible ones, and pick the best (ties: node name).
+
+    Like kube-scheduler, the search starts where the previous pod's stopped (``state.next_start_index``)
+    and stops once :func:`feasible_nodes_to_find` nodes fit (all nodes below 100; 42% of 1,000), which keeps
+    a 1,000-node cluster affordable and spreads equal pods over the nodes. A pod that fits nowhere is
+    checked against every node, so the failure message counts them all.
+    """
+    context = _PodContext(pod, requests, state)
+    reasons: Counter[str] = Counter()
+    best: tuple[float, str] | None = None
+    nodes = state.nodes
+    if context.node_name:
+        candidates = [nodes[context.node_name]] if context.node_name in nodes else []
+        start = 0
+    else:
+        candidates = state.node_list()
+        start = state.next_start_index % len(candidates) if candidates else 0
+    wanted = feasible_nodes_to_find(len(candidates))
+    found = processed = 0
+    count = len(candidates)
+    for offset in range(count):
+        info = candidates[(start + offset) % count]
+        processed += 1
+        failed = context.filter(info)
+        if failed is not None:
+            reasons.update(failed)
+            continue
+        ranked = (-context.score(info), info.name)
+        if best is None or ranked < best:
+            best = ranked
+        found += 1
+        if found >= wanted:
+            break
+    if not context.node_name and count:
+        state.next_start_index = (start + processed) % count
+    if best is not None:
+        return Decision(best[1])
+    if context.node_name and context.node_name not in nodes:
+        reasons["node(s) didn't match the requested node name"] += len(nodes)
+    return Decision(None, failure_message(len(nodes), reasons), tuple(sorted(reasons.items())))
+
+
+def equivalence_key(pod: Mapping[str, Any], requests: Mapping[str, int]) -> str | None:
+    """A key shared by pods that must get the same answer within one scheduling cycle, or None.
+
+    Within a cycle, state only changes by pods being booked, which can only make resource fit and
+    anti-affinity harder; so once a pod failed, an equivalent pod fails too and need not be re-filtered.
+    Pods with topology spread or pod affinity are excluded: booking a pod can make them *easier*.
+    """
+    spec = pod.get("spec") or {}
+    affinity = spec.get("affinity") or {}
+    if spec.get("topologySpreadConstraints") or affinity.get("podAffinity") or spec.get("nodeName"):
+        return None
+    meta = pod.get("metadata") or {}
+    return repr(
+        (
+            meta.get("namespace"),
+            sorted((meta.get("labels") or {}).items()),
+            sorted(requests.items()),
+            sorted((spec.get("nodeSelector") or {}).items()),
+            affinity,
+            spec.get("tolerations"),
+            host_ports(pod),
+        )
+    )

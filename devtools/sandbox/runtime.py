@@ -1,0 +1,174 @@
+"""Running the sandbox: two clusters, two HTTP servers, two kubeconfigs and the simulated controllers.
+
+A :class:`Sandbox` hosts, in one process and one event loop,
+
+* a **workload** cluster (pods, nodes, Deployments, Karpenter's NodePools and NodeClaims, ...) and
+* a **management** cluster (Cluster API MachineDeployments and Machines),
+
+each a :class:`~devtools.sandbox.store.Store` served by its own aiohttp server on its own port, exactly as
+tenon's services see them in the field (two kubeconfigs). Both stores serve every registered kind; which
+cluster holds what is the controllers' convention, not a restriction.
+
+The controllers (``devtools.sandbox.controllers.run_controllers``: Deployment/ReplicaSet/DaemonSet/PDB
+controllers, the simulated kube-scheduler, kubelet, node lifecycle and Cluster API) run as one background task
+against both stores, in-process, with the chosen :class:`~devtools.sandbox.profiles.TimingProfile`. If that
+package is not importable the sandbox serves the API alone (``controllers=False`` forces that).
+
+Shutdown order matters for a clean exit: stop the controllers, end every open watch (so streaming handlers
+return), then close the servers. :func:`run` wires SIGINT/SIGTERM to that and returns the exit code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from devtools.sandbox.kubeconfig import write_kubeconfig
+from devtools.sandbox.profiles import TimingProfile, get_profile
+from devtools.sandbox.server import ServerConfig, build_app
+from devtools.sandbox.store import Store
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DIR = Path("~/.tenon/sandbox")
+ControllersEntry = Callable[[Store, Store, TimingProfile], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    host: str = "127.0.0.1"
+    port: int = 6443  # 0: pick a free port
+    management_port: int = 6444  # 0: pick a free port
+    kubeconfig: Path = field(default_factory=lambda: DEFAULT_DIR / "workload.kubeconfig")
+    management_kubeconfig: Path = field(default_factory=lambda: DEFAULT_DIR / "management.kubeconfig")
+    profile: str = "field"
+    time_scale: float = 1.0
+    controllers: bool = True
+    history_size: int = 10_000
+    watch_max_seconds: float = 300.0  # the real server uses 1800-3600 s; shorter so reconnect paths run
+    bookmark_interval: float = 10.0
+
+
+def load_controllers() -> ControllersEntry | None:
+    """The controllers' entry point, or None while that package is absent."""
+    try:
+        module = importlib.import_module("devtools.sandbox.controllers")
+    except ImportError as exc:
+        log.warning("sandbox: controllers unavailable (%s); serving the API only", exc)
+        return None
+    entry: ControllersEntry | None = getattr(module, "run_controllers", None)
+    if entry is None:
+        log.warning("sandbox: devtools.sandbox.controllers has no run_controllers yet; serving the API only")
+    return entry
+
+
+class Sandbox:
+    """Both clusters of one sandbox. ``await start()``, then ``await stop()`` (idempotent)."""
+
+    def __init__(self, config: SandboxConfig) -> None:
+        self.config = config
+        self.profile = get_profile(config.profile, config.time_scale)
+        self.workload_store = Store(history_size=config.history_size, bookmark_interval=config.bookmark_interval,
+                                    name="workload")
+        self.management_store = Store(history_size=config.history_size,
+                                      bookmark_interval=config.bookmark_interval, name="management")
+        self.workload_url = ""
+        self.management_url = ""
+        self.workload_kubeconfig = Path(config.kubeconfig).expanduser()
+        self.management_kubeconfig = Path(config.management_kubeconfig).expanduser()
+        self._runners: list[web.AppRunner] = []
+        self._controllers: asyncio.Task[None] | None = None
+        self.controllers_running = False
+
+    async def _serve(self, store: Store, port: int) -> str:
+        server_config = ServerConfig(watch_max_seconds=self.config.watch_max_seconds,
+                                     bookmark_interval=self.config.bookmark_interval)
+        runner = web.AppRunner(build_app(store, server_config), access_log=None)
+        await runner.setup()
+        self._runners.append(runner)
+        site = web.TCPSite(runner, self.config.host, port, shutdown_timeout=1.0)
+        await site.start()
+        host, bound_port = runner.addresses[0][:2]
+        return f"http://{host}:{bound_port}"
+
+    async def start(self) -> None:
+        try:
+            self.workload_url = await self._serve(self.workload_store, self.config.port)
+            self.management_url = await self._serve(self.management_store, self.config.management_port)
+        except BaseException:
+            await self.stop()
+            raise
+        write_kubeconfig(self.workload_kubeconfig, self.workload_url, "tenon-sandbox-workload")
+        write_kubeconfig(self.management_kubeconfig, self.management_url, "tenon-sandbox-management")
+        entry = load_controllers() if self.config.controllers else None
+        if entry is not None:
+            self._controllers = asyncio.create_task(
+                self._run_controllers(entry), name="sandbox-controllers")
+            self.controllers_running = True
+        log.info("sandbox: workload %s (%s), management %s (%s), profile %s x%s, controllers %s",
+                 self.workload_url, self.workload_kubeconfig, self.management_url, self.management_kubeconfig,
+                 self.profile.name, self.config.time_scale, "on" if self.controllers_running else "off")
+
+    async def _run_controllers(self, entry: ControllersEntry) -> None:
+        try:
+            await entry(self.workload_store, self.management_store, self.profile)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("sandbox: controllers stopped with an error")
+            self.controllers_running = False
+
+    async def stop(self) -> None:
+        if self._controllers is not None:
+            self._controllers.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._controllers
+            self._controllers = None
+            self.controllers_running = False
+        self.workload_store.close_watches()
+        self.management_store.close_watches()
+        runners, self._runners = self._runners, []
+        for runner in runners:
+            await runner.cleanup()
+
+    async def __aenter__(self) -> Sandbox:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+
+async def serve_until_stopped(config: SandboxConfig, stop: asyncio.Event,
+                              on_ready: Callable[[Sandbox], None] | None = None) -> None:
+    async with Sandbox(config) as sandbox:
+        if on_ready is not None:
+            on_ready(sandbox)
+        await stop.wait()
+
+
+def run(config: SandboxConfig, on_ready: Callable[[Sandbox], None] | None = None) -> int:
+    """Serve until SIGINT or SIGTERM; returns the process exit code (0 on a clean stop, 1 if start failed)."""
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        try:
+            await serve_until_stopped(config, stop, on_ready)
+        except OSError as exc:
+            log.error("sandbox: cannot start: %s", exc)
+            return 1
+        return 0
+
+    return asyncio.run(main())

@@ -1,0 +1,198 @@
+"""The whole system on one machine: broker, sandbox clusters and every service, each its own process.
+
+:class:`LocalStack` is what ``tenon up`` (and ``make run``) and the end-to-end tests stand on. It starts
+``nats-server`` from the wheel, ``tenon sandbox`` (a workload and a management cluster, two kubeconfigs), then
+each service as ``python -m tenon.services.<name>`` with the environment a Deployment would give it
+(``TENON_NATS_URL``, ``TENON_KUBECONFIG``, ``TENON_MANAGEMENT_KUBECONFIG``), logging JSON lines to
+``<run dir>/<service>.log``. Services can be killed and restarted individually (``kill(name)``,
+``start_service(name)``), which is how tests prove crash safety. ``stop()`` ends everything, services first,
+with SIGTERM and then SIGKILL for stragglers.
+
+:func:`apply_manifests` creates Kubernetes objects in the right cluster (Cluster API kinds in the management
+cluster, everything else in the workload cluster), and :func:`observe` reads the state a person watching the
+demo cares about.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from devtools.broker import LOCAL_MAX_PAYLOAD, LocalNatsServer, free_port
+from devtools.processes import kill_process, stop_process
+from tenon.runtime.kube import Kube, KubeApiError, load_kube
+from tenon.runtime.kube.resources import BY_KIND
+
+SERVICE_MODULES: dict[str, str] = {
+    "pod-watcher": "tenon.services.pod_watcher",
+    "scheduler": "tenon.services.scheduler",
+    "launcher-capi": "tenon.services.launcher_capi",
+    "disruption": "tenon.services.disruption",
+}
+MANAGEMENT_KINDS = {"MachineDeployment", "Machine", "MachineSet", "Cluster"}
+DEMO_DIR = Path(__file__).resolve().parents[1] / "deploy" / "examples" / "capi-demo"
+
+
+@dataclass
+class LocalStack:
+    profile: str = "fast"
+    time_scale: float = 1.0
+    run_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="tenon-run-")))
+    services: tuple[str, ...] = tuple(SERVICE_MODULES)
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.broker: LocalNatsServer | None = None
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.workload_kubeconfig = self.run_dir / "workload.kubeconfig"
+        self.management_kubeconfig = self.run_dir / "management.kubeconfig"
+
+    @property
+    def nats_url(self) -> str:
+        assert self.broker is not None
+        return self.broker.url
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            {
+                "TENON_NATS_URL": self.nats_url,
+                "TENON_KUBECONFIG": str(self.workload_kubeconfig),
+                "TENON_MANAGEMENT_KUBECONFIG": str(self.management_kubeconfig),
+                "TENON_LOG_FORMAT": "json",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        env.update(self.extra_env)
+        return env
+
+    def start(self) -> LocalStack:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.broker = LocalNatsServer(store_dir=self.run_dir / "jetstream", log_path=self.run_dir / "nats.log",
+                                      max_payload=LOCAL_MAX_PAYLOAD)
+        self.broker.start()
+        self._start_sandbox()
+        for name in self.services:
+            self.start_service(name)
+        return self
+
+    def _start_sandbox(self) -> None:
+        command = [
+            sys.executable, "-m", "tenon.cli.main", "sandbox",
+            "--port", str(free_port()), "--management-port", str(free_port()),
+            "--kubeconfig", str(self.workload_kubeconfig),
+            "--management-kubeconfig", str(self.management_kubeconfig),
+            "--profile", self.profile, "--time-scale", str(self.time_scale),
+        ]
+        self._spawn("sandbox", command)
+        deadline = time.monotonic() + 30
+        while not (self.workload_kubeconfig.exists() and self.management_kubeconfig.exists()):
+            if self.processes["sandbox"].poll() is not None:
+                raise RuntimeError(f"the sandbox exited: {self.tail('sandbox')}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("the sandbox did not write its kubeconfigs within 30 s")
+            time.sleep(0.05)
+
+    def start_service(self, name: str, *, replica: int = 1) -> str:
+        """Start one replica of a service; returns its key in ``processes`` (``name``, or ``name#2``...)."""
+        key = name if replica == 1 else f"{name}#{replica}"
+        env = {"TENON_IDENTITY": f"{name}-{replica}-{os.getpid()}"}
+        self._spawn(key, [sys.executable, "-m", SERVICE_MODULES[name]], env)
+        return key
+
+    def _spawn(self, name: str, command: list[str], extra: Mapping[str, str] | None = None) -> None:
+        env = self.env() if self.broker else dict(os.environ)
+        env.update(extra or {})
+        log = open(self.run_dir / f"{name}.log", "ab")
+        self.processes[name] = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        log.close()
+
+    def kill(self, name: str) -> None:
+        """SIGKILL, as a crash would."""
+        kill_process(self.processes.pop(name, None))
+
+    def terminate(self, name: str, timeout: float = 15.0) -> None:
+        stop_process(self.processes.pop(name, None), timeout)
+
+    def dead_services(self) -> dict[str, int]:
+        return {n: p.returncode for n, p in self.processes.items() if p.poll() is not None}
+
+    def tail(self, name: str, chars: int = 1500) -> str:
+        with contextlib.suppress(OSError):
+            return (self.run_dir / f"{name}.log").read_text(errors="replace")[-chars:]
+        return ""
+
+    def stop(self) -> None:
+        for name in [n for n in self.processes if n != "sandbox"]:
+            self.terminate(name)
+        self.terminate("sandbox")
+        if self.broker is not None:
+            self.broker.stop()
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def load_manifests(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    documents: list[dict[str, Any]] = []
+    for path in paths:
+        documents += [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+    return documents
+
+
+async def apply_manifests(workload: Kube, management: Kube, documents: Iterable[dict[str, Any]]) -> None:
+    """Create each object in its cluster (replace it if it exists)."""
+    for doc in documents:
+        ref = BY_KIND.get(doc["kind"])
+        if ref is None:
+            raise ValueError(f"{doc['kind']} {doc['metadata'].get('name')}: kind not supported by apply")
+        kube = management if doc["kind"] in MANAGEMENT_KINDS else workload
+        namespace = doc["metadata"].get("namespace") or ("default" if ref.namespaced else None)
+        try:
+            await kube.create(ref, doc, namespace)
+        except KubeApiError as exc:
+            if exc.status != 409:
+                raise
+            current = await kube.get(ref, doc["metadata"]["name"], namespace)
+            replacement = dict(doc, metadata={**doc["metadata"],
+                                              "resourceVersion": current["metadata"]["resourceVersion"]})
+            await kube.replace(ref, replacement)
+
+
+async def connect(stack: LocalStack) -> tuple[Kube, Kube]:
+    return (
+        await load_kube(str(stack.workload_kubeconfig)),
+        await load_kube(str(stack.management_kubeconfig)),
+    )
+
+
+def demo_manifests(name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(infrastructure, workload) of a named demo. ``inflate``: the CAPI NodePool and NodeClass, three member
+    MachineDeployments c3-4/c3-8/c3-16 priced in proportion to vCPU, a 100m DaemonSet, then a Deployment
+    ``inflate`` of 8 pods x 1 vCPU."""
+    if name != "inflate":
+        raise ValueError(f"unknown demo {name!r} (known: inflate)")
+    infrastructure = load_manifests(
+        [DEMO_DIR / "nodepool.yaml", DEMO_DIR / "machinedeployments.yaml", DEMO_DIR / "daemonset.yaml"]
+    )
+    [deployment] = load_manifests([DEMO_DIR / "workload-eight-1cpu.yaml"])
+    deployment["metadata"]["name"] = "inflate"
+    labels = {"app": "inflate"}
+    deployment["spec"]["selector"] = {"matchLabels": labels}
+    deployment["spec"]["template"]["metadata"]["labels"] = labels
+    return infrastructure, [deployment]

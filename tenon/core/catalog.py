@@ -1,0 +1,314 @@
+"""Instance types: where they come from and how a NodePool finds its own.
+
+Two sources, matching the two kinds of NodeClass the project speaks:
+
+* **Cluster API.** Each MachineDeployment labelled ``node.cluster.x-k8s.io/karpenter-member`` is one instance
+  type (:func:`instance_types_from_machine_deployments`). Capacity comes from the cluster-autoscaler
+  scale-from-zero annotations ``capacity.cluster-autoscaler.kubernetes.io/{cpu,memory,maxPods,gpu-count,
+  gpu-type,ephemeral-disk,labels,taints}`` (``maxPods`` defaults to 110 as cluster-autoscaler does);
+  ``cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size`` minus ``spec.replicas`` caps how many more
+  may be created; ``tenon.sh/price-per-hour`` is the price. Without ``karpenter.sh/capacity-type`` the type
+  offers ``on-demand`` (Karpenter's CAPI provider left it empty, which caused a drift loop in the field). The
+  zone is the ``topology.kubernetes.io/zone`` label or ``spec.template.spec.failureDomain``.
+
+  **Unpriced MachineDeployments get an estimate** proportional to their resources (cpu, memory, GPUs at fixed
+  reference rates, :data:`REFERENCE_RATES`), scaled to agree with the priced ones in the same set when there are
+  any (median ratio). The estimate is flagged ``price_estimated`` and shown in every plan that uses it. This is
+  what lets the smallest fitting machine win when nobody priced anything: Karpenter's CAPI provider prices
+  everything at 0 and takes the first name, which gave a 3-vCPU pod an 8-vCPU machine.
+
+  A MachineDeployment whose annotations cannot be read is *skipped* with a reason naming it
+  (:class:`SkippedObject`) rather than failing the whole input: one broken node group must not stop scaling
+  of the others.
+
+* **InstanceCatalog** documents (``tenon.sh/v1alpha1``; format in ``docs/simulate.md``) list types with
+  capacity, overhead, labels and priced offerings. They stand in for cloud APIs (EC2NodeClass until the EC2
+  launcher reads the EC2 API). Errors in them are input errors (:class:`InputError`).
+
+:func:`instance_types_for_node_pool` resolves a NodePool's ``nodeClassRef`` to its types: Cluster API member
+MachineDeployments (filtered by the ClusterAPINodeClass ``scalableResourceSelector`` when one is set) or the
+InstanceCatalog named like the NodeClass (or the only catalog given).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+from tenon.core.errors import InputError
+from tenon.core.model import (
+    ARCH,
+    CAPACITY_TYPE,
+    INSTANCE_TYPE,
+    ON_DEMAND,
+    OS,
+    ZONE,
+    ClusterInput,
+    InstanceType,
+    MachineDeploymentType,
+    NodePool,
+    Offering,
+    SkippedObject,
+    Taint,
+)
+from tenon.core.quantities import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, QuantityError, to_canonical
+
+MEMBER_LABEL = "node.cluster.x-k8s.io/karpenter-member"
+CAPACITY_PREFIX = "capacity.cluster-autoscaler.kubernetes.io/"
+MAX_SIZE = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
+PRICE_ANNOTATION = "tenon.sh/price-per-hour"
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_TYPE_LABEL = "cluster-api/accelerator"
+DEFAULT_MAX_PODS = 110
+# Reference on-demand rates per hour used only to *estimate* unpriced machines (order of magnitude of public
+# cloud general-purpose list prices): what matters is that price grows with size, so smaller machines win.
+REFERENCE_RATES = {CPU: 0.0316 / 1000, MEMORY: 0.0042 / 2**30, GPU_RESOURCE: 0.5}
+
+
+def _default_labels(name: str, labels: dict[str, str]) -> dict[str, str]:
+    out = {ARCH: "amd64", OS: "linux", **labels}
+    out.setdefault(INSTANCE_TYPE, name)
+    return out
+
+
+def estimate_price(capacity: Mapping[str, int]) -> float:
+    return sum(rate * capacity.get(resource, 0) for resource, rate in REFERENCE_RATES.items())
+
+
+def _parse_labels(text: str) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"label {item!r} is not key=value")
+        labels[key.strip()] = value.strip()
+    return labels
+
+
+def _parse_taints(text: str) -> tuple[Taint, ...]:
+    taints = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        head, sep, effect = item.rpartition(":")
+        if not sep or effect not in ("NoSchedule", "NoExecute", "PreferNoSchedule"):
+            raise ValueError(f"taint {item!r} is not key=value:Effect")
+        key, _, value = head.partition("=")
+        taints.append(Taint(key, value, effect))
+    return tuple(taints)
+
+
+def _md_type(md: Mapping[str, Any]) -> tuple[MachineDeploymentType, float | None]:
+    """One MachineDeployment as an instance type; the price is ``None`` when it must be estimated."""
+    meta = md.get("metadata") or {}
+    annotations: Mapping[str, str] = meta.get("annotations") or {}
+    spec = md.get("spec") or {}
+    template = spec.get("template") or {}
+    template_labels = (template.get("metadata") or {}).get("labels") or {}
+
+    def annotation(name: str) -> str | None:
+        value = annotations.get(name)
+        return None if value is None else str(value)
+
+    capacity: dict[str, int] = {}
+    for field, resource in ((CPU, CPU), (MEMORY, MEMORY), ("ephemeral-disk", EPHEMERAL_STORAGE)):
+        raw = annotation(CAPACITY_PREFIX + field)
+        if raw is None:
+            if resource in (CPU, MEMORY):
+                raise ValueError(f"annotation {CAPACITY_PREFIX + field} is missing")
+            continue
+        try:
+            capacity[resource] = to_canonical(resource, raw)
+        except QuantityError as err:
+            raise ValueError(f"annotation {CAPACITY_PREFIX + field}: {err}") from None
+    raw_pods = annotation(CAPACITY_PREFIX + "maxPods")
+    try:
+        capacity[PODS] = DEFAULT_MAX_PODS if raw_pods is None else to_canonical(PODS, raw_pods)
+    except QuantityError as err:
+        raise ValueError(f"annotation {CAPACITY_PREFIX}maxPods: {err}") from None
+    labels: dict[str, str] = {}
+    raw_gpus = annotation(CAPACITY_PREFIX + "gpu-count")
+    if raw_gpus is not None:
+        try:
+            gpus = to_canonical(GPU_RESOURCE, raw_gpus)
+        except QuantityError as err:
+            raise ValueError(f"annotation {CAPACITY_PREFIX}gpu-count: {err}") from None
+        if gpus:
+            capacity[GPU_RESOURCE] = gpus
+            gpu_type = annotation(CAPACITY_PREFIX + "gpu-type")
+            if gpu_type:
+                labels[GPU_TYPE_LABEL] = gpu_type
+    for key, value in template_labels.items():
+        if key in (ZONE, CAPACITY_TYPE, INSTANCE_TYPE, ARCH, OS) or key.startswith("node-role.kubernetes.io"):
+            labels[key] = str(value)
+    raw_labels = annotation(CAPACITY_PREFIX + "labels")
+    if raw_labels:
+        try:
+            labels.update(_parse_labels(raw_labels))
+        except ValueError as err:
+            raise ValueError(f"annotation {CAPACITY_PREFIX}labels: {err}") from None
+    taints: tuple[Taint, ...] = ()
+    raw_taints = annotation(CAPACITY_PREFIX + "taints")
+    if raw_taints:
+        try:
+            taints = _parse_taints(raw_taints)
+        except ValueError as err:
+            raise ValueError(f"annotation {CAPACITY_PREFIX}taints: {err}") from None
+    max_new: int | None = None
+    raw_max = annotation(MAX_SIZE)
+    if raw_max is not None:
+        try:
+            max_new = max(0, int(raw_max) - int(spec.get("replicas") or 0))
+        except ValueError:
+            raise ValueError(f"annotation {MAX_SIZE}: {raw_max!r} is not an integer") from None
+    price: float | None = None
+    raw_price = annotation(PRICE_ANNOTATION)
+    if raw_price is not None:
+        try:
+            price = float(raw_price)
+        except ValueError:
+            raise ValueError(f"annotation {PRICE_ANNOTATION}: {raw_price!r} is not a number") from None
+        if not price >= 0:
+            raise ValueError(f"annotation {PRICE_ANNOTATION}: {raw_price!r} is negative")
+    md_name = str(meta.get("name") or "")
+    namespace = str(meta.get("namespace") or "default")
+    type_name = labels.get(INSTANCE_TYPE) or md_name
+    zone = labels.get(ZONE) or (template.get("spec") or {}).get("failureDomain") or None
+    if zone:
+        labels[ZONE] = str(zone)
+    capacity_type = labels.pop(CAPACITY_TYPE, ON_DEMAND)
+    instance_type = InstanceType(
+        name=type_name,
+        capacity=capacity,
+        labels=_default_labels(type_name, labels),
+        offerings=(Offering(str(zone) if zone else None, capacity_type, price or 0.0, max_new != 0),),
+        taints=taints,
+        price_estimated=price is None,
+        max_new=max_new,
+        source=f"MachineDeployment {namespace}/{md_name}",
+    )
+    md_labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    return MachineDeploymentType(namespace, md_name, md_labels, instance_type), price
+
+
+def machine_deployment_types(
+    mds: list[dict[str, Any]],
+) -> tuple[list[MachineDeploymentType], list[SkippedObject]]:
+    """Member MachineDeployments as instance types (with their MD labels), plus the ones skipped and why."""
+    parsed: list[tuple[MachineDeploymentType, float | None]] = []
+    skipped: list[SkippedObject] = []
+    for md in mds:
+        meta = md.get("metadata") or {}
+        name = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '?'}"
+        if MEMBER_LABEL not in (meta.get("labels") or {}):
+            continue
+        try:
+            parsed.append(_md_type(md))
+        except ValueError as err:
+            skipped.append(SkippedObject("cluster", "MachineDeployment", name, str(err)))
+    priced = [
+        price / estimate_price(mdt.instance_type.capacity)
+        for mdt, price in parsed
+        if price is not None and estimate_price(mdt.instance_type.capacity) > 0
+    ]
+    scale = statistics.median(priced) if priced and statistics.median(priced) > 0 else 1.0
+    out = []
+    for mdt, price in parsed:
+        if price is None:
+            estimate = round(scale * estimate_price(mdt.instance_type.capacity), 6)
+            it = mdt.instance_type
+            offerings = tuple(
+                Offering(o.zone, o.capacity_type, estimate, o.available) for o in it.offerings
+            )
+            mdt = MachineDeploymentType(
+                mdt.namespace,
+                mdt.name,
+                mdt.md_labels,
+                InstanceType(
+                    it.name, it.capacity, it.overhead, it.labels, offerings, it.taints, True, it.max_new, it.source
+                ),
+            )
+        out.append(mdt)
+    return out, skipped
+
+
+def instance_types_from_machine_deployments(
+    mds: list[dict[str, Any]],
+) -> tuple[list[InstanceType], list[SkippedObject]]:
+    """Cluster API MachineDeployments (as dicts) to instance types; unreadable ones are skipped with a reason."""
+    types, skipped = machine_deployment_types(mds)
+    return [t.instance_type for t in types], skipped
+
+
+def instance_types_from_catalog(doc: Mapping[str, Any], source: str = "catalog", index: int | None = None
+                                ) -> tuple[InstanceType, ...]:
+    """An ``InstanceCatalog`` document to instance types; raises :class:`InputError` naming the field."""
+    name = str((doc.get("metadata") or {}).get("name") or "")
+
+    def fail(field: str, problem: str) -> InputError:
+        return InputError(source, index, "InstanceCatalog", name, field, problem)
+
+    types = (doc.get("spec") or {}).get("instanceTypes")
+    if not isinstance(types, list):
+        raise fail("spec.instanceTypes", "must be a list of instance types")
+    out = []
+    for i, entry in enumerate(types):
+        path = f"spec.instanceTypes[{i}]"
+        if not isinstance(entry, dict) or not entry.get("name"):
+            raise fail(f"{path}.name", "every instance type needs a name")
+        resources: dict[str, dict[str, int]] = {}
+        for part in ("capacity", "overhead"):
+            raw = entry.get(part) or {}
+            if not isinstance(raw, dict):
+                raise fail(f"{path}.{part}", "must be a map of resource quantities")
+            try:
+                resources[part] = {str(k): to_canonical(str(k), v) for k, v in raw.items()}
+            except QuantityError as err:
+                raise fail(f"{path}.{part}", str(err)) from None
+        if CPU not in resources["capacity"] or MEMORY not in resources["capacity"]:
+            raise fail(f"{path}.capacity", "cpu and memory are required")
+        offerings = []
+        for j, off in enumerate(entry.get("offerings") or []):
+            try:
+                price = float(off["price"])
+                offerings.append(
+                    Offering(off.get("zone"), str(off.get("capacityType") or ON_DEMAND), price,
+                             bool(off.get("available", True)))
+                )
+            except (KeyError, TypeError, ValueError):
+                raise fail(f"{path}.offerings[{j}].price", "each offering needs a numeric price") from None
+        labels = {str(k): str(v) for k, v in (entry.get("labels") or {}).items()}
+        out.append(
+            InstanceType(
+                name=str(entry["name"]),
+                capacity=resources["capacity"],
+                overhead=resources["overhead"],
+                labels=_default_labels(str(entry["name"]), labels),
+                offerings=tuple(offerings),
+                source=f"InstanceCatalog {name}",
+            )
+        )
+    return tuple(out)
+
+
+def instance_types_for_node_pool(inputs: ClusterInput, pool: NodePool) -> tuple[tuple[InstanceType, ...], str]:
+    """The instance types a NodePool may launch, or ``()`` and the reason there are none."""
+    ref = pool.node_class_ref
+    if (ref is None and inputs.machine_deployments and not inputs.catalogs) or (
+        ref is not None and ref.kind == "ClusterAPINodeClass"
+    ):
+        selector = None
+        for node_class in inputs.node_classes:
+            if ref is not None and node_class.kind == ref.kind and node_class.name == ref.name:
+                selector = node_class.selector
+        types = tuple(
+            mdt.instance_type
+            for mdt in inputs.machine_deployments
+            if selector is None or selector.matches(mdt.md_labels)
+        )
+        return types, "" if types else "no Cluster API MachineDeployment is a member of this NodeClass"
+    if ref is not None and ref.name in inputs.catalogs:
+        return inputs.catalogs[ref.name], ""
+    if len(inputs.catalogs) == 1:
+        return next(iter(inputs.catalogs.values())), ""
+    wanted = ref.name if ref is not None else "(no nodeClassRef)"
+    return (), f"no InstanceCatalog named {wanted} (have: {', '.join(sorted(inputs.catalogs)) or 'none'})"

@@ -1,0 +1,232 @@
+"""The scheduler's plain data: frozen dataclasses, no behaviour beyond small derived properties.
+
+Everything the solver reads is one of these types, built by :mod:`tenon.core.objects` from Kubernetes
+dictionaries (or by services directly from events). Resources are ``dict[str, int]`` in canonical units
+(:mod:`tenon.core.quantities`: millicores for cpu, bytes for memory, counts for pods and extended
+resources). Pods carry every scheduling-relevant field of their spec already normalised: the ``requests``
+include init containers (max rule), sidecars, ``spec.overhead`` and ``pods: 1``; ``nodeSelector`` is folded into
+each required node-affinity term.
+
+Well-known label keys are constants here so all modules spell them the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from tenon.core.requirements import LabelSelector, Requirement
+
+ZONE = "topology.kubernetes.io/zone"
+CAPACITY_TYPE = "karpenter.sh/capacity-type"
+HOSTNAME = "kubernetes.io/hostname"
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+NODEPOOL = "karpenter.sh/nodepool"
+ARCH = "kubernetes.io/arch"
+OS = "kubernetes.io/os"
+
+ON_DEMAND = "on-demand"
+SPOT = "spot"
+
+Resources = dict[str, int]
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+    def describe(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
+def untolerated(taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) -> Taint | None:
+    """The first NoSchedule/NoExecute taint none of ``tolerations`` tolerates (PreferNoSchedule is soft)."""
+    for taint in taints:
+        if taint.effect == "PreferNoSchedule":
+            continue
+        if not any(tol.tolerates(taint) for tol in tolerations):
+            return taint
+    return None
+
+
+@dataclass(frozen=True)
+class PodAffinityTerm:
+    selector: LabelSelector
+    topology_key: str
+    namespaces: tuple[str, ...] = ()  # empty: the pod's own namespace
+    all_namespaces: bool = False  # namespaceSelector: {} selects every namespace
+
+
+@dataclass(frozen=True)
+class TopologySpread:
+    max_skew: int
+    topology_key: str
+    when_unsatisfiable: str  # DoNotSchedule | ScheduleAnyway
+    selector: LabelSelector
+    min_domains: int = 1
+
+
+@dataclass(frozen=True)
+class HostPort:
+    port: int
+    protocol: str = "TCP"
+    host_ip: str = ""
+
+
+@dataclass(frozen=True)
+class Pod:
+    namespace: str
+    name: str
+    labels: dict[str, str] = field(default_factory=dict, hash=False)
+    requests: Resources = field(default_factory=dict, hash=False)
+    # OR of terms; each term an AND of requirements (nodeSelector already folded into every term).
+    node_affinity: tuple[tuple[Requirement, ...], ...] = ((),)
+    preferred_node_affinity: tuple[tuple[int, tuple[Requirement, ...]], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    pod_affinity: tuple[PodAffinityTerm, ...] = ()
+    pod_anti_affinity: tuple[PodAffinityTerm, ...] = ()
+    topology_spread: tuple[TopologySpread, ...] = ()
+    host_ports: tuple[HostPort, ...] = ()
+    node_name: str = ""
+    owner: str = ""  # "Deployment/web" for expanded workloads
+
+    @cached_property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class DaemonSet:
+    namespace: str
+    name: str
+    pod: Pod  # the template as a pod: requests, selectors, tolerations, host ports
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    labels: dict[str, str] = field(default_factory=dict, hash=False)
+    taints: tuple[Taint, ...] = ()
+    allocatable: Resources = field(default_factory=dict, hash=False)
+    capacity: Resources = field(default_factory=dict, hash=False)
+    unschedulable: bool = False
+
+
+@dataclass(frozen=True)
+class Offering:
+    zone: str | None
+    capacity_type: str
+    price: float
+    available: bool = True
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    name: str
+    capacity: Resources = field(hash=False)
+    overhead: Resources = field(default_factory=dict, hash=False)
+    labels: dict[str, str] = field(default_factory=dict, hash=False)
+    offerings: tuple[Offering, ...] = ()
+    taints: tuple[Taint, ...] = ()
+    price_estimated: bool = False
+    max_new: int | None = None  # how many more may be created (Cluster API max-size minus replicas)
+    source: str = ""  # "MachineDeployment default/c3-8", "InstanceCatalog fake-400"
+
+    @property
+    def allocatable(self) -> Resources:
+        return {name: max(0, amount - self.overhead.get(name, 0)) for name, amount in self.capacity.items()}
+
+
+@dataclass(frozen=True)
+class NodeClassRef:
+    group: str
+    kind: str
+    name: str
+
+
+@dataclass(frozen=True)
+class NodePool:
+    name: str
+    weight: int = 0
+    labels: dict[str, str] = field(default_factory=dict, hash=False)
+    requirements: tuple[Requirement, ...] = ()
+    taints: tuple[Taint, ...] = ()
+    startup_taints: tuple[Taint, ...] = ()
+    node_class_ref: NodeClassRef | None = None
+    limits: Resources = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True)
+class NodeClass:
+    kind: str  # ClusterAPINodeClass | EC2NodeClass | ...
+    name: str
+    selector: LabelSelector | None = None  # ClusterAPINodeClass.spec.scalableResourceSelector
+
+
+@dataclass(frozen=True)
+class MachineDeploymentType:
+    """An instance type made from a Cluster API MachineDeployment, with the MD's own labels for selection."""
+
+    namespace: str
+    name: str
+    md_labels: dict[str, str] = field(hash=False)
+    instance_type: InstanceType
+
+
+@dataclass(frozen=True)
+class InFlightNodeClaim:
+    """Capacity already decided (a NodeClaim) that is not yet a Node: use its room before buying more."""
+
+    name: str
+    node_pool: str
+    instance_type: str
+    zone: str | None
+    capacity_type: str
+    labels: dict[str, str] = field(default_factory=dict, hash=False)
+    allocatable: Resources | None = field(default=None, hash=False)  # None: from the catalog's type
+    pods: tuple[str, ...] = ()  # ns/name of pods already destined to it
+
+
+@dataclass(frozen=True)
+class SkippedObject:
+    source: str
+    kind: str
+    name: str
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.source}: {self.kind} {self.name} skipped: {self.reason}"
+
+
+@dataclass(frozen=True)
+class ClusterInput:
+    """Everything one solve reads. Pods with ``node_name`` are bound; the others are pending."""
+
+    node_pools: tuple[NodePool, ...] = ()
+    node_classes: tuple[NodeClass, ...] = ()
+    catalogs: dict[str, tuple[InstanceType, ...]] = field(default_factory=dict, hash=False)
+    machine_deployments: tuple[MachineDeploymentType, ...] = ()
+    pods: tuple[Pod, ...] = ()
+    daemon_sets: tuple[DaemonSet, ...] = ()
+    nodes: tuple[Node, ...] = ()
+    in_flight: tuple[InFlightNodeClaim, ...] = ()
+    skipped: tuple[SkippedObject, ...] = ()

@@ -1,0 +1,638 @@
+"""Cost-aware bin packing of pod classes into new nodes: the part that decides what to buy.
+
+Input: *classes* of identical pods (same requests, same feasible templates, same zone/capacity-type
+restriction, same hostname features) with counts, and the templates of one NodePool (:mod:`.templates`).
+Output: bins, each a template (the instance type to buy, already the cheapest that fits what the bin holds)
+with an offering and the count of each class in it.
+
+The algorithm, and why:
+
+1. **Weights.** Each resource gets a price per unit from the dual of the fractional covering LP
+   ``min sum(price_t x_t) s.t. sum(alloc_t x_t) >= demand`` (cpu and memory, solved by a one-dimensional search
+   over the dual direction). The *value* of a pod is its requests at those prices; the value of all pods is
+   the LP lower bound on what any plan costs. A bin's efficiency is ``price / value(contents)``.
+2. **Greedy by efficiency.** Repeatedly, for each candidate template, fill an empty node first-fit-decreasing
+   (by value) from the remaining classes, *downsize* it to the cheapest template that still fits its contents,
+   and score ``price / value``; commit the best-scoring bin. Identical bins are committed in one step as long
+   as the classes last (pattern replication), which keeps 20,000 pods fast. Candidates are all templates for
+   small catalogs and a spread of sizes (every small one, then geometric) for large ones. Classes are
+   bucketed by request vector so a nearly full node skips whole buckets at once.
+   For small problems (a few hundred pods) a *portfolio* runs as well: the greedy under other weightings
+   (cpu-only, memory-only) and "one type for everything" packings for each candidate type, then downsizing;
+   the cheapest result wins. Greedy efficiency alone is myopic (six small nodes can each look efficient when
+   one large node holding everything is cheaper); the portfolio covers those cases.
+3. **Seeds first.** Pods that limit themselves per node (hostname anti-affinity, hostname spread, host ports)
+   need a node each regardless of cost. They are placed first, each in the node that makes room for other
+   pods at the lowest *marginal* price (price of the node minus the price of the cheapest node for the seed
+   alone, per unit of value added), so the unavoidable nodes are filled before new ones are bought.
+4. **Improvement.** Single bins, pairs of bins (and all triples when there are only a few bins) are repacked
+   with the same portfolio; a change is kept when it lowers the price. This merges two half-empty nodes into one and splits one big node into two cheaper
+   ones (eight 1-vCPU pods: c3-16 + c3-4 rather than three c3-8).
+
+Limits are respected while packing: NodePool limits (any resource, ``nodes``) on the capacity of new nodes,
+and per-type caps (Cluster API max size). What cannot be packed is returned with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tenon.core.templates import OfferKey, Template
+
+INF = 10**18
+PAIR_WINDOW = 40  # bins considered for pairwise repacking per round
+IMPROVE_WORK = 20000  # node evaluations the improvement phase may spend
+PORTFOLIO_SUB_PODS = 40  # repacked groups up to this many pods get the full portfolio
+ROLLOUT_OPTIONS = 8  # first nodes tried by the lookahead greedy at each step
+TRIPLE_MAX_BINS = 12  # with at most this many bins, triples are repacked too
+KNAPSACK_NODES = 400  # search nodes per exact node fill
+KNAPSACK_MAX_CLASSES = 12  # exact node fill only for problems with at most this many classes
+
+
+@dataclass
+class PackClass:
+    index: int
+    req: tuple[int, ...]
+    count: int
+    okeys: frozenset[OfferKey] | None  # offerings allowed (None: any)
+    matches: tuple[int, ...]
+    limits: tuple[tuple[int, int], ...]
+    templates: frozenset[int]
+    members: list[list[str]] = field(default_factory=list)  # pod keys per item (a unit may hold several pods)
+    value: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.seed = any(sid in self.matches for sid, _ in self.limits)
+
+
+@dataclass
+class Bin:
+    template: Template
+    price: float
+    offer: OfferKey
+    used: list[int]
+    okeys: frozenset[OfferKey] | None
+    counts: dict[int, int]
+    limits: dict[int, int]
+    contents: dict[int, int]
+
+
+@dataclass
+class Budget:
+    """What may still be bought: NodePool limits (remaining) and per-type caps."""
+
+    resource_names: Sequence[str]
+    remaining: dict[str, int]  # resource -> remaining amount ("nodes" too); absent: unlimited
+    type_caps: dict[str, int]  # instance type source -> remaining count
+
+    def allows(self, tpl: Template, n: int = 1) -> bool:
+        return self.max_count(tpl) >= n
+
+    def max_count(self, tpl: Template) -> int:
+        if not self.remaining and not self.type_caps:
+            return INF
+        best = INF
+        for name, left in self.remaining.items():
+            need = 1 if name == "nodes" else tpl.capacity.get(name, 0)
+            if need > 0:
+                best = min(best, left // need)
+        cap = self.type_caps.get(tpl.instance_type.source)
+        if cap is not None:
+            best = min(best, cap)
+        return best
+
+    def take(self, tpl: Template, n: int) -> None:
+        for name in self.remaining:
+            need = 1 if name == "nodes" else tpl.capacity.get(name, 0)
+            self.remaining[name] -= need * n
+        if tpl.instance_type.source in self.type_caps:
+            self.type_caps[tpl.instance_type.source] -= n
+
+    def give_back(self, tpl: Template, n: int) -> None:
+        self.take(tpl, -n)
+
+    def blocking(self, tpl: Template) -> str:
+        for name, left in sorted(self.remaining.items()):
+            need = 1 if name == "nodes" else tpl.capacity.get(name, 0)
+            if need > left:
+                return f"NodePool limit {name} reached"
+        cap = self.type_caps.get(tpl.instance_type.source)
+        if cap is not None and cap <= 0:
+            return f"{tpl.instance_type.source} is at its max size"
+        return ""
+
+
+def dual_weights(templates: Sequence[Template], demand: Sequence[int], cpu: int, mem: int) -> list[float]:
+    """Per-resource prices from the dual of the covering LP over (cpu, memory); zeros elsewhere."""
+    weights = [0.0] * len(demand)
+    dc, dm = demand[cpu] / 1000.0, demand[mem] / 2**30
+    pts = [(t.alloc[cpu] / 1000.0, t.alloc[mem] / 2**30, t.min_price) for t in templates
+           if t.alloc[cpu] > 0 or t.alloc[mem] > 0]
+    if not pts or (dc <= 0 and dm <= 0):
+        return weights
+
+    def objective(theta: float) -> tuple[float, float]:
+        ux, uy = math.cos(theta), math.sin(theta)
+        lam = min((p / (ux * a + uy * b) for a, b, p in pts if ux * a + uy * b > 0), default=0.0)
+        return lam * (ux * dc + uy * dm), lam
+
+    steps = 48
+    grid = [math.pi / 2 * i / steps for i in range(steps + 1)]
+    best = max(grid, key=lambda th: objective(th)[0])
+    lo, hi = max(0.0, best - math.pi / 2 / steps), min(math.pi / 2, best + math.pi / 2 / steps)
+    for _ in range(30):
+        m1, m2 = lo + (hi - lo) / 3, hi - (hi - lo) / 3
+        if objective(m1)[0] < objective(m2)[0]:
+            lo = m1
+        else:
+            hi = m2
+    theta = (lo + hi) / 2
+    _, lam = objective(theta)
+    weights[cpu] = lam * math.cos(theta) / 1000.0
+    weights[mem] = lam * math.sin(theta) / 2**30
+    return weights
+
+
+class Packer:
+    """Packs the classes of one NodePool; see the module docstring for the algorithm."""
+
+    def __init__(self, templates: Sequence[Template], budget: Budget, weights: Sequence[float],
+                 max_candidates: int = 24, improve_budget: int = 2500, portfolio: bool = True):
+        self.by_price = sorted(templates, key=lambda t: (t.min_price, t.instance_type.name, t.index))
+        self.budget = budget
+        self.weights = list(weights)
+        self.max_candidates = max_candidates
+        self.improve_budget = improve_budget
+        self.portfolio = portfolio
+        self.work = 0  # node evaluations so far: bounds the time spent improving
+        self._weights: Sequence[float] = self.weights
+        self._plain = False
+        self._plain_order: list[PackClass] = []
+        self.failed: dict[int, str] = {}
+        self._classes: dict[int, PackClass] = {}
+        self._candidate_cache: dict[tuple[frozenset[int], tuple[float, ...]], list[Template]] = {}
+
+    # -- small helpers -------------------------------------------------------------------------------------
+    def value_of(self, used: Sequence[int], weights: Sequence[float] | None = None) -> float:
+        return sum(w * u for w, u in zip(weights or self.weights, used, strict=False) if w)
+
+    def downsize(self, used: Sequence[int], okeys: frozenset[OfferKey] | None, allowed: frozenset[int] | None
+                 ) -> tuple[Template, float, OfferKey] | None:
+        """Cheapest template (and offering) that fits ``used`` among ``allowed`` within the budget."""
+        best: tuple[Template, float, OfferKey] | None = None
+        for tpl in self.by_price:
+            if best is not None and tpl.min_price >= best[1]:
+                break
+            if allowed is not None and tpl.index not in allowed:
+                continue
+            alloc = tpl.alloc
+            if used[0] > alloc[0] or used[1] > alloc[1] or any(u > a for u, a in zip(used, alloc, strict=True)):
+                continue
+            priced = tpl.price_for(okeys)
+            if priced is None or not self.budget.allows(tpl):
+                continue
+            if best is None or priced[0] < best[1]:
+                best = (tpl, priced[0], priced[1])
+        return best
+
+    def candidates(self, classes: Sequence[PackClass], weights: Sequence[float]) -> list[Template]:
+        usable: set[int] = set()
+        for c in classes:
+            usable |= c.templates
+        key = (frozenset(usable), tuple(weights))
+        cached = self._candidate_cache.get(key)
+        if cached is None:
+            cached = self._candidates(usable, weights)
+            self._candidate_cache[key] = cached
+        return [t for t in cached if self.budget.allows(t)]
+
+    def _candidates(self, usable: set[int], weights: Sequence[float]) -> list[Template]:
+        tpls = [t for t in self.by_price if t.index in usable]
+        if len(tpls) <= self.max_candidates:
+            return tpls
+        # Keep the templates on the price/value frontier, then a spread of sizes (all small ones, geometric).
+        frontier: list[Template] = []
+        best_ratio = float("inf")
+        value = {t.index: self.value_of(t.alloc, weights) for t in tpls}
+        for t in sorted(tpls, key=lambda t: (-value[t.index], t.min_price)):
+            ratio = t.min_price / max(value[t.index], 1e-12)
+            if ratio < best_ratio * 1.02 or len(frontier) < 2:
+                frontier.append(t)
+                best_ratio = min(best_ratio, ratio)
+        pool = sorted(frontier if len(frontier) >= 4 else tpls, key=lambda t: value[t.index])
+        n = len(pool)
+        if n <= self.max_candidates:
+            return pool
+        picks = set(range(min(6, n)))
+        k = self.max_candidates - len(picks)
+        for i in range(k):
+            picks.add(min(n - 1, round(6 + (n - 7) * (i / max(1, k - 1)) ** 1.6)))
+        picks.add(n - 1)
+        return [pool[i] for i in sorted(picks)]
+
+    @staticmethod
+    def buckets(classes: Sequence[PackClass], weights: Sequence[float]) -> list[tuple[tuple[int, ...], list[PackClass]]]:
+        by_req: dict[tuple[int, ...], list[PackClass]] = {}
+        for c in classes:
+            by_req.setdefault(c.req, []).append(c)
+        return sorted(by_req.items(), key=lambda item: (-sum(w * u for w, u in zip(weights, item[0], strict=False)),
+                                                        tuple(-x for x in item[0])))
+
+    def fill(self, buckets: Sequence[tuple[tuple[int, ...], list[PackClass]]], room: list[int],
+             okeys: frozenset[OfferKey] | None, counts: dict[int, int], limits: dict[int, int],
+             contents: dict[int, int], tpl_index: int, used: list[int]) -> frozenset[OfferKey] | None:
+        """First-fit-decreasing into ``room`` (mutated, as are counts/limits/contents/used)."""
+        dims = range(len(room))
+        three = len(room) == 3
+        for req, group in buckets:
+            if three:
+                if req[0] > room[0] or req[1] > room[1] or req[2] > room[2]:
+                    continue
+            elif any(r > f for r, f in zip(req, room, strict=True)):
+                continue
+            for c in group:
+                avail = c.count - contents.get(c.index, 0)
+                if avail <= 0 or tpl_index not in c.templates:
+                    continue
+                k = avail
+                for d in dims:
+                    r = req[d]
+                    if r:
+                        q = room[d] // r
+                        if q < k:
+                            k = q
+                if k <= 0:
+                    break
+                new_okeys = okeys
+                if c.okeys is not None:
+                    new_okeys = c.okeys if okeys is None else okeys & c.okeys
+                    if not new_okeys:
+                        continue
+                if c.limits or c.matches:
+                    for sid, lim in c.limits:
+                        cap = min(lim, limits.get(sid, lim))
+                        have = counts.get(sid, 0)
+                        if sid in c.matches:
+                            k = min(k, cap - have)
+                        elif have > cap:
+                            k = 0
+                    for sid in c.matches:
+                        lim2 = limits.get(sid)
+                        if lim2 is not None:
+                            k = min(k, lim2 - counts.get(sid, 0))
+                    if k <= 0:
+                        continue
+                    for sid, lim in c.limits:
+                        limits[sid] = min(lim, limits.get(sid, lim))
+                    for sid in c.matches:
+                        counts[sid] = counts.get(sid, 0) + k
+                okeys = new_okeys
+                contents[c.index] = contents.get(c.index, 0) + k
+                for d in dims:
+                    if req[d]:
+                        room[d] -= req[d] * k
+                        used[d] += req[d] * k
+        return okeys
+
+    def knapsack(self, tpl: Template, room: list[int], contents: dict[int, int], used: list[int]) -> None:
+        """Fill ``room`` with the most valuable mix of the remaining classes (small problems only).
+
+        A depth-first search over how many of each class, largest value first, pruned by the bound
+        ``value so far + min(value of what is left, weights . room left)``, capped at :data:`KNAPSACK_NODES`.
+        First-fit-decreasing is myopic: two 3-CPU pods fill 6 of 7.8 CPUs where one 3-CPU and two 2-CPU pods
+        fill 7; the difference is a whole node on the field-size scenarios of the bench.
+        """
+        weights = self._weights
+        order = [c for c in self._plain_order if c.count > 0 and tpl.index in c.templates]
+        if not order:
+            return
+        vals = [sum(w * r for w, r in zip(weights, c.req, strict=False)) for c in order]
+        suffix = [0.0] * (len(order) + 1)
+        for i in range(len(order) - 1, -1, -1):
+            suffix[i] = suffix[i + 1] + vals[i] * order[i].count
+        best_val = -1.0
+        best: list[int] = []
+        chosen = [0] * len(order)
+        nodes = 0
+        dims = range(len(room))
+
+        def dfs(i: int, value: float) -> None:
+            nonlocal best_val, best, nodes
+            if value > best_val + 1e-12:
+                best_val, best = value, list(chosen)
+            if i == len(order) or nodes >= KNAPSACK_NODES:
+                return
+            bound = sum(w * r for w, r in zip(weights, room, strict=False))
+            if value + min(suffix[i], bound) <= best_val + 1e-12:
+                return
+            c = order[i]
+            k = c.count
+            for d in dims:
+                if c.req[d]:
+                    k = min(k, room[d] // c.req[d])
+            for n in range(k, -1, -1):
+                nodes += 1
+                chosen[i] = n
+                for d in dims:
+                    room[d] -= c.req[d] * n
+                dfs(i + 1, value + vals[i] * n)
+                for d in dims:
+                    room[d] += c.req[d] * n
+            chosen[i] = 0
+
+        dfs(0, 0.0)
+        for c, n in zip(order, best, strict=True):
+            if n:
+                contents[c.index] = n
+                for d in dims:
+                    room[d] -= c.req[d] * n
+                    used[d] += c.req[d] * n
+
+    # -- the greedy ----------------------------------------------------------------------------------------
+    def _evaluate(self, tpl: Template, buckets, seed: PackClass | None):
+        self.work += 1
+        room = list(tpl.alloc)
+        used = [0] * len(room)
+        counts: dict[int, int] = {}
+        limits: dict[int, int] = {}
+        contents: dict[int, int] = {}
+        okeys = None
+        if seed is not None:
+            if tpl.index not in seed.templates or any(r > a for r, a in zip(seed.req, room, strict=True)):
+                return None
+            if seed.okeys is not None and not (seed.okeys & tpl.offerings.keys()):
+                return None
+            contents[seed.index] = 1
+            for d, r in enumerate(seed.req):
+                room[d] -= r
+                used[d] += r
+            for sid, lim in seed.limits:
+                limits[sid] = lim
+            for sid in seed.matches:
+                counts[sid] = 1
+            okeys = seed.okeys
+        if seed is None and self._plain:
+            self.knapsack(tpl, room, contents, used)
+        else:
+            okeys = self.fill(buckets, room, okeys, counts, limits, contents, tpl.index, used)
+        if not contents:
+            return None
+        allowed: frozenset[int] | None = None
+        for ci in contents:
+            cls = self._classes[ci]
+            if allowed is None:
+                allowed = cls.templates
+            elif cls.templates is not allowed:
+                allowed = allowed & cls.templates
+        down = self.downsize(used, okeys, allowed)
+        if down is None:
+            return None
+        return down, contents, used, okeys, counts, limits
+
+    def _commit(self, bins: list[Bin], chosen, once: bool = False) -> int:
+        (tpl, price, offer), contents, used, okeys, counts, limits = chosen
+        times = 1 if once else min(self._classes[ci].count // n for ci, n in contents.items())
+        times = max(1, min(times, self.budget.max_count(tpl)))
+        self.budget.take(tpl, times)
+        for ci, n in contents.items():
+            self._classes[ci].count -= n * times
+        for _ in range(times):
+            bins.append(Bin(tpl, price, offer, list(used), okeys, dict(counts), dict(limits), dict(contents)))
+        return times * sum(contents.values())
+
+    def _greedy(self, classes: Sequence[PackClass], weights: Sequence[float], only: Template | None = None,
+                exact: bool = False) -> tuple[list[Bin], dict[int, str]]:
+        self._classes = {c.index: c for c in classes}
+        self._weights = weights
+        # exact per-node fill for small, plain problems (no hostname rules, no zone pins)
+        self._plain = exact and len(classes) <= KNAPSACK_MAX_CLASSES and all(
+            not c.limits and not c.matches and c.okeys is None for c in classes)
+        self._plain_order = sorted(classes, key=lambda c: (-self.value_of(c.req, weights), c.index))
+        failed: dict[int, str] = {}
+        bins: list[Bin] = []
+        all_cands = self.candidates(classes, weights)
+        best_ratio = min((t.min_price / max(self.value_of(t.alloc, weights), 1e-12) for t in all_cands),
+                         default=float("inf"))
+        value = {c.index: self.value_of(c.req, weights) for c in classes}
+        bound = {t.index: t.min_price / max(self.value_of(t.alloc, weights), 1e-12) for t in all_cands}
+        by_bound = sorted(all_cands, key=lambda t: (bound[t.index], t.min_price, t.index))
+        buckets = self.buckets(classes, weights)
+        seeds = sorted((c for c in classes if c.seed), key=lambda c: (-value[c.index], c.index))
+        near_cache: dict[int, tuple[tuple[Template, float, OfferKey] | None, list[Template]]] = {}
+        left = sum(c.count for c in classes)
+        si = 0
+        rounds = 0
+        while left > 0:
+            rounds += 1
+            if rounds % 64 == 0:
+                buckets = self.buckets([c for c in classes if c.count > 0], weights)
+            while si < len(seeds) and seeds[si].count <= 0:
+                si += 1
+            chosen = None
+            if only is not None and self.budget.allows(only):
+                chosen = self._evaluate(only, buckets, None)
+            if chosen is not None:
+                pass
+            elif si < len(seeds):
+                seed = seeds[si]
+                cached_alone = near_cache.get(seed.index, (None, []))[0]
+                if seed.index not in near_cache or (cached_alone is not None and
+                                                    not self.budget.allows(cached_alone[0])):
+                    alone = self.downsize(seed.req, seed.okeys, seed.templates)
+                    near = [] if alone is None else [
+                        t for t in self.by_price if t.min_price >= alone[1] and t.index in seed.templates
+                        and self.budget.allows(t)][:6]
+                    near_cache[seed.index] = (alone, near)
+                alone, near = near_cache[seed.index]
+                if alone is None:
+                    failed[seed.index] = self._why_not(seed)
+                    left -= seed.count
+                    seed.count = 0
+                    continue
+                base = alone[1]
+                chosen = (alone, {seed.index: 1}, list(seed.req), seed.okeys if seed.okeys is None else
+                          frozenset(seed.okeys & alone[0].offerings.keys()), dict.fromkeys(seed.matches, 1),
+                          dict(seed.limits))
+                # The seed's own node and a few sizes up: which makes room for others at the lowest marginal price?
+                best_score = best_ratio * 1.25
+                for tpl in near:
+                    if not self.budget.allows(tpl):
+                        continue
+                    result = self._evaluate(tpl, buckets, seed)
+                    if result is None:
+                        continue
+                    added = self.value_of(result[2], weights) - value[seed.index]
+                    if added <= 0:
+                        continue
+                    score = (result[0][1] - base) / added
+                    if score < best_score - 1e-12:
+                        best_score, chosen = score, result
+                    if score <= 1e-12:
+                        break  # room that comes free with the seed's own node: nothing beats it
+            else:
+                best_key = None
+                for tpl in by_bound:
+                    if best_key is not None and bound[tpl.index] > best_key[0]:
+                        break  # even full, this template could not beat the best bin found
+                    if not self.budget.allows(tpl):
+                        continue
+                    result = self._evaluate(tpl, buckets, None)
+                    if result is None:
+                        continue
+                    val = self.value_of(result[2], weights)
+                    key = (result[0][1] / max(val, 1e-12), -val, result[0][0].index)
+                    if best_key is None or key < best_key:
+                        best_key, chosen = key, result
+            if chosen is None:
+                for c in classes:
+                    if c.count > 0:
+                        failed[c.index] = self._why_not(c)
+                        c.count = 0
+                break
+            left -= self._commit(bins, chosen)
+        return bins, failed
+
+    def _rollout(self, classes: Sequence[PackClass], weights: Sequence[float]) -> tuple[list[Bin], dict[int, str]]:
+        """Greedy with one step of lookahead: each node is the candidate whose completion (by the exact-fill
+        greedy) costs least. Only for small plain problems (called from the portfolio)."""
+        bins: list[Bin] = []
+        while any(c.count > 0 for c in classes):
+            active = [c for c in classes if c.count > 0]
+            self._classes = {c.index: c for c in classes}
+            buckets = self.buckets(active, weights)
+            options = []
+            seen = set()
+            for tpl in self.candidates(active, weights):
+                for exact in (False, True):
+                    self._weights = weights
+                    self._plain = exact
+                    self._plain_order = sorted(active, key=lambda c: (-self.value_of(c.req, weights), c.index))
+                    opt = self._evaluate(tpl, buckets, None)
+                    if opt is None:
+                        continue
+                    key = (opt[0][0].index, tuple(sorted(opt[1].items())))
+                    if key not in seen:
+                        seen.add(key)
+                        options.append((opt[0][1] / max(self.value_of(opt[2], weights), 1e-12), opt))
+            options.sort(key=lambda item: item[0])
+            best = None
+            for _, opt in options[:ROLLOUT_OPTIONS]:
+                counts = {c.index: c.count for c in classes}
+                budget = Budget(self.budget.resource_names, dict(self.budget.remaining), dict(self.budget.type_caps))
+                trial: list[Bin] = []
+                self._classes = {c.index: c for c in classes}
+                self._commit(trial, opt, once=True)
+                rest, failed = self._greedy(classes, weights, None, exact=True)
+                key = (sum(counts[i] for i in failed), opt[0][1] + sum(b.price for b in rest))
+                if best is None or key < best[0]:
+                    best = (key, opt)
+                for c in classes:
+                    c.count = counts[c.index]
+                self.budget = budget
+            if best is None:
+                rest, failed = self._greedy(classes, weights, None, exact=True)
+                return bins + rest, failed
+            self._classes = {c.index: c for c in classes}
+            self._commit(bins, best[1], once=True)
+        return bins, {}
+
+    def pack(self, classes: Sequence[PackClass], portfolio: bool | None = None, lookahead: bool = False
+             ) -> list[Bin]:
+        """Pack ``classes`` (their counts are consumed); failures go to ``self.failed``."""
+        use_portfolio = self.portfolio if portfolio is None else portfolio
+        counts = {c.index: c.count for c in classes}
+        strategies: list[tuple[Sequence[float], Template | None, bool | None]] = [(self.weights, None, False)]
+        if use_portfolio:
+            cpu_only = [self.weights[0] or 1.0] + [0.0] * (len(self.weights) - 1)
+            mem_only = [0.0, self.weights[1] or 1.0] + [0.0] * (len(self.weights) - 2)
+            for fill_exact in (False, True):
+                strategies += [(cpu_only, None, fill_exact), (mem_only, None, fill_exact)]
+                strategies += [(self.weights, t, fill_exact) for t in self.candidates(classes, self.weights)]
+            strategies.append((self.weights, None, True))
+            plain = all(not c.limits and not c.matches and c.okeys is None for c in classes)
+            if lookahead and plain and sum(counts.values()) <= PORTFOLIO_SUB_PODS:
+                strategies.append((self.weights, None, None))  # None: the lookahead greedy
+        best: tuple[tuple[int, float], list[Bin], dict[int, str], Budget] | None = None
+        start = Budget(self.budget.resource_names, dict(self.budget.remaining), dict(self.budget.type_caps))
+        for weights, only, exact in strategies:
+            for c in classes:
+                c.count = counts[c.index]
+            self.budget = Budget(start.resource_names, dict(start.remaining), dict(start.type_caps))
+            if exact is None:
+                bins, failed = self._rollout(classes, weights)
+            else:
+                bins, failed = self._greedy(classes, weights, only, exact)
+            key = (sum(counts[i] for i in failed), sum(b.price for b in bins))
+            if best is None or key < best[0]:
+                best = (key, bins, failed, self.budget)
+        assert best is not None
+        _, bins, failed, self.budget = best
+        for c in classes:
+            c.count = 0 if c.index not in failed else counts[c.index]
+        self.failed.update(failed)
+        for c in classes:
+            if c.index in failed:
+                c.count = 0
+        return bins
+
+    def _why_not(self, c: PackClass) -> str:
+        fitting = [t for t in self.by_price if t.index in c.templates and t.price_for(c.okeys) is not None]
+        for t in fitting:
+            why = self.budget.blocking(t)
+            if why:
+                return why
+        if not fitting:
+            return "no instance type offers the zone/capacity type the pod is pinned to"
+        return "no instance type can take it"
+
+    # -- improvement ---------------------------------------------------------------------------------------
+    def improve(self, bins: list[Bin], classes: Sequence[PackClass]) -> list[Bin]:
+        """Repack single bins, pairs (and, for a few bins, triples); keep every change that lowers the price."""
+        proto = {c.index: c for c in classes}
+        tries = 0
+        changed = True
+        stop_at = self.work + IMPROVE_WORK
+        while changed and tries < self.improve_budget and self.work < stop_at:
+            changed = False
+            n = len(bins)
+            # Most wasteful first (price minus the value of what the bin holds); pairs among the worst few.
+            order = sorted(range(n), key=lambda i: (-(bins[i].price - self.value_of(bins[i].used)), i))
+            worst = order[:PAIR_WINDOW]
+            groups: list[tuple[int, ...]] = [(i,) for i in worst]
+            groups += [(worst[a], worst[b]) for a in range(len(worst)) for b in range(a + 1, len(worst))]
+            if self.portfolio and n <= TRIPLE_MAX_BINS:
+                groups += [(order[a], order[b], order[c]) for a in range(n) for b in range(a + 1, n)
+                           for c in range(b + 1, n)]
+            for members in groups:
+                if tries >= self.improve_budget or self.work >= stop_at:
+                    break
+                group = [bins[k] for k in members]
+                okeys = [b.okeys for b in group if b.okeys is not None]
+                if len(okeys) > 1 and not frozenset.intersection(*okeys):
+                    continue
+                tries += 1
+                old_price = sum(b.price for b in group)
+                merged: dict[int, int] = {}
+                for b in group:
+                    for ci, k in b.contents.items():
+                        merged[ci] = merged.get(ci, 0) + k
+                for b in group:
+                    self.budget.give_back(b.template, 1)
+                sub = [PackClass(ci, proto[ci].req, k, proto[ci].okeys, proto[ci].matches, proto[ci].limits,
+                                 proto[ci].templates) for ci, k in merged.items()]
+                saved_failed = dict(self.failed)
+                saved_budget = self.budget
+                trial = self.pack(sub, portfolio=self.portfolio and sum(merged.values()) <= PORTFOLIO_SUB_PODS)
+                ok = len(self.failed) == len(saved_failed)
+                self.failed = saved_failed
+                new_price = sum(b.price for b in trial)
+                if ok and new_price < old_price - 1e-9:
+                    bins = [b for k, b in enumerate(bins) if k not in members] + trial
+                    changed = True
+                    break
+                self.budget = saved_budget
+                for b in group:
+                    self.budget.take(b.template, 1)
+        return bins

@@ -1,0 +1,101 @@
+"""The interface every service codes against, whatever carries the events."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from datetime import datetime
+
+from proto import subjects
+from proto.events import Event
+from tenon.runtime.eventlog.records import ConsumerSettings, LogRecord, PublishResult
+
+Handler = Callable[[LogRecord], Awaitable[None]]
+"""Handles one delivered message. Returning means its side effects are done and the message may be acked;
+raising :class:`TransientError` (or anything unexpected) retries it with backoff, :class:`PermanentError`
+dead-letters it at once. The record may not decode: call ``record.decode()`` inside the handler (the runner
+dead-letters :class:`UndecodableEvent` with its reason)."""
+
+
+class ConsumerRunner(abc.ABC):
+    """A running durable consumer. ``stop()`` drains in-flight handlers before it returns."""
+
+    @abc.abstractmethod
+    async def start(self) -> None: ...
+
+    @abc.abstractmethod
+    async def stop(self) -> None: ...
+
+    @property
+    @abc.abstractmethod
+    def handled(self) -> int:
+        """Messages acked after a successful handler (for progress reporting and tests)."""
+
+    @property
+    @abc.abstractmethod
+    def dead_lettered(self) -> int: ...
+
+
+class EventLog(abc.ABC):
+    """Publish, append, read and consume events."""
+
+    @abc.abstractmethod
+    async def provision(self) -> None:
+        """Create or update the streams this log needs; safe to call from every replica at every start."""
+
+    @abc.abstractmethod
+    async def publish(
+        self, subject: str, event: Event, *, headers: Mapping[str, str] | None = None
+    ) -> PublishResult:
+        """Store ``event``; a second publish of the same event id is a no-op reported as ``duplicate``."""
+
+    @abc.abstractmethod
+    async def append(
+        self,
+        subject: str,
+        event: Event,
+        *,
+        expected_last_sequence: int,
+        headers: Mapping[str, str] | None = None,
+    ) -> PublishResult:
+        """Store ``event`` only if the last message on ``subject`` has stream sequence
+        ``expected_last_sequence`` (0: the subject must be empty); else raise :class:`ConcurrencyConflict`.
+        A duplicate event id still returns the original sequence with ``duplicate=True``."""
+
+    @abc.abstractmethod
+    async def last_subject_sequence(self, subject: str) -> int:
+        """Stream sequence of the last message on ``subject`` (a wildcard filter: on any subject it matches);
+        0 when there is none."""
+
+    @abc.abstractmethod
+    def read(
+        self,
+        subject_filter: str = subjects.ALL_EVENTS,
+        *,
+        start_sequence: int | None = None,
+        start_time: datetime | None = None,
+        stop_sequence: int | None = None,
+        follow: bool = False,
+        stream: str = subjects.EVENTS_STREAM,
+    ) -> AsyncIterator[LogRecord]:
+        """Records in log order, leaving no state behind on the server. Without ``follow`` it ends when it
+        has caught up with the log as it was when reading began (or at ``stop_sequence``)."""
+
+    @abc.abstractmethod
+    async def consumer_ack_floor(self, durable: str) -> int:
+        """The stream sequence up to which the durable consumer has acked everything (0: none, or no such
+        consumer). A service that rebuilds state at start folds the log up to here and lets the consumer deliver
+        the rest, so nothing it had not finished handling is folded without being handled."""
+
+    @abc.abstractmethod
+    def consumer(self, settings: ConsumerSettings, handler: Handler) -> ConsumerRunner:
+        """A durable consumer (created if missing, updated if its settings changed), not yet started."""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> EventLog:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

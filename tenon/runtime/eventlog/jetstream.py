@@ -1,0 +1,295 @@
+"""The event log on NATS JetStream.
+
+* ``publish`` sets ``Nats-Msg-Id`` to the event id; JetStream answers a repeat inside the duplicate window with
+  the original sequence (``duplicate=True``), which is what makes redelivered handlers harmless.
+* ``append`` adds ``Nats-Expected-Last-Subject-Sequence``; the server's "wrong last sequence" (error 10071)
+  becomes :class:`ConcurrencyConflict` with the actual sequence.
+* ``read`` uses an *ordered consumer*: ephemeral, push, flow-controlled, in memory on the server and gone when
+  the reader leaves. Auditing the log (``tenon tap``) or rebuilding a projection leaves no durable state.
+* ``consumer`` provisions a durable pull consumer and runs :class:`PullConsumerRunner` over it; fetches are
+  bounded by free handler slots, so the broker never holds more unacked work for a replica than it can do.
+
+The client reconnects on its own (``max_reconnect_attempts=-1`` for services); the runner treats a failed
+fetch as transient and tries again, so a broker restart costs a pause, not a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import AsyncIterator, Mapping
+from datetime import datetime
+from typing import Any
+
+import nats
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.errors import BadRequestError, NotFoundError
+
+from proto import subjects
+from proto.codec import encode
+from proto.events import DeadLetter, Event
+from tenon.runtime.eventlog import tracing
+from tenon.runtime.eventlog.connection import ConnectionSettings
+from tenon.runtime.eventlog.interface import ConsumerRunner, EventLog, Handler
+from tenon.runtime.eventlog.provisioning import (
+    StreamSettings,
+    default_streams,
+    ensure_consumer,
+    ensure_stream,
+)
+from tenon.runtime.eventlog.records import (
+    ConcurrencyConflict,
+    ConsumerSettings,
+    EventLogError,
+    LogRecord,
+    PublishResult,
+)
+from tenon.runtime.eventlog.runner import Delivery, PullConsumerRunner
+
+log = logging.getLogger("tenon.eventlog.jetstream")
+
+MSG_ID = "Nats-Msg-Id"
+EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
+WRONG_LAST_SEQUENCE = 10071
+_WRONG_SEQ_TEXT = re.compile(r"wrong last sequence: (\d+)")
+
+
+async def connect(settings: ConnectionSettings) -> Client:
+    """Connect, turning the client's assorted failures into one :class:`EventLogError` that says where."""
+    options = settings.connect_options()
+    options["error_cb"] = _log_connection_error
+    try:
+        if settings.max_reconnect_attempts < 0:
+            client: Client = await nats.connect(**options)
+        else:
+            budget = settings.connect_timeout * (options["max_reconnect_attempts"] + 1) + 1.0
+            client = await asyncio.wait_for(nats.connect(**options), timeout=budget)
+        return client
+    except Exception as exc:
+        detail = str(exc) or type(exc).__name__
+        raise EventLogError(f"cannot reach NATS at {settings.describe()}: {detail}") from None
+
+
+async def _log_connection_error(exc: Exception) -> None:
+    # one line, not the client's default traceback: a reconnecting service would flood its log otherwise
+    log.warning("nats connection error: %s", str(exc) or type(exc).__name__)
+
+
+class JetStreamEventLog(EventLog):
+    def __init__(self, client: Client, streams: tuple[StreamSettings, ...] | None = None) -> None:
+        self.client = client
+        self.js: JetStreamContext = client.jetstream(timeout=5.0)
+        self.streams = streams or default_streams()
+
+    @classmethod
+    async def connect(
+        cls,
+        settings: ConnectionSettings,
+        streams: tuple[StreamSettings, ...] | None = None,
+        *,
+        provision: bool = True,
+    ) -> JetStreamEventLog:
+        event_log = cls(await connect(settings), streams)
+        if provision:
+            await event_log.provision()
+        return event_log
+
+    async def provision(self) -> None:
+        for stream in self.streams:
+            await ensure_stream(self.js, stream)
+
+    @staticmethod
+    def _stream_of(subject: str) -> str:
+        if subjects.matches(subjects.DEADLETTERS, subject):
+            return subjects.DEADLETTER_STREAM
+        return subjects.EVENTS_STREAM
+
+    @staticmethod
+    def _headers(event: Event, extra: Mapping[str, str] | None) -> dict[str, str]:
+        headers = {MSG_ID: event.id, "Tenon-Event-Type": type(event).__name__, **(extra or {})}
+        return tracing.inject(headers)
+
+    async def publish(
+        self, subject: str, event: Event, *, headers: Mapping[str, str] | None = None
+    ) -> PublishResult:
+        with tracing.publish_span(subject, type(event).__name__):
+            return await self._publish(subject, encode(event), self._headers(event, headers))
+
+    async def publish_raw(self, subject: str, data: bytes, headers: Mapping[str, str] | None = None) -> PublishResult:
+        """Store bytes as they are (tests use it to feed undecodable payloads)."""
+        return await self._publish(subject, data, dict(headers or {}))
+
+    async def _publish(self, subject: str, data: bytes, headers: dict[str, str]) -> PublishResult:
+        try:
+            ack = await self.js.publish(subject, data, headers=headers)
+        except nats.errors.NoRespondersError:
+            raise EventLogError(f"no stream captures {subject!r}: was the log provisioned?") from None
+        return PublishResult(ack.stream, ack.seq, bool(ack.duplicate))
+
+    async def append(
+        self,
+        subject: str,
+        event: Event,
+        *,
+        expected_last_sequence: int,
+        headers: Mapping[str, str] | None = None,
+    ) -> PublishResult:
+        merged = {**(headers or {}), EXPECTED_LAST_SUBJECT_SEQUENCE: str(expected_last_sequence)}
+        with tracing.publish_span(subject, type(event).__name__):
+            try:
+                return await self._publish(subject, encode(event), self._headers(event, merged))
+            except BadRequestError as exc:
+                if exc.err_code != WRONG_LAST_SEQUENCE:
+                    raise
+                match = _WRONG_SEQ_TEXT.search(exc.description or "")
+                actual = int(match.group(1)) if match else None
+                raise ConcurrencyConflict(subject, expected_last_sequence, actual) from None
+
+    async def last_subject_sequence(self, subject: str) -> int:
+        try:
+            message = await self.js.get_last_msg(self._stream_of(subject), subject)
+        except NotFoundError:
+            return 0
+        return int(message.seq or 0)
+
+    async def last_sequence(self, stream: str = subjects.EVENTS_STREAM) -> int:
+        """The sequence of the newest message in ``stream``."""
+        try:
+            info = await self.js.stream_info(stream)
+        except NotFoundError:
+            raise EventLogError(
+                f"stream {stream} does not exist on this broker: no tenon service has provisioned it yet"
+            ) from None
+        return int(info.state.last_seq)
+
+    async def read(  # type: ignore[override]
+        self,
+        subject_filter: str = subjects.ALL_EVENTS,
+        *,
+        start_sequence: int | None = None,
+        start_time: datetime | None = None,
+        stop_sequence: int | None = None,
+        follow: bool = False,
+        stream: str = subjects.EVENTS_STREAM,
+    ) -> AsyncIterator[LogRecord]:
+        last = await self.last_sequence(stream)
+        end = None if follow else min(last, stop_sequence) if stop_sequence else last
+        if end is not None and (end == 0 or (start_sequence or 1) > end):
+            return
+        config = ConsumerConfig()
+        if start_sequence:
+            config.deliver_policy = DeliverPolicy.BY_START_SEQUENCE
+            config.opt_start_seq = start_sequence
+        elif start_time:
+            config.deliver_policy = DeliverPolicy.BY_START_TIME
+            config.opt_start_time = start_time
+        else:
+            config.deliver_policy = DeliverPolicy.ALL
+        subscription = await self.js.subscribe(subject_filter, stream=stream, ordered_consumer=True, config=config)
+        try:
+            while True:
+                try:
+                    # nothing matching within a second while catching up means nothing left to read
+                    message = await subscription.next_msg(timeout=3600.0 if follow else 1.0)
+                except nats.errors.TimeoutError:
+                    if follow:
+                        continue
+                    return
+                record = _record(message)
+                if stop_sequence is not None and record.sequence > stop_sequence:
+                    return
+                yield record
+                if end is not None and (record.sequence >= end or message.metadata.num_pending == 0):
+                    return
+        finally:
+            # the server would drop the ephemeral consumer after its inactivity threshold anyway; deleting it
+            # now keeps an audit session from showing up in consumer listings at all
+            consumer_name = getattr(subscription, "_consumer", None)
+            try:
+                await subscription.unsubscribe()
+                if consumer_name:
+                    await self.js.delete_consumer(stream, consumer_name)
+            except Exception:  # already gone, or the connection with it
+                pass
+
+    async def consumer_ack_floor(self, durable: str) -> int:
+        try:
+            info = await self.js.consumer_info(subjects.EVENTS_STREAM, durable)
+        except NotFoundError:
+            return 0
+        return int(info.ack_floor.stream_seq) if info.ack_floor else 0
+
+    def consumer(self, settings: ConsumerSettings, handler: Handler) -> ConsumerRunner:
+        stream = subjects.EVENTS_STREAM
+
+        async def open_source() -> _JetStreamSource:
+            await ensure_consumer(self.js, stream, settings)
+            subscription = await self.js.pull_subscribe_bind(settings.durable, stream)
+            return _JetStreamSource(subscription)
+
+        async def write_dead_letter(letter: DeadLetter) -> None:
+            await self.publish(subjects.deadletter(letter.stream, letter.consumer), letter)
+
+        return PullConsumerRunner(
+            stream=stream,
+            settings=settings,
+            handler=handler,
+            open_source=open_source,
+            write_dead_letter=write_dead_letter,
+        )
+
+    async def close(self) -> None:
+        if not self.client.is_closed:
+            await self.client.drain()
+
+
+_NO_HEADERS: dict[str, str] = {}
+
+
+def _record(message: Msg) -> LogRecord:
+    metadata = message.metadata
+    return LogRecord(
+        sequence=metadata.sequence.stream,
+        subject=message.subject,
+        data=message.data,
+        headers=message.headers or _NO_HEADERS,  # the client's own dict, read-only from here on
+        recorded_at=metadata.timestamp,  # nats-py gives it in UTC already
+        delivery_count=metadata.num_delivered or 1,
+    )
+
+
+class _JetStreamDelivery:
+    def __init__(self, message: Msg) -> None:
+        self._message = message
+        self.record = _record(message)
+
+    async def ack(self) -> None:
+        await self._message.ack_sync(timeout=2.0)
+
+    async def nak(self, delay: float) -> None:
+        await self._message.nak(delay=delay)
+
+
+class _JetStreamSource:
+    def __init__(self, subscription: Any) -> None:
+        self._subscription = subscription
+
+    async def fetch(self, max_messages: int, timeout: float) -> list[Delivery]:
+        try:
+            messages = await self._subscription.fetch(batch=max_messages, timeout=timeout)
+        except nats.errors.TimeoutError:
+            return []
+        except asyncio.CancelledError:
+            raise
+        return [_JetStreamDelivery(m) for m in messages]
+
+    async def close(self) -> None:
+        try:
+            await self._subscription.unsubscribe()
+        except Exception:
+            pass

@@ -1,0 +1,272 @@
+"""The durable consumer runner, shared by the JetStream and in-memory logs.
+
+What it guarantees a handler:
+
+* **At-least-once, effectively once.** A message is acked only after its handler returned, and the ack is a
+  confirmed ("double") ack. If the confirmation is lost (the broker restarted at that moment) the runner
+  remembers the sequence, and when the broker redelivers it, acks it again without running the handler twice.
+  Across process restarts, handlers stay idempotent through deterministic event ids (:mod:`proto.ids`).
+* **Bounded concurrency, per-subject order.** Up to ``max_concurrency`` handlers run at once, but messages on
+  the same subject (one NodeClaim, one node) run one at a time in log order, like kopf's per-object queues.
+* **Failures are retried, then kept.** :class:`TransientError` or any unexpected exception naks with backoff;
+  after ``max_deliver`` attempts, or at once for :class:`PermanentError` and undecodable payloads, the message
+  is copied to the dead-letter stream with the error text and delivery count, then acked so the consumer goes
+  on. If the dead-letter write itself fails the message is nak'ed: nothing is dropped.
+* **Graceful stop.** ``stop()`` stops fetching, lets in-flight handlers finish (up to ``drain_timeout``) and
+  acks them; what did not finish is left for redelivery.
+
+The transport is reached through two small protocols, :class:`Delivery` and :class:`DeliverySource`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Protocol
+
+from proto.codec import UndecodableEvent
+from proto.events import DeadLetter
+from proto.ids import derive_id
+from tenon.runtime.eventlog import tracing
+from tenon.runtime.eventlog.interface import ConsumerRunner, Handler
+from tenon.runtime.eventlog.records import ConsumerSettings, LogRecord, PermanentError
+
+log = logging.getLogger("tenon.eventlog.runner")
+
+_REMEMBERED_UNCONFIRMED = 10_000
+
+
+class Delivery(Protocol):
+    record: LogRecord
+
+    async def ack(self) -> None:
+        """Confirmed ack; raises if the broker did not confirm."""
+
+    async def nak(self, delay: float) -> None: ...
+
+
+class DeliverySource(Protocol):
+    async def fetch(self, max_messages: int, timeout: float) -> list[Delivery]:
+        """Up to ``max_messages`` deliveries; an empty list when none arrived within ``timeout``."""
+
+    async def close(self) -> None: ...
+
+
+DeadLetterWriter = Callable[[DeadLetter], Awaitable[None]]
+
+
+class PullConsumerRunner(ConsumerRunner):
+    def __init__(
+        self,
+        *,
+        stream: str,
+        settings: ConsumerSettings,
+        handler: Handler,
+        open_source: Callable[[], Awaitable[DeliverySource]],
+        write_dead_letter: DeadLetterWriter,
+    ) -> None:
+        self.stream = stream
+        self.settings = settings
+        self._handler = handler
+        self._open_source = open_source
+        self._write_dead_letter = write_dead_letter
+        self._source: DeliverySource | None = None
+        self._fetch_task: asyncio.Task[None] | None = None
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._subject_locks: dict[str, asyncio.Lock] = {}
+        self._subject_users: dict[str, int] = {}
+        self._unconfirmed: OrderedDict[int, None] = OrderedDict()
+        self._refill_at = max(1, min(settings.fetch_batch, settings.max_concurrency) * 3 // 4)
+        self._slot_freed = asyncio.Event()
+        self._stopping = False
+        self._handled = 0
+        self._dead_lettered = 0
+
+    @property
+    def handled(self) -> int:
+        return self._handled
+
+    @property
+    def dead_lettered(self) -> int:
+        return self._dead_lettered
+
+    async def start(self) -> None:
+        if self._fetch_task is not None:
+            return
+        self._source = await self._open_source()
+        self._fetch_task = asyncio.create_task(self._fetch_loop(), name=f"consumer:{self.settings.durable}")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._fetch_task is not None:
+            self._fetch_task.cancel()
+            await asyncio.gather(self._fetch_task, return_exceptions=True)
+            self._fetch_task = None
+        if self._inflight:
+            _done, pending = await asyncio.wait(set(self._inflight), timeout=self.settings.drain_timeout)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        if self._source is not None:
+            await self._source.close()
+            self._source = None
+
+    async def _fetch_loop(self) -> None:
+        assert self._source is not None
+        while not self._stopping:
+            free = self.settings.max_concurrency - len(self._inflight)
+            if free < self._refill_at:
+                # wait for a worthwhile number of free slots: one fetch round trip per handful of messages
+                # instead of one per message when handlers are quick (an Event, not asyncio.wait over the
+                # in-flight set, which would cost O(in flight) per completed handler)
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+                continue
+            try:
+                deliveries = await self._source.fetch(min(free, self.settings.fetch_batch), timeout=1.0)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # broker restarting, connection lost: the client reconnects by itself
+                log.warning("fetch failed, retrying", extra={"consumer": self.settings.durable, "error": str(exc)})
+                await asyncio.sleep(0.25)
+                continue
+            for delivery in deliveries:
+                task = asyncio.create_task(self._process(delivery))
+                self._inflight.add(task)
+                task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        if self.settings.max_concurrency - len(self._inflight) >= self._refill_at:
+            self._slot_freed.set()
+
+    async def _process(self, delivery: Delivery) -> None:
+        record = delivery.record
+        lock = self._subject_locks.setdefault(record.subject, asyncio.Lock())
+        self._subject_users[record.subject] = self._subject_users.get(record.subject, 0) + 1
+        try:
+            async with lock:
+                handled = await self._process_in_order(delivery)
+            if handled:
+                # acked outside the subject's lock: order matters for the handlers' side effects, not for the
+                # acks, and the next message of the subject need not wait for this one's round trip
+                await self._ack(delivery)
+        finally:
+            users = self._subject_users[record.subject] - 1
+            if users:
+                self._subject_users[record.subject] = users
+            else:
+                # nobody holds or waits for it: forget it so the map stays as small as the work in flight
+                del self._subject_users[record.subject]
+                del self._subject_locks[record.subject]
+
+    async def _process_in_order(self, delivery: Delivery) -> bool:
+        """Run the handler; True when it succeeded and the message is to be acked."""
+        record = delivery.record
+        if record.sequence in self._unconfirmed:
+            # handled before, only the ack confirmation was lost: don't run the side effects again
+            return True
+        try:
+            if "traceparent" in record.headers:
+                with tracing.consume_span(record.subject, record.headers, self.settings.durable, record.sequence):
+                    await self._handler(record)
+            else:
+                await self._handler(record)  # nothing to continue: skip the context manager on the hot path
+        except asyncio.CancelledError:
+            raise
+        except UndecodableEvent as exc:
+            await self._dead_letter(delivery, f"undecodable: {exc}")
+        except PermanentError as exc:
+            await self._dead_letter(delivery, f"permanent failure: {exc}")
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            if record.delivery_count >= self.settings.max_deliver:
+                await self._dead_letter(
+                    delivery, f"failed {record.delivery_count} of {self.settings.max_deliver} attempts: {reason}"
+                )
+            else:
+                delay = self.settings.backoff_for(record.delivery_count)
+                log.warning(
+                    "handler failed, will retry",
+                    extra={
+                        "consumer": self.settings.durable,
+                        "subject": record.subject,
+                        "sequence": record.sequence,
+                        "attempt": record.delivery_count,
+                        "retry_in_s": delay,
+                        "error": reason,
+                    },
+                )
+                await self._nak(delivery, delay)
+            return False
+        else:
+            self._handled += 1
+            return True
+        return False
+
+    async def _ack(self, delivery: Delivery) -> None:
+        sequence = delivery.record.sequence
+        try:
+            await delivery.ack()
+        except Exception as exc:
+            self._unconfirmed[sequence] = None
+            if len(self._unconfirmed) > _REMEMBERED_UNCONFIRMED:
+                self._unconfirmed.popitem(last=False)
+            log.warning(
+                "ack not confirmed; a redelivery will be acked without running the handler again",
+                extra={"consumer": self.settings.durable, "sequence": sequence, "error": str(exc)},
+            )
+        else:
+            self._unconfirmed.pop(sequence, None)
+
+    async def _nak(self, delivery: Delivery, delay: float) -> None:
+        try:
+            await delivery.nak(delay)
+        except Exception as exc:  # the broker redelivers after ack_wait anyway
+            log.warning("nak failed", extra={"consumer": self.settings.durable, "error": str(exc)})
+
+    async def _dead_letter(self, delivery: Delivery, error: str) -> None:
+        record = delivery.record
+        try:
+            text = record.data.decode("utf-8")
+            data, encoding = text, "utf-8"
+        except UnicodeDecodeError:
+            data, encoding = base64.b64encode(record.data).decode("ascii"), "base64"
+        letter = DeadLetter(
+            id=derive_id("eventlog", "DeadLetter", self.stream, self.settings.durable, record.sequence),
+            decided_at=datetime.now(UTC),
+            producer=f"consumer/{self.settings.durable}",
+            stream=self.stream,
+            consumer=self.settings.durable,
+            original_subject=record.subject,
+            original_sequence=record.sequence,
+            delivery_count=record.delivery_count,
+            error=error,
+            headers=dict(record.headers),
+            data=data,
+            data_encoding=encoding,  # type: ignore[arg-type]
+        )
+        try:
+            await self._write_dead_letter(letter)
+        except Exception as exc:
+            log.error(
+                "dead-letter write failed; message left for redelivery",
+                extra={"consumer": self.settings.durable, "sequence": record.sequence, "error": str(exc)},
+            )
+            await self._nak(delivery, self.settings.backoff_for(record.delivery_count))
+            return
+        self._dead_lettered += 1
+        log.error(
+            "message dead-lettered",
+            extra={
+                "consumer": self.settings.durable,
+                "subject": record.subject,
+                "sequence": record.sequence,
+                "error": error,
+            },
+        )
+        await self._ack(delivery)

@@ -1,0 +1,229 @@
+"""Termination: the one path by which a node leaves, for every disruption method and for user deletes.
+
+Steps, each idempotent so a restarted service resumes a half-done termination and finishes it once:
+
+1. Taint the Node ``karpenter.sh/disrupted:NoSchedule`` so nothing new lands on it.
+2. Drain through the Eviction API, in tiers (Karpenter's order): non-critical pods, then non-critical DaemonSet
+   pods, then critical pods (``system-cluster-critical`` / ``system-node-critical``), then critical DaemonSet
+   pods; a tier starts only when the one before is gone. Pods that tolerate the disrupted taint are left (they
+   would come straight back). A 429 means a PodDisruptionBudget says "not now": retry with backoff, never
+   force. Only the NodeClaim's ``terminationGracePeriod`` (from the NodePool template) overrides budgets: past
+   it, what remains is deleted.
+3. Append ``NodeClaimDrained`` (the pods evicted, whether the grace period ran out), then delete the Node (and
+   remove tenon's finalizer from it). The launcher removes exactly this claim's machine when it sees Drained,
+   and appends ``NodeClaimTerminated``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from proto import events as ev
+from proto import subjects
+from proto.ids import derive_id
+from tenon.domain.projection import ClaimState, ClusterProjection, KubeObject
+from tenon.runtime.eventlog import ConcurrencyConflict, EventLog
+from tenon.runtime.kube import NODES, PODS, Kube, KubeApiError
+from tenon.services.disruption.budgets import BudgetError, parse_duration
+
+log = logging.getLogger("tenon.disruption.termination")
+
+PRODUCER = "disruption"
+DISRUPTED_TAINT = {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}
+TERMINATION_FINALIZER = "karpenter.sh/termination"
+CRITICAL = ("system-cluster-critical", "system-node-critical")
+
+
+def _is_daemon(pod: KubeObject) -> bool:
+    return any(o.get("kind") == "DaemonSet" for o in (pod.get("metadata") or {}).get("ownerReferences") or [])
+
+
+def _tolerates_disrupted(pod: KubeObject) -> bool:
+    for toleration in (pod.get("spec") or {}).get("tolerations") or []:
+        if toleration.get("operator") == "Exists" and not toleration.get("key"):
+            return True
+        if toleration.get("key") == DISRUPTED_TAINT["key"] and toleration.get("effect") in (None, "", "NoSchedule"):
+            return True
+    return False
+
+
+def drain_tier(pod: KubeObject) -> int:
+    critical = (pod.get("spec") or {}).get("priorityClassName") in CRITICAL
+    return (2 if critical else 0) + (1 if _is_daemon(pod) else 0)
+
+
+def pods_to_drain(pods: list[KubeObject]) -> list[KubeObject]:
+    """The pods still to evict, first tier only."""
+    remaining = [
+        p for p in pods
+        if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed") and not _tolerates_disrupted(p)
+    ]
+    if not remaining:
+        return []
+    first = min(drain_tier(p) for p in remaining)
+    return [p for p in remaining if drain_tier(p) == first]
+
+
+def grace_period(projection: ClusterProjection, claim: ClaimState) -> timedelta | None:
+    if claim.planned is None:
+        return None
+    nodepool = projection.nodepools.get(claim.planned.nodepool) or {}
+    raw = (((nodepool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("terminationGracePeriod")
+    if not raw:
+        return None
+    try:
+        return parse_duration(str(raw))
+    except BudgetError:
+        return None
+
+
+class Terminator:
+    def __init__(
+        self,
+        kube: Kube,
+        event_log: EventLog,
+        projection: ClusterProjection,
+        *,
+        poll_seconds: float = 0.2,
+        max_backoff: float = 5.0,
+    ) -> None:
+        self.kube = kube
+        self.log = event_log
+        self.projection = projection
+        self.poll_seconds = poll_seconds
+        self.max_backoff = max_backoff
+
+    async def terminate(self, name: str) -> None:
+        claim = self.projection.claims[name]
+        assert claim.disruption is not None
+        node_name = (claim.registered.node if claim.registered else None) or claim.disruption.node
+        evicted: list[str] = []
+        expired = False
+        if claim.drained is None:
+            if node_name:
+                evicted, expired = await self._drain(claim, node_name)
+            await self._append_drained(claim, node_name, evicted, expired)
+        if node_name:
+            await self._delete_node(node_name)
+        log.info("node terminated", extra={"nodeclaim": name, "node": node_name, "evicted": len(evicted)})
+
+    async def _drain(self, claim: ClaimState, node_name: str) -> tuple[list[str], bool]:
+        assert claim.disruption is not None
+        await self._taint(node_name)
+        grace = grace_period(self.projection, claim)
+        deadline = claim.disruption.decided_at + grace if grace is not None else None
+        evicted: list[str] = []
+        backoff = self.poll_seconds
+        while True:
+            try:
+                pods, _ = await self.kube.list(PODS, field_selector=f"spec.nodeName={node_name}")
+            except KubeApiError as exc:
+                log.warning("listing pods failed", extra={"node": node_name, "error": str(exc)})
+                await asyncio.sleep(backoff)
+                continue
+            tier = pods_to_drain(pods)
+            if not tier:
+                return evicted, False
+            if deadline is not None and datetime.now(UTC) >= deadline:
+                for pod in [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]:
+                    meta = pod["metadata"]
+                    await self.kube.delete(PODS, meta["name"], meta.get("namespace"), grace_period_seconds=0)
+                log.warning("terminationGracePeriod reached: remaining pods deleted",
+                            extra={"nodeclaim": claim.name, "node": node_name})
+                return evicted, True
+            refused = 0
+            for pod in tier:
+                meta = pod["metadata"]
+                if meta.get("deletionTimestamp"):
+                    continue  # already on its way out
+                key = f"{meta.get('namespace')}/{meta['name']}"
+                try:
+                    await self.kube.evict(meta["name"], meta.get("namespace", "default"))
+                    evicted.append(key)
+                except KubeApiError as exc:
+                    if exc.status == 429:
+                        refused += 1
+                        log.info("eviction refused by a PodDisruptionBudget, will retry",
+                                 extra={"pod": key, "node": node_name, "error": exc.message})
+                    elif exc.status != 404:
+                        log.warning("eviction failed", extra={"pod": key, "error": str(exc)})
+            backoff = min(backoff * 2, self.max_backoff) if refused else self.poll_seconds
+            await asyncio.sleep(backoff)
+
+    async def _taint(self, node_name: str) -> None:
+        for _ in range(20):  # conflicts: the kubelet and others write the Node too
+            try:
+                node = await self.kube.get(NODES, node_name)
+                taints = list((node.get("spec") or {}).get("taints") or [])
+                if any(t.get("key") == DISRUPTED_TAINT["key"] for t in taints):
+                    return
+                await self.kube.patch(NODES, node_name, {
+                    "spec": {"taints": [*taints, dict(DISRUPTED_TAINT)]},
+                    "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+                })
+                return
+            except KubeApiError as exc:
+                if exc.status == 404:
+                    return
+                if exc.status != 409:
+                    raise
+        raise RuntimeError(f"could not taint node {node_name}: it keeps changing")
+
+    async def _append_drained(
+        self, claim: ClaimState, node_name: str | None, evicted: list[str], expired: bool
+    ) -> None:
+        event = ev.NodeClaimDrained(
+            id=derive_id(PRODUCER, "NodeClaimDrained", claim.name),
+            decided_at=datetime.now(UTC),
+            producer=PRODUCER,
+            causation_id=claim.disruption.id if claim.disruption else None,
+            correlation_id=claim.name,
+            nodeclaim=claim.name,
+            node=node_name,
+            evicted=tuple(evicted),
+            grace_period_expired=expired,
+        )
+        for _ in range(50):
+            if claim.drained is not None:
+                return
+            try:
+                await self.log.append(subjects.nodeclaim(claim.name), event, expected_last_sequence=claim.last_sequence)
+                claim.drained = event
+                return
+            except ConcurrencyConflict:
+                await asyncio.sleep(0.1)  # our projection has not seen the claim's latest event yet
+        raise RuntimeError(f"could not record the drain of {claim.name}: its subject keeps changing")
+
+    async def _delete_node(self, node_name: str) -> None:
+        try:
+            await self.kube.delete(NODES, node_name)
+            node = await self.kube.get_or_none(NODES, node_name)
+            if node is not None:
+                finalizers = [f for f in node["metadata"].get("finalizers") or [] if f != TERMINATION_FINALIZER]
+                await self.kube.patch(NODES, node_name, {"metadata": {"finalizers": finalizers}})
+        except KubeApiError as exc:
+            if exc.status != 404:
+                raise
+
+
+async def remove_stale_taints(kube: Kube, projection: ClusterProjection) -> list[str]:
+    """Nodes left with the disrupted taint by a termination that will not finish (its claim is not being
+    disrupted any more): untaint them so they are usable again."""
+    disrupting = {
+        c.registered.node for c in projection.claims.values() if c.registered and c.disruption and not c.terminated
+    }
+    cleaned = []
+    for name, node in projection.nodes.items():
+        taints: list[dict[str, Any]] = (node.get("spec") or {}).get("taints") or []
+        if name in disrupting or not any(t.get("key") == DISRUPTED_TAINT["key"] for t in taints):
+            continue
+        kept = [t for t in taints if t.get("key") != DISRUPTED_TAINT["key"]]
+        try:
+            await kube.patch(NODES, name, {"spec": {"taints": kept}})
+            cleaned.append(name)
+        except KubeApiError as exc:
+            log.warning("could not remove a stale disrupted taint", extra={"node": name, "error": str(exc)})
+    return cleaned

@@ -1,0 +1,462 @@
+"""What the pod-watcher sees, and which of it is worth an event: pure functions and plain-data trackers.
+
+Everything here takes Kubernetes objects as dicts (plus what was published before) and returns the event to
+publish, or ``None``. Nothing here reads a clock it was not given, talks to a cluster or touches the log, so
+every rule is tested with literal objects (``tests/pod_watcher/test_observations.py``).
+
+Which pods are pending
+----------------------
+A pod is *pending* for tenon when the kube-scheduler has tried and failed to place it: condition
+``PodScheduled=False`` with reason ``Unschedulable``. Excluded, as in Karpenter's provisioner:
+
+* pods owned by a DaemonSet (their controller places them per node; a new node would not help them),
+* pods being deleted (``metadata.deletionTimestamp``),
+* pods of another scheduler (``spec.schedulerName`` set and not ``default-scheduler``),
+* pods already bound (``spec.nodeName``) or finished (phase ``Succeeded``/``Failed``).
+
+Which changes matter
+--------------------
+Nodes and bound pods change constantly for reasons no scheduling decision depends on (kubelet heartbeats,
+image lists, pod IPs). A change is published only when its *fingerprint* changes: for a Node its labels,
+taints, capacity and allocatable, the Ready condition's status, ``spec.unschedulable``, ``spec.providerID``,
+``deletionTimestamp`` and ``karpenter.*`` annotations; for a bound pod its node, phase, labels, owners,
+resource requests (containers, init containers, overhead), ``deletionTimestamp`` and ``karpenter.*``
+annotations. The comparison is against the last object *published*, so small irrelevant changes never hide a
+relevant one that follows.
+
+:class:`ObservedObjects` keeps that "last published" view per kind, keyed by uid, and turns both watch changes
+and re-lists into events: after a re-list (the only correct answer to a gap, e.g. 410 Gone) anything it knew
+that is no longer listed becomes ``removed``. It can be rebuilt from the log (:meth:`ObservedObjects.restore`),
+which is how a new leader continues where the old one stopped without repeating it.
+
+Snapshots
+---------
+NodePools, NodeClasses and DaemonSets are few and read together, so they travel as whole snapshots. A
+snapshot is published when its *content* changes; content ignores ``resourceVersion`` and fields that are
+outputs rather than inputs (a DaemonSet's ``status``, which changes whenever a node joins, and a NodePool's
+``status.resources``, which the scheduler itself writes as it buys nodes; publishing on those would log a
+snapshot per node for nothing).
+
+Ids (``proto/README.md``, "Envelope and ids")
+---------------------------------------------
+* ``NodeObserved``/``BoundPodObserved``: object uid, resourceVersion, change.
+* snapshots: the content hash, preceded by the log sequence of the previous snapshot of that kind. The hash
+  alone would make a content that comes back (A, B, A within the broker's two-minute duplicate window) a
+  "duplicate" of the first A and silently drop it, leaving B as the log's last word; the previous sequence
+  makes each step distinct while two replicas deciding the same step still derive the same id.
+* ``PendingBatch``: the sorted pod uids and the window's opening time. ``batchId`` is the event id, and it is
+  also the ``correlationId`` that the scheduler carries along the chain.
+
+Objects are recorded whole except ``metadata.managedFields`` (server-side-apply bookkeeping, often larger
+than the object itself).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from proto import subjects
+from proto.events import (
+    BoundPodObserved,
+    DaemonSetsSnapshot,
+    Event,
+    KubeObject,
+    NodeClassesSnapshot,
+    NodeObserved,
+    NodePoolsSnapshot,
+    ObservedChange,
+    PendingBatch,
+)
+from proto.ids import derive_id
+from tenon.runtime.eventlog.factories import make_event
+
+PRODUCER = "pod-watcher"
+DEFAULT_SCHEDULER = "default-scheduler"
+
+
+class InvalidObject(ValueError):
+    """A Kubernetes object lacks a field the pod-watcher needs; the message names the object and the field."""
+
+
+# --- objects ---------------------------------------------------------------------------------------------------
+
+
+def describe(obj: Mapping[str, Any]) -> str:
+    """``Pod default/web-1``, ``Node n1``: how errors and logs name an object."""
+    meta = obj.get("metadata") or {}
+    kind = obj.get("kind") or "object"
+    name = meta.get("name") or "<unnamed>"
+    namespace = meta.get("namespace")
+    return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
+
+
+def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        raise InvalidObject(f"{describe(obj)}: metadata is missing or not an object")
+    return meta
+
+
+def uid_of(obj: Mapping[str, Any]) -> str:
+    uid = _metadata(obj).get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise InvalidObject(f"{describe(obj)}: metadata.uid is missing")
+    return uid
+
+
+def name_of(obj: Mapping[str, Any]) -> str:
+    name = _metadata(obj).get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidObject(f"{describe(obj)}: metadata.name is missing")
+    return name
+
+
+def namespace_of(obj: Mapping[str, Any]) -> str:
+    namespace = _metadata(obj).get("namespace")
+    if not isinstance(namespace, str) or not namespace:
+        raise InvalidObject(f"{describe(obj)}: metadata.namespace is missing")
+    return namespace
+
+
+def resource_version_of(obj: Mapping[str, Any]) -> str:
+    return str(_metadata(obj).get("resourceVersion") or "")
+
+
+def trimmed(obj: Mapping[str, Any]) -> KubeObject:
+    """A deep copy without ``metadata.managedFields``."""
+    out: KubeObject = copy.deepcopy(dict(obj))
+    meta = out.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return out
+
+
+def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    for condition in (obj.get("status") or {}).get("conditions") or ():
+        if isinstance(condition, Mapping) and condition.get("type") == kind:
+            return condition
+    return None
+
+
+def _owned_by_daemonset(pod: Mapping[str, Any]) -> bool:
+    return any(
+        isinstance(ref, Mapping) and ref.get("kind") == "DaemonSet"
+        for ref in (pod.get("metadata") or {}).get("ownerReferences") or ()
+    )
+
+
+def pending_exclusion(pod: Mapping[str, Any]) -> str | None:
+    """Why this pod is not one tenon should find room for, or ``None`` when it is pending."""
+    meta = _metadata(pod)
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName"):
+        return "bound to a node"
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return "finished"
+    if meta.get("deletionTimestamp"):
+        return "being deleted"
+    if (spec.get("schedulerName") or DEFAULT_SCHEDULER) != DEFAULT_SCHEDULER:
+        return f"scheduled by {spec.get('schedulerName')}"
+    if _owned_by_daemonset(pod):
+        return "owned by a DaemonSet"
+    condition = _condition(pod, "PodScheduled")
+    if condition is None or condition.get("status") != "False" or condition.get("reason") != "Unschedulable":
+        return "not marked PodScheduled=False/Unschedulable"
+    return None
+
+
+def is_pending(pod: Mapping[str, Any]) -> bool:
+    return pending_exclusion(pod) is None
+
+
+def is_bound(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("spec") or {}).get("nodeName"))
+
+
+def _karpenter_annotations(meta: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith("karpenter.")}
+
+
+def node_fingerprint(node: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a Node a scheduling or disruption decision reads (not heartbeats, images, addresses)."""
+    meta = _metadata(node)
+    spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    ready = _condition(node, "Ready")
+    return {
+        "labels": meta.get("labels") or {},
+        "annotations": _karpenter_annotations(meta),
+        "deletionTimestamp": meta.get("deletionTimestamp"),
+        "taints": spec.get("taints") or [],
+        "unschedulable": bool(spec.get("unschedulable")),
+        "providerID": spec.get("providerID"),
+        "capacity": status.get("capacity") or {},
+        "allocatable": status.get("allocatable") or {},
+        "ready": ready.get("status") if ready else None,
+    }
+
+
+def _requests(containers: Any) -> list[Any]:
+    return [(c.get("name"), (c.get("resources") or {}).get("requests")) for c in containers or ()
+            if isinstance(c, Mapping)]
+
+
+def bound_pod_fingerprint(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a bound pod that change the room left on its node or how it may be disrupted."""
+    meta = _metadata(pod)
+    spec = pod.get("spec") or {}
+    return {
+        "nodeName": spec.get("nodeName"),
+        "phase": (pod.get("status") or {}).get("phase"),
+        "labels": meta.get("labels") or {},
+        "annotations": _karpenter_annotations(meta),
+        "ownerReferences": meta.get("ownerReferences") or [],
+        "deletionTimestamp": meta.get("deletionTimestamp"),
+        "containers": _requests(spec.get("containers")),
+        "initContainers": _requests(spec.get("initContainers")),
+        "overhead": spec.get("overhead"),
+    }
+
+
+# --- observations of nodes and bound pods ----------------------------------------------------------------------
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def node_event(change: ObservedChange, node: Mapping[str, Any], *, decided_at: datetime | None = None) -> NodeObserved:
+    obj = trimmed(node)
+    return make_event(NodeObserved, producer=PRODUCER, key=(uid_of(obj), resource_version_of(obj), change),
+                      decided_at=decided_at or _now(), change=change, node=obj)
+
+
+def bound_pod_event(change: ObservedChange, pod: Mapping[str, Any], *,
+                    decided_at: datetime | None = None) -> BoundPodObserved:
+    obj = trimmed(pod)
+    return make_event(BoundPodObserved, producer=PRODUCER, key=(uid_of(obj), resource_version_of(obj), change),
+                      decided_at=decided_at or _now(), change=change, pod=obj)
+
+
+def node_subject(event: Event) -> str:
+    assert isinstance(event, NodeObserved)
+    return subjects.node(name_of(event.node))
+
+
+def bound_pod_subject(event: Event) -> str:
+    assert isinstance(event, BoundPodObserved)
+    return subjects.bound_pod(namespace_of(event.pod), name_of(event.pod))
+
+
+@dataclass
+class ObservedObjects:
+    """The last published version of each tracked object of one kind, and the events that keep it current.
+
+    ``tracked`` says which objects belong here (every Node; only bound pods), ``fingerprint`` which changes
+    matter, ``make`` builds the event. Methods return the event to publish (or events, for a re-list) and
+    update the view as if it was published: the service publishes them in order, and if publishing fails its
+    leadership term ends and the next one rebuilds this view from the log.
+    """
+
+    kind: str
+    tracked: Callable[[Mapping[str, Any]], bool]
+    fingerprint: Callable[[Mapping[str, Any]], dict[str, Any]]
+    make: Callable[..., Event]
+    known: dict[str, KubeObject] = field(default_factory=dict)
+
+    def observe(self, obj: Mapping[str, Any], *, decided_at: datetime | None = None) -> Event | None:
+        """An object was added or modified: ``added``, ``changed`` (if its fingerprint moved) or nothing."""
+        uid = uid_of(obj)
+        previous = self.known.get(uid)
+        if not self.tracked(obj):
+            # e.g. a pod that was never bound; a tracked object cannot leave the set without being deleted
+            return self.forget(obj, decided_at=decided_at) if previous is not None else None
+        if previous is None:
+            self.known[uid] = trimmed(obj)
+            return self.make("added", obj, decided_at=decided_at)
+        if self.fingerprint(previous) == self.fingerprint(obj):
+            return None
+        self.known[uid] = trimmed(obj)
+        return self.make("changed", obj, decided_at=decided_at)
+
+    def forget(self, obj: Mapping[str, Any], *, decided_at: datetime | None = None) -> Event | None:
+        """An object was deleted: ``removed`` if it was known."""
+        if self.known.pop(uid_of(obj), None) is None:
+            return None
+        return self.make("removed", obj, decided_at=decided_at)
+
+    def relisted(self, items: Iterable[Mapping[str, Any]], *, decided_at: datetime | None = None) -> list[Event]:
+        """The complete current set: ``removed`` for what is gone, then events for what is new or changed.
+
+        Removals come first because readers key objects by name: a StatefulSet pod or a Node recreated under
+        the same name during the gap has a new uid, and its ``added`` must be the last word on that name."""
+        items = list(items)
+        seen = {uid_of(obj) for obj in items}
+        events: list[Event] = []
+        for uid in [uid for uid in self.known if uid not in seen]:
+            gone = self.known.pop(uid)
+            events.append(self.make("removed", gone, decided_at=decided_at))
+        for obj in items:
+            event = self.observe(obj, decided_at=decided_at)
+            if event is not None:
+                events.append(event)
+        return events
+
+    def restore(self, change: ObservedChange, obj: Mapping[str, Any]) -> None:
+        """Replay one published event (from the log) into the view."""
+        if change == "removed":
+            self.known.pop(uid_of(obj), None)
+        else:
+            self.known[uid_of(obj)] = trimmed(obj)
+
+
+def node_tracker() -> ObservedObjects:
+    return ObservedObjects("Node", lambda _node: True, node_fingerprint, node_event)
+
+
+def bound_pod_tracker() -> ObservedObjects:
+    return ObservedObjects("Pod", is_bound, bound_pod_fingerprint, bound_pod_event)
+
+
+# --- snapshots -------------------------------------------------------------------------------------------------
+
+SnapshotName = Literal["nodepools", "nodeclasses", "daemonsets"]
+
+
+@dataclass(frozen=True)
+class SnapshotKind:
+    """One snapshot family: its event type and field, its subject, and what its content ignores."""
+
+    name: SnapshotName
+    event_type: type[Event]
+    field_name: str
+    subject: str
+    ignored: tuple[tuple[str, ...], ...]
+    """Paths left out of the content: outputs of controllers, not inputs of decisions."""
+
+
+_ALWAYS_IGNORED: tuple[tuple[str, ...], ...] = (
+    ("metadata", "resourceVersion"),
+    ("metadata", "managedFields"),
+    ("metadata", "generation"),
+)
+
+NODEPOOLS = SnapshotKind("nodepools", NodePoolsSnapshot, "nodepools", subjects.NODEPOOLS,
+                         (*_ALWAYS_IGNORED, ("status", "resources"), ("status", "nodes")))
+NODECLASSES = SnapshotKind("nodeclasses", NodeClassesSnapshot, "nodeclasses", subjects.NODECLASSES, _ALWAYS_IGNORED)
+DAEMONSETS = SnapshotKind("daemonsets", DaemonSetsSnapshot, "daemonsets", subjects.DAEMONSETS,
+                          (*_ALWAYS_IGNORED, ("status",)))
+SNAPSHOT_KINDS: tuple[SnapshotKind, ...] = (NODEPOOLS, NODECLASSES, DAEMONSETS)
+
+
+def _without(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    if not path or not isinstance(obj, Mapping) or path[0] not in obj:
+        return obj
+    out = dict(obj)
+    if len(path) == 1:
+        del out[path[0]]
+    else:
+        out[path[0]] = _without(obj[path[0]], path[1:])
+    return out
+
+
+def _sort_key(obj: Mapping[str, Any]) -> tuple[str, str, str]:
+    meta = obj.get("metadata") or {}
+    return (str(obj.get("kind") or ""), str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+def snapshot_content(kind: SnapshotKind, objects: Iterable[Mapping[str, Any]]) -> tuple[KubeObject, ...]:
+    """The objects of a snapshot, trimmed and in a stable order (kind, namespace, name)."""
+    return tuple(sorted((trimmed(obj) for obj in objects), key=_sort_key))
+
+
+def snapshot_fingerprint(kind: SnapshotKind, objects: Sequence[Mapping[str, Any]]) -> str:
+    """A hash of what a decision reads from these objects (see the module docstring for what is ignored)."""
+    relevant = []
+    for obj in sorted(objects, key=_sort_key):
+        for path in kind.ignored:
+            obj = _without(obj, path)
+        relevant.append(obj)
+    text = json.dumps(relevant, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass
+class SnapshotState:
+    """What was last published for one snapshot kind (restored from the log by a new leader)."""
+
+    kind: SnapshotKind
+    fingerprint: str | None = None
+    sequence: int = 0
+
+    def decide(self, objects: Iterable[Mapping[str, Any]], *, decided_at: datetime | None = None) -> Event | None:
+        """The snapshot to publish for the current objects, or ``None`` when the content did not change.
+
+        Call :meth:`published` with the log sequence once it is stored."""
+        content = snapshot_content(self.kind, objects)
+        fingerprint = snapshot_fingerprint(self.kind, content)
+        if fingerprint == self.fingerprint:
+            return None
+        fields: dict[str, Any] = {self.kind.field_name: content}
+        return make_event(self.kind.event_type, producer=PRODUCER, key=(self.sequence, fingerprint),
+                          decided_at=decided_at or _now(), **fields)
+
+    def published(self, event: Event, sequence: int) -> None:
+        self.fingerprint = snapshot_fingerprint(self.kind, getattr(event, self.kind.field_name))
+        self.sequence = sequence
+
+
+# --- pending batches -------------------------------------------------------------------------------------------
+
+BATCH_ENVELOPE_BYTES = 4_096
+"""Room kept for the envelope and headers when a window is split to fit the broker's message size limit."""
+
+
+class PodTooLarge(ValueError):
+    """A single pod's JSON alone exceeds the message size limit; it cannot be sent in any batch."""
+
+
+def split_for_payload(pods: Sequence[Mapping[str, Any]], max_bytes: int) -> list[list[Mapping[str, Any]]]:
+    """The pods of one window in parts whose encoded size stays under ``max_bytes`` (NATS refuses bigger
+    messages: 1 MiB by default, so about 500 to 1,000 pods). Pods keep their order, so pods of one workload,
+    which sort together, stay together. Raises :class:`PodTooLarge` naming a pod that fits in no part."""
+    budget = max_bytes - BATCH_ENVELOPE_BYTES
+    parts: list[list[Mapping[str, Any]]] = [[]]
+    used = 0
+    for pod in pods:
+        size = len(json.dumps(pod, separators=(",", ":"), default=str)) + 1
+        if size > budget:
+            raise PodTooLarge(f"{describe(pod)}: {size} bytes of JSON, more than a batch may hold ({budget})")
+        if used + size > budget and parts[-1]:
+            parts.append([])
+            used = 0
+        parts[-1].append(pod)
+        used += size
+    return [part for part in parts if part]
+
+
+
+def pending_batch_event(pods: Sequence[Mapping[str, Any]], *, opened_at: float, closed_at: float,
+                        closed_by: Literal["idle", "max-duration", "shutdown"]) -> PendingBatch:
+    """The ``PendingBatch`` for one closed window; ``batchId`` and ``correlationId`` are its own id."""
+    uids = sorted(uid_of(pod) for pod in pods)
+    opened = datetime.fromtimestamp(opened_at, UTC)
+    key = (*uids, opened.isoformat())
+    batch_id = derive_id(PRODUCER, PendingBatch.__name__, *key)  # the id make_event gives it, known up front
+    return make_event(
+        PendingBatch,
+        producer=PRODUCER,
+        key=key,
+        correlation_id=batch_id,
+        decided_at=datetime.fromtimestamp(closed_at, UTC),
+        batch_id=batch_id,
+        pods=tuple(trimmed(pod) for pod in pods),
+        window_opened_at=opened,
+        window_closed_by=closed_by,
+    )
