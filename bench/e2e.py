@@ -127,7 +127,10 @@ CPU_CHOICES = ("250m", "500m", "750m", "1", "1500m", "2")
 MEMORY_CHOICES = ("256Mi", "512Mi", "1Gi", "2Gi")
 CHAIN_EVENTS = (NodeClaimPlanned, NodeClaimLaunched, NodeClaimRegistered, NodeClaimInitialized)
 HOPS = (
-    "PendingBatch -> Planned", "Planned -> Launched", "Launched -> Registered", "Registered -> Initialized"
+    "PendingBatch -> Planned",
+    "Planned -> Launched",
+    "Launched -> Registered",
+    "Registered -> Initialized",
 )
 
 
@@ -226,8 +229,13 @@ def disruption_overlap(events: Iterable[TimedEvent], percent: float) -> OverlapR
             alive.discard(event.nodeclaim)
             disrupting.discard(event.nodeclaim)
     return OverlapReport(
-        peak=peak, budget_at_peak=budget_at_peak, initial_budget=initial_budget or 0, violations=violations,
-        worst_excess=worst_excess, disrupted=len(requested), unfinished=len(disrupting),
+        peak=peak,
+        budget_at_peak=budget_at_peak,
+        initial_budget=initial_budget or 0,
+        violations=violations,
+        worst_excess=worst_excess,
+        disrupted=len(requested),
+        unfinished=len(disrupting),
     )
 
 
@@ -292,7 +300,8 @@ def hop_summary(hops: dict[str, list[float]]) -> dict[str, dict[str, float]]:
             "p99_ms": percentile(values, 0.99) * 1000,
             "max_ms": max(values) * 1000,
         }
-        for hop, values in hops.items() if values
+        for hop, values in hops.items()
+        if values
     }
 
 
@@ -324,26 +333,43 @@ def deployment(
 ) -> dict[str, Any]:
     labels = {"app": name, "bench": "e2e"}
     pod_spec: dict[str, Any] = {
-        "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
-                        "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+        "containers": [
+            {
+                "name": "app",
+                "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": {"cpu": cpu, "memory": memory}},
+            }
+        ],
     }
     if one_per_node:
-        pod_spec["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-            {"labelSelector": {"matchLabels": {"app": name}}, "topologyKey": "kubernetes.io/hostname"}
-        ]}}
+        pod_spec["affinity"] = {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {"app": name}}, "topologyKey": "kubernetes.io/hostname"}
+                ]
+            }
+        }
     return {
-        "apiVersion": "apps/v1", "kind": "Deployment",
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
         "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                 "template": {"metadata": {"labels": labels}, "spec": pod_spec}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
     }
 
 
 def varied_deployments(count: int, replicas: int) -> list[dict[str, Any]]:
     """``count`` Deployments of ``replicas`` pods; requests cycle through 250m-2 CPU and 256Mi-2Gi."""
     return [
-        deployment(f"bench-{i:02d}", replicas, CPU_CHOICES[i % len(CPU_CHOICES)],
-                   MEMORY_CHOICES[(i // 2) % len(MEMORY_CHOICES)])
+        deployment(
+            f"bench-{i:02d}",
+            replicas,
+            CPU_CHOICES[i % len(CPU_CHOICES)],
+            MEMORY_CHOICES[(i // 2) % len(MEMORY_CHOICES)],
+        )
         for i in range(count)
     ]
 
@@ -464,8 +490,9 @@ async def measure_provisioning(
         expected = deployments * replicas
         cpu_before = _cpu_seconds(stack)
         started = time.time()
-        await asyncio.gather(*(apply_manifests(kube, management, [d])
-                               for d in varied_deployments(deployments, replicas)))
+        await asyncio.gather(
+            *(apply_manifests(kube, management, [d]) for d in varied_deployments(deployments, replicas))
+        )
 
         async def running_pods() -> int:
             return tracker.running
@@ -504,7 +531,8 @@ async def measure_provisioning(
         "first_to_last_unschedulable_s": last_unschedulable - min(tracker.first_unschedulable.values()),
         "last_unschedulable_to_all_planned_s": last_planned - last_unschedulable,
         "last_unschedulable_to_first_wave_planned_s": (
-            None if waves.first_wave_last_planned is None
+            None
+            if waves.first_wave_last_planned is None
             else waves.first_wave_last_planned.timestamp() - last_unschedulable
         ),
         "pods_offered_again": waves.later_pods,
@@ -556,8 +584,9 @@ async def measure_scale_to_zero(
         )
         await _setup(stack, kube, management, documents)
         provision_started = time.time()
-        await apply_manifests(kube, management, [deployment("bench-one-per-node", nodes, "1500m", "1Gi",
-                                                            one_per_node=True)])
+        await apply_manifests(
+            kube, management, [deployment("bench-one-per-node", nodes, "1500m", "1Gi", one_per_node=True)]
+        )
 
         async def running_pods() -> int:
             return tracker.running
@@ -580,6 +609,7 @@ async def measure_scale_to_zero(
         )
         zero_replicas_at: float | None = None
         if not nodes_left:
+
             async def machine_deployments_at_zero() -> bool:
                 mds, _ = await management.list(MACHINEDEPLOYMENTS)
                 return not any(int((m.get("spec") or {}).get("replicas") or 0) for m in mds)
@@ -653,25 +683,44 @@ def run(quick: bool) -> Suite:
     suite = Suite(
         title=f"end to end, sandbox fast profile ({provisioning['pods']} pods; {nodes} empty nodes -> 0)",
         columns=["measure", "value", "reference"],
-        data={"provisioning": provisioning, "scale_to_zero": scale_down,
-              "references": {"cluster_autoscaler": CLUSTER_AUTOSCALER_BOUND,
-                             "karpenter_scale_to_zero": KARPENTER_FIELD_SCALE_TO_ZERO}},
+        data={
+            "provisioning": provisioning,
+            "scale_to_zero": scale_down,
+            "references": {
+                "cluster_autoscaler": CLUSTER_AUTOSCALER_BOUND,
+                "karpenter_scale_to_zero": KARPENTER_FIELD_SCALE_TO_ZERO,
+            },
+        },
     )
     p = provisioning
     suite.rows += [
-        [f"{p['pods']} pods / {p['deployments']} Deployments -> all Running",
-         _seconds(p["all_running_s"]) if not p["pods_never_running"]
-         else f"never: {p['pods_never_running']} pods not Running when progress stopped",
-         f"cluster-autoscaler: {CLUSTER_AUTOSCALER_BOUND}"],
-        ["pods seen Unschedulable (first -> last)",
-         f"{p['pods_seen_unschedulable']} ({p['first_to_last_unschedulable_s']:.2f} s)", ""],
-        ["last Unschedulable -> every NodeClaim planned", f"{p['last_unschedulable_to_all_planned_s']:.3f} s",
-         f"batch window {BATCH_IDLE_S:.0f} s + 250 ms"],
-        ["  of which the first wave (pods as they went pending)",
-         _seconds(p["last_unschedulable_to_first_wave_planned_s"]), ""],
-        ["  pods offered again later (batches / claims)",
-         f"{p['pods_offered_again']} ({p['later_batches']} / {p['claims_for_pods_offered_again']})",
-         "re-offered 30 s after batch"],
+        [
+            f"{p['pods']} pods / {p['deployments']} Deployments -> all Running",
+            _seconds(p["all_running_s"])
+            if not p["pods_never_running"]
+            else f"never: {p['pods_never_running']} pods not Running when progress stopped",
+            f"cluster-autoscaler: {CLUSTER_AUTOSCALER_BOUND}",
+        ],
+        [
+            "pods seen Unschedulable (first -> last)",
+            f"{p['pods_seen_unschedulable']} ({p['first_to_last_unschedulable_s']:.2f} s)",
+            "",
+        ],
+        [
+            "last Unschedulable -> every NodeClaim planned",
+            f"{p['last_unschedulable_to_all_planned_s']:.3f} s",
+            f"batch window {BATCH_IDLE_S:.0f} s + 250 ms",
+        ],
+        [
+            "  of which the first wave (pods as they went pending)",
+            _seconds(p["last_unschedulable_to_first_wave_planned_s"]),
+            "",
+        ],
+        [
+            "  pods offered again later (batches / claims)",
+            f"{p['pods_offered_again']} ({p['later_batches']} / {p['claims_for_pods_offered_again']})",
+            "re-offered 30 s after batch",
+        ],
         ["PendingBatch events", p["pending_batches"], ""],
         ["claims / nodes", f"{p['claims']} / {p['nodes']} ({p['claims_by_type']})", ""],
         ["price per hour", f"{p['price_per_hour']:.2f}", ""],
@@ -679,44 +728,74 @@ def run(quick: bool) -> Suite:
     for hop in HOPS:
         figures = p["hops"].get(hop)
         if figures:
-            suite.rows.append([
-                f"hop {hop} (p50 / p99 / max, n={figures['count']})",
-                f"{figures['p50_ms']:.0f} / {figures['p99_ms']:.0f} / {figures['max_ms']:.0f} ms",
-                f"sandbox waits {FAST_PROFILE_WAITS[hop]}" if hop in FAST_PROFILE_WAITS else "",
-            ])
+            suite.rows.append(
+                [
+                    f"hop {hop} (p50 / p99 / max, n={figures['count']})",
+                    f"{figures['p50_ms']:.0f} / {figures['p99_ms']:.0f} / {figures['max_ms']:.0f} ms",
+                    f"sandbox waits {FAST_PROFILE_WAITS[hop]}" if hop in FAST_PROFILE_WAITS else "",
+                ]
+            )
     suite.rows.append(["CPU during provisioning (top 3)", _top(p["cpu_seconds"]), ""])
     s = scale_down
     suite.rows += [
-        [f"{s['nodes']} nodes provisioned one pod each",
-         _seconds(s["provision_s"]) if not s["pods_never_running"]
-         else f"never: {s['pods_never_running']} pods not Running when progress stopped", ""],
-        ["delete -> no Node left", _seconds(s["delete_to_no_node_s"]) if not s["nodes_left"]
-         else f"never: {s['nodes_left']} left (claims stopped at {s['stuck_claims_last_step']})",
-         f"Karpenter: {KARPENTER_FIELD_SCALE_TO_ZERO}"],
+        [
+            f"{s['nodes']} nodes provisioned one pod each",
+            _seconds(s["provision_s"])
+            if not s["pods_never_running"]
+            else f"never: {s['pods_never_running']} pods not Running when progress stopped",
+            "",
+        ],
+        [
+            "delete -> no Node left",
+            _seconds(s["delete_to_no_node_s"])
+            if not s["nodes_left"]
+            else f"never: {s['nodes_left']} left (claims stopped at {s['stuck_claims_last_step']})",
+            f"Karpenter: {KARPENTER_FIELD_SCALE_TO_ZERO}",
+        ],
         ["delete -> last NodeClaimTerminated (log)", _seconds(s["delete_to_last_terminated_s"]), ""],
         ["delete -> every MachineDeployment at 0", _seconds(s["delete_to_replicas_zero_s"]), ""],
-        ["peak claims disrupted at once", f"{s['peak_disrupting']} (budget then {s['budget_at_peak']}; "
-                                          f"first decision's {s['initial_budget']})", "ceil(10% of pool)"],
+        [
+            "peak claims disrupted at once",
+            f"{s['peak_disrupting']} (budget then {s['budget_at_peak']}; "
+            f"first decision's {s['initial_budget']})",
+            "ceil(10% of pool)",
+        ],
         ["disruption decisions / claims disrupted", f"{s['decisions']} / {s['claims_disrupted']}", ""],
         ["CPU during scale to zero (top 3)", _top(s["cpu_seconds"]), ""],
     ]
     suite.targets += [
-        Target(f"{p['pods']} pending pods -> all Running", "every pod Running",
-               f"{p['pods'] - p['pods_never_running']} of {p['pods']} Running", not p["pods_never_running"]),
-        Target("last Unschedulable -> every NodeClaim planned", f"< {PLANNING_TARGET_S:.2f} s",
-               f"{p['last_unschedulable_to_all_planned_s']:.3f} s",
-               p["last_unschedulable_to_all_planned_s"] < PLANNING_TARGET_S),
-        Target("last Unschedulable -> a NodeClaim planned for every pending pod (first wave)",
-               f"< {PLANNING_TARGET_S:.2f} s", _seconds(p["last_unschedulable_to_first_wave_planned_s"]),
-               p["last_unschedulable_to_first_wave_planned_s"] is not None
-               and p["last_unschedulable_to_first_wave_planned_s"] < PLANNING_TARGET_S),
-        Target("disruption budget 10% never exceeded", "0 moments over budget",
-               f"{s['budget_violations']} moments over "
-               f"(peak {s['peak_disrupting']}, budget {s['budget_at_peak']})",
-               s["budget_violations"] == 0),
-        Target(f"{s['nodes']} empty nodes -> 0", "every claim disrupted and terminated, no Node left",
-               f"{s['claims_disrupted']} of {s['claims']} disrupted, {s['claims_unfinished']} unfinished, "
-               f"{s['nodes_left']} Nodes left",
-               s["claims_disrupted"] == s["claims"] and s["claims_unfinished"] == 0 and not s["nodes_left"]),
+        Target(
+            f"{p['pods']} pending pods -> all Running",
+            "every pod Running",
+            f"{p['pods'] - p['pods_never_running']} of {p['pods']} Running",
+            not p["pods_never_running"],
+        ),
+        Target(
+            "last Unschedulable -> every NodeClaim planned",
+            f"< {PLANNING_TARGET_S:.2f} s",
+            f"{p['last_unschedulable_to_all_planned_s']:.3f} s",
+            p["last_unschedulable_to_all_planned_s"] < PLANNING_TARGET_S,
+        ),
+        Target(
+            "last Unschedulable -> a NodeClaim planned for every pending pod (first wave)",
+            f"< {PLANNING_TARGET_S:.2f} s",
+            _seconds(p["last_unschedulable_to_first_wave_planned_s"]),
+            p["last_unschedulable_to_first_wave_planned_s"] is not None
+            and p["last_unschedulable_to_first_wave_planned_s"] < PLANNING_TARGET_S,
+        ),
+        Target(
+            "disruption budget 10% never exceeded",
+            "0 moments over budget",
+            f"{s['budget_violations']} moments over "
+            f"(peak {s['peak_disrupting']}, budget {s['budget_at_peak']})",
+            s["budget_violations"] == 0,
+        ),
+        Target(
+            f"{s['nodes']} empty nodes -> 0",
+            "every claim disrupted and terminated, no Node left",
+            f"{s['claims_disrupted']} of {s['claims']} disrupted, {s['claims_unfinished']} unfinished, "
+            f"{s['nodes_left']} Nodes left",
+            s["claims_disrupted"] == s["claims"] and s["claims_unfinished"] == 0 and not s["nodes_left"],
+        ),
     ]
     return suite

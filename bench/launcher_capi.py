@@ -42,27 +42,55 @@ from tenon.services.launcher_capi.launching import (
 from tenon.services.launcher_capi.service import CapiLauncher, LauncherSettings
 
 KEY = MachineDeploymentKey("default", "c3-8")
-NODECLASS: dict[str, Any] = {"apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1", "kind": "ClusterAPINodeClass",
-                             "metadata": {"name": "default"}, "spec": {}}
+NODECLASS: dict[str, Any] = {
+    "apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1",
+    "kind": "ClusterAPINodeClass",
+    "metadata": {"name": "default"},
+    "spec": {},
+}
 MD: dict[str, Any] = {
-    "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "MachineDeployment",
-    "metadata": {"name": "c3-8", "namespace": "default", "labels": {"node.cluster.x-k8s.io/karpenter-member": ""},
-                 "annotations": {"capacity.cluster-autoscaler.kubernetes.io/cpu": "4",
-                                 "capacity.cluster-autoscaler.kubernetes.io/memory": "8Gi",
-                                 "capacity.cluster-autoscaler.kubernetes.io/labels":
-                                     "node.kubernetes.io/instance-type=c3-8",
-                                 "tenon.sh/price-per-hour": "0.096"}},
-    "spec": {"clusterName": "bench", "replicas": 0, "selector": {"matchLabels": {}},
-             "template": {"metadata": {"labels": {}}, "spec": {"clusterName": "bench", "failureDomain": "zone-a",
-                                                                "bootstrap": {}, "infrastructureRef": {}}}},
+    "apiVersion": "cluster.x-k8s.io/v1beta1",
+    "kind": "MachineDeployment",
+    "metadata": {
+        "name": "c3-8",
+        "namespace": "default",
+        "labels": {"node.cluster.x-k8s.io/karpenter-member": ""},
+        "annotations": {
+            "capacity.cluster-autoscaler.kubernetes.io/cpu": "4",
+            "capacity.cluster-autoscaler.kubernetes.io/memory": "8Gi",
+            "capacity.cluster-autoscaler.kubernetes.io/labels": "node.kubernetes.io/instance-type=c3-8",
+            "tenon.sh/price-per-hour": "0.096",
+        },
+    },
+    "spec": {
+        "clusterName": "bench",
+        "replicas": 0,
+        "selector": {"matchLabels": {}},
+        "template": {
+            "metadata": {"labels": {}},
+            "spec": {
+                "clusterName": "bench",
+                "failureDomain": "zone-a",
+                "bootstrap": {},
+                "infrastructureRef": {},
+            },
+        },
+    },
 }
 
 
 def _planned(name: str) -> NodeClaimPlanned:
     return NodeClaimPlanned(
-        id=derive_id("bench", "NodeClaimPlanned", name), decided_at=datetime.now(UTC), producer="bench",
-        nodeclaim=name, nodepool="default", node_class="default",
-        choice=InstanceChoice("c3-8", "zone-a", "on-demand", 0.096), fallbacks=(), pods=(), requirements=(),
+        id=derive_id("bench", "NodeClaimPlanned", name),
+        decided_at=datetime.now(UTC),
+        producer="bench",
+        nodeclaim=name,
+        nodepool="default",
+        node_class="default",
+        choice=InstanceChoice("c3-8", "zone-a", "on-demand", 0.096),
+        fallbacks=(),
+        pods=(),
+        requirements=(),
         labels={},
     )
 
@@ -77,9 +105,11 @@ def _decide_ms(count: int, repeats: int) -> float:
     names = [f"c{i}" for i in range(count)]
     for index, name in enumerate(names):
         apply_claim_event(claims, _planned(name), index + 1)
-    machines = [MachineView("default", f"m{i}", "c3-8", names[i], None, False, False, "", 0.0)
-                for i in range(count // 2)]
-    view = MachineDeploymentView(KEY, count, "1", scaled_up_for=tuple(names[count // 2:]))
+    machines = [
+        MachineView("default", f"m{i}", "c3-8", names[i], None, False, False, "", 0.0)
+        for i in range(count // 2)
+    ]
+    view = MachineDeploymentView(KEY, count, "1", scaled_up_for=tuple(names[count // 2 :]))
     state = LauncherState(claims, {"default": {("c3-8", "zone-a"): KEY}}, {KEY: view}, machines, 0.0)
     times = []
     for _ in range(repeats):
@@ -101,8 +131,15 @@ async def _hops(sequential: int, burst: int) -> dict[str, Any]:
             md_rt = store.resource("cluster.x-k8s.io/v1beta1", "MachineDeployment")
             machine_rt = store.resource("cluster.x-k8s.io/v1beta1", "Machine")
             store.create(md_rt, MD)
-            await event_log.publish(subjects.NODECLASSES, NodeClassesSnapshot(
-                id="bench-nodeclasses", decided_at=datetime.now(UTC), producer="bench", nodeclasses=(NODECLASS,)))
+            await event_log.publish(
+                subjects.NODECLASSES,
+                NodeClassesSnapshot(
+                    id="bench-nodeclasses",
+                    decided_at=datetime.now(UTC),
+                    producer="bench",
+                    nodeclasses=(NODECLASS,),
+                ),
+            )
             management = await load_kube(str(sb.management_kubeconfig))
             launcher = CapiLauncher(event_log, management, settings=LauncherSettings())
             stopping = asyncio.Event()
@@ -112,8 +149,11 @@ async def _hops(sequential: int, burst: int) -> dict[str, Any]:
                 return int(store.get(md_rt, "c3-8", "default")["spec"].get("replicas") or 0)
 
             def has_provider_id(claim: str) -> bool:
-                return any(m["metadata"].get("annotations", {}).get("tenon.sh/nodeclaim") == claim
-                           and m["spec"].get("providerID") for m in store.list(machine_rt, "default")[0])
+                return any(
+                    m["metadata"].get("annotations", {}).get("tenon.sh/nodeclaim") == claim
+                    and m["spec"].get("providerID")
+                    for m in store.list(machine_rt, "default")[0]
+                )
 
             def launched(claim: str) -> bool:
                 state = launcher.claims.get(claim)
@@ -162,22 +202,44 @@ def run(quick: bool) -> Suite:
     hops = asyncio.run(_hops(sequential, burst))
     rows = {"Planned -> MD replicas patched": hops["scale"], "providerID -> Launched": hops["launch"]}
     for label, values in rows.items():
-        suite.rows.append([label, f"{len(values)} claims, one at a time",
-                           f"{_percentile(values, 0.5) * 1000:.1f} ms", f"{_percentile(values, 0.99) * 1000:.1f} ms"])
-    suite.rows.append(["burst: Planned -> all scaled", f"{burst} claims", "", f"{hops['burst_scaled'] * 1000:.0f} ms"])
-    suite.rows.append(["burst: Planned -> all Launched", f"{burst} claims", "",
-                       f"{hops['burst_launched'] * 1000:.0f} ms (incl. 0.15 s boot)"])
+        suite.rows.append(
+            [
+                label,
+                f"{len(values)} claims, one at a time",
+                f"{_percentile(values, 0.5) * 1000:.1f} ms",
+                f"{_percentile(values, 0.99) * 1000:.1f} ms",
+            ]
+        )
+    suite.rows.append(
+        ["burst: Planned -> all scaled", f"{burst} claims", "", f"{hops['burst_scaled'] * 1000:.0f} ms"]
+    )
+    suite.rows.append(
+        [
+            "burst: Planned -> all Launched",
+            f"{burst} claims",
+            "",
+            f"{hops['burst_launched'] * 1000:.0f} ms (incl. 0.15 s boot)",
+        ]
+    )
     suite.data = {
         "decide_ms": {str(n): round(ms, 3) for n, ms in decide_ms.items()},
-        "planned_to_scaled_ms": {"p50": round(_percentile(hops["scale"], 0.5) * 1000, 2),
-                                 "p99": round(_percentile(hops["scale"], 0.99) * 1000, 2)},
-        "provider_id_to_launched_ms": {"p50": round(_percentile(hops["launch"], 0.5) * 1000, 2),
-                                       "p99": round(_percentile(hops["launch"], 0.99) * 1000, 2)},
-        "burst": {"claims": burst, "all_scaled_ms": round(hops["burst_scaled"] * 1000, 1),
-                  "all_launched_ms": round(hops["burst_launched"] * 1000, 1)},
+        "planned_to_scaled_ms": {
+            "p50": round(_percentile(hops["scale"], 0.5) * 1000, 2),
+            "p99": round(_percentile(hops["scale"], 0.99) * 1000, 2),
+        },
+        "provider_id_to_launched_ms": {
+            "p50": round(_percentile(hops["launch"], 0.5) * 1000, 2),
+            "p99": round(_percentile(hops["launch"], 0.99) * 1000, 2),
+        },
+        "burst": {
+            "claims": burst,
+            "all_scaled_ms": round(hops["burst_scaled"] * 1000, 1),
+            "all_launched_ms": round(hops["burst_launched"] * 1000, 1),
+        },
     }
-    suite.targets.append(Target("decide on 1,000 claims", "< 20 ms", f"{decide_ms[1000]:.2f} ms",
-                                decide_ms[1000] < 20))
+    suite.targets.append(
+        Target("decide on 1,000 claims", "< 20 ms", f"{decide_ms[1000]:.2f} ms", decide_ms[1000] < 20)
+    )
     for label, values in rows.items():
         p99 = _percentile(values, 0.99) * 1000
         suite.targets.append(Target(f"{label} p99", "< 100 ms", f"{p99:.1f} ms", p99 < 100))

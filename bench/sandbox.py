@@ -47,10 +47,20 @@ _encode = msgspec.json.Encoder().encode
 
 
 def _pod(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "labels": {"app": "bench", "tier": "web"}},
-            "spec": {"containers": [{"name": "app", "image": "registry.example/app:1",
-                                     "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": "bench", "tier": "web"}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "registry.example/app:1",
+                    "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                }
+            ]
+        },
+    }
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -102,9 +112,10 @@ async def _http_run(url: str, count: int, list_size: int, server_pid: int) -> di
             rv = (await response.json())["metadata"]["resourceVersion"]
 
         async def watcher(index: int) -> None:
-            async with session.get(url + "/api/v1/namespaces/default/pods",
-                                   params={"watch": "true", "resourceVersion": rv,
-                                           "timeoutSeconds": "600"}) as response:
+            async with session.get(
+                url + "/api/v1/namespaces/default/pods",
+                params={"watch": "true", "resourceVersion": rv, "timeoutSeconds": "600"},
+            ) as response:
                 while received[index] < count:
                     line = await response.content.readline()
                     if not line:
@@ -127,8 +138,11 @@ async def _http_run(url: str, count: int, list_size: int, server_pid: int) -> di
             for name in names:
                 body = _encode(_pod(name))
                 sent[name] = time.perf_counter()
-                async with session.post(url + "/api/v1/namespaces/default/pods", data=body,
-                                        headers={"Content-Type": "application/json"}) as response:
+                async with session.post(
+                    url + "/api/v1/namespaces/default/pods",
+                    data=body,
+                    headers={"Content-Type": "application/json"},
+                ) as response:
                     await response.read()
                     if response.status != 201:
                         errors += 1
@@ -158,21 +172,41 @@ async def _http_run(url: str, count: int, list_size: int, server_pid: int) -> di
             assert listed == list_size, listed
             list_seconds = min(timings)
     server_cpu = cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None
-    return {"writes": count, "errors": errors, "seconds": written - started, "latencies": latencies,
-            "events": sum(received), "list_seconds": list_seconds, "server_cpu_seconds": server_cpu}
+    return {
+        "writes": count,
+        "errors": errors,
+        "seconds": written - started,
+        "latencies": latencies,
+        "events": sum(received),
+        "list_seconds": list_seconds,
+        "server_cpu_seconds": server_cpu,
+    }
 
 
 def bench_http(count: int, list_size: int = 0) -> dict[str, Any]:
     port, management_port = _free_port(), _free_port()
     with tempfile.TemporaryDirectory(prefix="tenon-bench-sandbox-") as tmp:
-        command = [sys.executable, "-m", "devtools.sandbox", "--port", str(port), "--management-port",
-                   str(management_port), "--kubeconfig", str(Path(tmp) / "w.kubeconfig"),
-                   "--management-kubeconfig", str(Path(tmp) / "m.kubeconfig"), "--no-controllers",
-                   "--profile", "fast"]
+        command = [
+            sys.executable,
+            "-m",
+            "devtools.sandbox",
+            "--port",
+            str(port),
+            "--management-port",
+            str(management_port),
+            "--kubeconfig",
+            str(Path(tmp) / "w.kubeconfig"),
+            "--management-kubeconfig",
+            str(Path(tmp) / "m.kubeconfig"),
+            "--no-controllers",
+            "--profile",
+            "fast",
+        ]
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         url = f"http://127.0.0.1:{port}"
         try:
+
             async def main() -> dict[str, Any]:
                 await _wait_ready(url, time.monotonic() + 20)
                 return await _http_run(url, count, list_size, process.pid)
@@ -193,7 +227,9 @@ def bench_in_process(count: int) -> dict[str, Any]:
         pods = store.resource("v1", "Pod")
         sent: dict[str, float] = {}
         latencies: list[float] = []
-        watches = [store.watch(pods, "default", resource_version=store.resource_version) for _ in range(WATCHERS)]
+        watches = [
+            store.watch(pods, "default", resource_version=store.resource_version) for _ in range(WATCHERS)
+        ]
 
         async def consume(index: int) -> int:
             seen = 0
@@ -216,16 +252,23 @@ def bench_in_process(count: int) -> dict[str, Any]:
         seen = await asyncio.wait_for(asyncio.gather(*consumers), 30)
         for watch in watches:
             watch.close()
-        return {"writes": count, "errors": 0, "seconds": written - started, "latencies": latencies,
-                "events": sum(seen)}
+        return {
+            "writes": count,
+            "errors": 0,
+            "seconds": written - started,
+            "latencies": latencies,
+            "events": sum(seen),
+        }
 
     return asyncio.run(main())
 
 
 def run(quick: bool) -> Suite:
     count = 200 if quick else 1000
-    suite = Suite(title=f"Sandbox API: {count} pod creates, {WATCHERS} watchers",
-                  columns=["path", "writes/s", "events", "p50 ms", "p99 ms", "max ms", "errors"])
+    suite = Suite(
+        title=f"Sandbox API: {count} pod creates, {WATCHERS} watchers",
+        columns=["path", "writes/s", "events", "p50 ms", "p99 ms", "max ms", "errors"],
+    )
     list_size = 0 if quick else 10_000
     for label in ("http", "in-process"):
         result = bench_http(count, list_size) if label == "http" else bench_in_process(count)
@@ -249,18 +292,50 @@ def run(quick: bool) -> Suite:
             figures["list_pods"] = list_size
             figures["list_ms"] = round(result["list_seconds"] * 1000, 1)
         suite.data[label] = figures
-        suite.rows.append([label, f"{rate:,.0f}", f"{result['events']}/{result['writes'] * WATCHERS}",
-                           figures["p50_ms"], figures["p99_ms"], figures["max_ms"], result["errors"]])
+        suite.rows.append(
+            [
+                label,
+                f"{rate:,.0f}",
+                f"{result['events']}/{result['writes'] * WATCHERS}",
+                figures["p50_ms"],
+                figures["p99_ms"],
+                figures["max_ms"],
+                result["errors"],
+            ]
+        )
     http = suite.data["http"]
     if "server_cpu_us_per_write" in http:
-        suite.rows.append([f"http: server CPU/write {http['server_cpu_us_per_write']} us "
-                           f"(load {http['machine_load_1m']})", "", "", "", "", "", ""])
+        suite.rows.append(
+            [
+                f"http: server CPU/write {http['server_cpu_us_per_write']} us "
+                f"(load {http['machine_load_1m']})",
+                "",
+                "",
+                "",
+                "",
+                "",
+                "",
+            ]
+        )
     if "list_ms" in http:
-        suite.rows.append([f"http: list {http['list_pods']:,} pods", "", "", "", f"{http['list_ms']} ms", "", ""])
+        suite.rows.append(
+            [f"http: list {http['list_pods']:,} pods", "", "", "", f"{http['list_ms']} ms", "", ""]
+        )
     complete = http["events_observed"] == http["events_expected"] and http["errors"] == 0
-    suite.targets.append(Target("sandbox write throughput (HTTP)", ">= 2000 writes/s",
-                                f"{http['writes_per_second']:,.0f} writes/s", http["writes_per_second"] >= 2000))
-    suite.targets.append(Target("sandbox write->watch p99 (HTTP, 5 watchers)", "< 50 ms, every event delivered",
-                                f"{http['p99_ms']} ms, {http['events_observed']}/{http['events_expected']} events",
-                                complete and http["p99_ms"] < 50))
+    suite.targets.append(
+        Target(
+            "sandbox write throughput (HTTP)",
+            ">= 2000 writes/s",
+            f"{http['writes_per_second']:,.0f} writes/s",
+            http["writes_per_second"] >= 2000,
+        )
+    )
+    suite.targets.append(
+        Target(
+            "sandbox write->watch p99 (HTTP, 5 watchers)",
+            "< 50 ms, every event delivered",
+            f"{http['p99_ms']} ms, {http['events_observed']}/{http['events_expected']} events",
+            complete and http["p99_ms"] < 50,
+        )
+    )
     return suite

@@ -30,18 +30,32 @@ from devtools.sandbox.store import Store
 
 
 def _node(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-            "status": {"capacity": {"cpu": "4", "memory": "16Gi", "pods": "110"}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {"capacity": {"cpu": "4", "memory": "16Gi", "pods": "110"}},
+    }
 
 
 def _deployment(replicas: int) -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "bench", "namespace": "default"},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "bench"}},
-                     "template": {"metadata": {"labels": {"app": "bench"}},
-                                  "spec": {"containers": [{"name": "app", "image": "app:1",
-                                                           "resources": {"requests": {"cpu": "100m"}}}]}}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "bench", "namespace": "default"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "bench"}},
+            "template": {
+                "metadata": {"labels": {"app": "bench"}},
+                "spec": {
+                    "containers": [
+                        {"name": "app", "image": "app:1", "resources": {"requests": {"cpu": "100m"}}}
+                    ]
+                },
+            },
+        },
+    }
 
 
 class _Tracker:
@@ -122,8 +136,10 @@ def run(quick: bool) -> Suite:
     timeout = 300.0
     first = asyncio.run(_scenario(nodes, pods, nodes_first=True, timeout=timeout))
     backlog = asyncio.run(_scenario(nodes, pods, nodes_first=False, timeout=timeout))
-    suite = Suite(title=f"Sandbox controllers: {pods:,} pods, {nodes:,} nodes (fast profile)",
-                  columns=["scenario", "measure", "value"])
+    suite = Suite(
+        title=f"Sandbox controllers: {pods:,} pods, {nodes:,} nodes (fast profile)",
+        columns=["scenario", "measure", "value"],
+    )
     bound = first.get("bound_s")
     suite.rows += [
         ["nodes first", "all pods bound", _fmt(bound)],
@@ -135,7 +151,12 @@ def run(quick: bool) -> Suite:
     suite.data = {"nodes": nodes, "pods": pods, "nodes_first": first, "pods_first": backlog}
     if not quick:
         running = first.get("running_s")
-        suite.targets.append(Target(
-            name="10,000 pods Running on 1,000 existing nodes", goal="< 60 s",
-            measured=_fmt(running), met=running is not None and running < 60.0))
+        suite.targets.append(
+            Target(
+                name="10,000 pods Running on 1,000 existing nodes",
+                goal="< 60 s",
+                measured=_fmt(running),
+                met=running is not None and running < 60.0,
+            )
+        )
     return suite

@@ -50,8 +50,11 @@ from tenon.core.model import ClusterInput
 from tenon.core.packing import dual_weights
 from tenon.core.templates import build_templates
 
-BASELINES = (("ca-least-waste", ca_least_waste), ("karpenter-core", karpenter_core),
-             ("karpenter-capi", karpenter_capi))
+BASELINES = (
+    ("ca-least-waste", ca_least_waste),
+    ("karpenter-core", karpenter_core),
+    ("karpenter-capi", karpenter_capi),
+)
 
 
 def _parse(docs: list[dict[str, Any]]) -> ClusterInput:
@@ -59,9 +62,11 @@ def _parse(docs: list[dict[str, Any]]) -> ClusterInput:
 
 
 def _field_cases(suite: Suite) -> None:
-    cases = [("1 pod x 3 vCPU", capi_field_case(1, "3"), "c3-8"),
-             ("8 pods x 1 vCPU", capi_field_case(8, "1"), "c3-16+c3-4"),
-             ("1 pod x 3 vCPU, unpriced", capi_field_case(1, "3", priced=False), "c3-8")]
+    cases = [
+        ("1 pod x 3 vCPU", capi_field_case(1, "3"), "c3-8"),
+        ("8 pods x 1 vCPU", capi_field_case(8, "1"), "c3-16+c3-4"),
+        ("1 pod x 3 vCPU, unpriced", capi_field_case(1, "3", priced=False), "c3-8"),
+    ]
     out = []
     for label, docs, expected in cases:
         inputs = _parse(docs)
@@ -72,21 +77,24 @@ def _field_cases(suite: Suite) -> None:
         for name, fn in BASELINES:
             row[name] = "+".join(fn(shapes, pods).types)
         out.append(row)
-        suite.rows.append([f"field: {label}", f"tenon {got}",
-                           "; ".join(f"{n} {row[n]}" for n, _ in BASELINES)])
+        suite.rows.append(
+            [f"field: {label}", f"tenon {got}", "; ".join(f"{n} {row[n]}" for n, _ in BASELINES)]
+        )
         suite.targets.append(Target(f"field case: {label}", expected, got, got == expected))
     suite.data["field_cases"] = out
 
 
 def _cost(suite: Suite, quick: bool) -> None:
     for label, seed, pods_range, count, targeted in (
-            ("small", 7, (4, 14), 12 if quick else 40, True),
-            ("larger", 11, (12, 24), 8 if quick else 30, False)):
+        ("small", 7, (4, 14), 12 if quick else 40, True),
+        ("larger", 11, (12, 24), 8 if quick else 30, False),
+    ):
         _cost_set(suite, label, random.Random(seed), pods_range, count, targeted)
 
 
-def _cost_set(suite: Suite, label: str, rng: random.Random, pods_range: tuple[int, int], count: int,
-              targeted: bool) -> None:
+def _cost_set(
+    suite: Suite, label: str, rng: random.Random, pods_range: tuple[int, int], count: int, targeted: bool
+) -> None:
     """Price / exact optimum on ``count`` random scenarios; targets only on the set the issue specifies."""
     ratios: dict[str, list[float]] = {"tenon": [], **{n: [] for n, _ in BASELINES}}
     unproven = 0
@@ -99,22 +107,48 @@ def _cost_set(suite: Suite, label: str, rng: random.Random, pods_range: tuple[in
         ratios["tenon"].append(float("inf") if plan.unschedulable else plan.total_price / best)
         for name, fn in BASELINES:
             ratios[name].append(fn(shapes, pods).price / best)
-    summary = {name: {"max": max(v), "median": statistics.median(v), "mean": statistics.fmean(v),
-                      "within_3pct": sum(r <= 1.03 + 1e-9 for r in v) / len(v)}
-               for name, v in ratios.items()}
-    suite.data[f"cost_vs_optimum_{label}"] = {"scenarios": count, "pods_per_scenario": list(pods_range),
-                                              "unproven_optima": unproven, "summary": summary,
-                                              "tenon_ratios": ratios["tenon"]}
+    summary = {
+        name: {
+            "max": max(v),
+            "median": statistics.median(v),
+            "mean": statistics.fmean(v),
+            "within_3pct": sum(r <= 1.03 + 1e-9 for r in v) / len(v),
+        }
+        for name, v in ratios.items()
+    }
+    suite.data[f"cost_vs_optimum_{label}"] = {
+        "scenarios": count,
+        "pods_per_scenario": list(pods_range),
+        "unproven_optima": unproven,
+        "summary": summary,
+        "tenon_ratios": ratios["tenon"],
+    }
     for name, s in summary.items():
-        suite.rows.append([f"cost ({label}, {pods_range[0]}-{pods_range[1]} pods): {name} / optimum",
-                           f"median {s['median']:.4f}, max {s['max']:.4f}",
-                           f"mean {s['mean']:.4f}, {s['within_3pct']:.0%} within 3%, {count} scenarios"])
+        suite.rows.append(
+            [
+                f"cost ({label}, {pods_range[0]}-{pods_range[1]} pods): {name} / optimum",
+                f"median {s['median']:.4f}, max {s['max']:.4f}",
+                f"mean {s['mean']:.4f}, {s['within_3pct']:.0%} within 3%, {count} scenarios",
+            ]
+        )
     if targeted:
         t = summary["tenon"]
-        suite.targets.append(Target("tenon within 3% of optimum on every scenario", "max <= 1.03",
-                                    f"{t['max']:.4f}", t["max"] <= 1.03 + 1e-9))
-        suite.targets.append(Target("tenon median within 1% of optimum", "median <= 1.01", f"{t['median']:.4f}",
-                                    t["median"] <= 1.01 + 1e-9))
+        suite.targets.append(
+            Target(
+                "tenon within 3% of optimum on every scenario",
+                "max <= 1.03",
+                f"{t['max']:.4f}",
+                t["max"] <= 1.03 + 1e-9,
+            )
+        )
+        suite.targets.append(
+            Target(
+                "tenon median within 1% of optimum",
+                "median <= 1.01",
+                f"{t['median']:.4f}",
+                t["median"] <= 1.01 + 1e-9,
+            )
+        )
 
 
 def _lower_bound(inputs: ClusterInput) -> dict[str, float]:
@@ -151,24 +185,51 @@ def _fake400(suite: Suite, quick: bool) -> None:
         gc.unfreeze()
         placed = sum(len(nc.pods) for nc in plan.node_claims)
         lb = _lower_bound(inputs)
-        row = {"pods": n, "solve_s": solve_s, "solve_cpu_s": cpu_s, "parse_s": parse_s, "pods_per_s": n / solve_s,
-               "nodes": len(plan.node_claims), "price": plan.total_price, "placed": placed,
-               "unschedulable": len(plan.unschedulable), "lower_bound": lb,
-               "price_over_bound": plan.total_price / lb["bound"]}
+        row = {
+            "pods": n,
+            "solve_s": solve_s,
+            "solve_cpu_s": cpu_s,
+            "parse_s": parse_s,
+            "pods_per_s": n / solve_s,
+            "nodes": len(plan.node_claims),
+            "price": plan.total_price,
+            "placed": placed,
+            "unschedulable": len(plan.unschedulable),
+            "lower_bound": lb,
+            "price_over_bound": plan.total_price / lb["bound"],
+        }
         results.append(row)
-        suite.rows.append([f"fake-400: {n} pods", f"{solve_s:.2f}s ({cpu_s:.2f}s CPU), {n / solve_s:,.0f} pods/s",
-                           f"{len(plan.node_claims)} nodes, {plan.total_price:.2f}/h, bound {lb['bound']:.2f} "
-                           f"(x{row['price_over_bound']:.3f}), placed {placed}/{n}"])
-        suite.targets.append(Target(f"fake-400 {n} pods solve time", f"<= {limit} s",
-                                    f"{solve_s:.2f} s wall ({cpu_s:.2f} s CPU)", solve_s <= limit))
+        suite.rows.append(
+            [
+                f"fake-400: {n} pods",
+                f"{solve_s:.2f}s ({cpu_s:.2f}s CPU), {n / solve_s:,.0f} pods/s",
+                f"{len(plan.node_claims)} nodes, {plan.total_price:.2f}/h, bound {lb['bound']:.2f} "
+                f"(x{row['price_over_bound']:.3f}), placed {placed}/{n}",
+            ]
+        )
+        suite.targets.append(
+            Target(
+                f"fake-400 {n} pods solve time",
+                f"<= {limit} s",
+                f"{solve_s:.2f} s wall ({cpu_s:.2f} s CPU)",
+                solve_s <= limit,
+            )
+        )
         suite.targets.append(Target(f"fake-400 {n} pods all placed", f"{n}", f"{placed}", placed == n))
     suite.data["fake_400"] = results
 
 
 def _kwok_inputs() -> ClusterInput:
-    docs = [node_pool(requirements=[{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
-                                    {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]),
-            kwok_144(), *kwok_basic_pods()]
+    docs = [
+        node_pool(
+            requirements=[
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+            ]
+        ),
+        kwok_144(),
+        *kwok_basic_pods(),
+    ]
     return _parse(docs)
 
 
@@ -196,21 +257,46 @@ def _kwok(suite: Suite) -> None:
         alloc = {s.name: s.alloc for s in shapes}
         bc = sum(alloc[t][0] for t in out.types)
         bm = sum(alloc[t][1] for t in out.types)
-        base[name] = {"price": out.price, "nodes": out.nodes, "cpu_util": req_cpu / bc, "mem_util": req_mem / bm}
-        suite.rows.append([f"kwok basic: {name}", f"cpu {req_cpu / bc:.1%}, mem {req_mem / bm:.1%}",
-                           f"{out.nodes} nodes, {out.price:.2f}/h"])
+        base[name] = {
+            "price": out.price,
+            "nodes": out.nodes,
+            "cpu_util": req_cpu / bc,
+            "mem_util": req_mem / bm,
+        }
+        suite.rows.append(
+            [
+                f"kwok basic: {name}",
+                f"cpu {req_cpu / bc:.1%}, mem {req_mem / bm:.1%}",
+                f"{out.nodes} nodes, {out.price:.2f}/h",
+            ]
+        )
     rss = _solve_rss_mb()
-    suite.rows.append(["kwok basic: tenon", f"cpu {cpu_u:.1%}, mem {mem_u:.1%}",
-                       f"{len(plan.node_claims)} nodes, {plan.total_price:.2f}/h, {solve_s:.2f}s, "
-                       f"peak {peak / 2**20:.1f} MB traced, process RSS {rss:.0f} MB"])
-    suite.data["kwok_basic"] = {"nodes": len(plan.node_claims), "price": plan.total_price, "cpu_util": cpu_u,
-                                "mem_util": mem_u, "solve_s": solve_s, "peak_mb": peak / 2**20,
-                                "process_max_rss_mb": rss,
-                                "unschedulable": len(plan.unschedulable), "baselines": base}
+    suite.rows.append(
+        [
+            "kwok basic: tenon",
+            f"cpu {cpu_u:.1%}, mem {mem_u:.1%}",
+            f"{len(plan.node_claims)} nodes, {plan.total_price:.2f}/h, {solve_s:.2f}s, "
+            f"peak {peak / 2**20:.1f} MB traced, process RSS {rss:.0f} MB",
+        ]
+    )
+    suite.data["kwok_basic"] = {
+        "nodes": len(plan.node_claims),
+        "price": plan.total_price,
+        "cpu_util": cpu_u,
+        "mem_util": mem_u,
+        "solve_s": solve_s,
+        "peak_mb": peak / 2**20,
+        "process_max_rss_mb": rss,
+        "unschedulable": len(plan.unschedulable),
+        "baselines": base,
+    }
     suite.targets.append(Target("kwok basic CPU utilisation", ">= 85%", f"{cpu_u:.1%}", cpu_u >= 0.85))
     suite.targets.append(Target("kwok basic memory utilisation", ">= 85%", f"{mem_u:.1%}", mem_u >= 0.85))
-    suite.targets.append(Target("kwok basic peak memory of the solve", "< 300 MB", f"{peak / 2**20:.0f} MB",
-                                peak < 300 * 2**20))
+    suite.targets.append(
+        Target(
+            "kwok basic peak memory of the solve", "< 300 MB", f"{peak / 2**20:.0f} MB", peak < 300 * 2**20
+        )
+    )
 
 
 _RSS_PROBE = """
@@ -227,7 +313,9 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, before / 1024)
 def _solve_rss_mb() -> float:
     """Max RSS of a fresh process that parses the kwok "basic" input and solves it (whole interpreter)."""
     root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, "-c", _RSS_PROBE], cwd=root, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _RSS_PROBE], cwd=root, capture_output=True, text=True, check=True
+    )
     return float(out.stdout.split()[0])
 
 

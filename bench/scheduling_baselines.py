@@ -50,9 +50,18 @@ def shapes_and_pods(inputs: ClusterInput) -> tuple[list[Shape], list[Vec]]:
     pool = sorted(inputs.node_pools, key=lambda p: (-p.weight, p.name))[0]
     types, _ = instance_types_for_node_pool(inputs, pool)
     templates = build_templates([(pool, types)], inputs.daemon_sets, ["cpu", "memory", "pods"])
-    shapes = [Shape(t.instance_type.name, (t.alloc[0], t.alloc[1], t.alloc[2]),
-                    (t.capacity.get("cpu", 0), t.capacity.get("memory", 0)), t.min_price) for t in templates]
-    pods = [(p.requests.get("cpu", 0), p.requests.get("memory", 0), 1) for p in inputs.pods if not p.node_name]
+    shapes = [
+        Shape(
+            t.instance_type.name,
+            (t.alloc[0], t.alloc[1], t.alloc[2]),
+            (t.capacity.get("cpu", 0), t.capacity.get("memory", 0)),
+            t.min_price,
+        )
+        for t in templates
+    ]
+    pods = [
+        (p.requests.get("cpu", 0), p.requests.get("memory", 0), 1) for p in inputs.pods if not p.node_name
+    ]
     return shapes, pods
 
 
@@ -139,8 +148,12 @@ def ca_least_waste(shapes: Sequence[Shape], pods: Sequence[Vec]) -> Outcome:
         _, shape, nodes, placed = best
         chosen += [shape] * nodes
         pending -= placed
-    return Outcome(sum(s.price for s in chosen), len(chosen), tuple(sorted(s.name for s in chosen)),
-                   sum(pending.values()))
+    return Outcome(
+        sum(s.price for s in chosen),
+        len(chosen),
+        tuple(sorted(s.name for s in chosen)),
+        sum(pending.values()),
+    )
 
 
 def optimum(shapes: Sequence[Shape], pods: Sequence[Vec], time_limit: float = 20.0) -> tuple[float, bool]:

@@ -20,23 +20,38 @@ from typing import Any
 LABEL_VALUES = "abcdefg"
 
 
-def pod(name: str, cpu: str, memory: str, labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+def pod(
+    name: str, cpu: str, memory: str, labels: dict[str, str] | None = None, **spec: Any
+) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": "default", "labels": labels or {}},
-        "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": cpu, "memory": memory}}}], **spec},
+        "spec": {
+            "containers": [{"name": "app", "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+            **spec,
+        },
     }
 
 
-def node_pool(name: str = "default", requirements: list[dict[str, Any]] | None = None,
-              node_class: str = "default", kind: str = "EC2NodeClass") -> dict[str, Any]:
+def node_pool(
+    name: str = "default",
+    requirements: list[dict[str, Any]] | None = None,
+    node_class: str = "default",
+    kind: str = "EC2NodeClass",
+) -> dict[str, Any]:
     return {
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodePool",
         "metadata": {"name": name},
-        "spec": {"template": {"spec": {"nodeClassRef": {"group": "x", "kind": kind, "name": node_class},
-                                       "requirements": requirements or []}}},
+        "spec": {
+            "template": {
+                "spec": {
+                    "nodeClassRef": {"group": "x", "kind": kind, "name": node_class},
+                    "requirements": requirements or [],
+                }
+            }
+        },
     }
 
 
@@ -44,7 +59,10 @@ def diverse_pods(count: int, seed: int = 42) -> list[dict[str, Any]]:
     rng = random.Random(seed)
 
     def resources() -> tuple[str, str]:
-        return f"{rng.choice([100, 250, 500, 1000, 1500])}m", f"{rng.choice([100, 256, 512, 1024, 2048, 4096])}Mi"
+        return (
+            f"{rng.choice([100, 250, 500, 1000, 1500])}m",
+            f"{rng.choice([100, 256, 512, 1024, 2048, 4096])}Mi",
+        )
 
     def value() -> str:
         return rng.choice(LABEL_VALUES)
@@ -56,20 +74,63 @@ def diverse_pods(count: int, seed: int = 42) -> list[dict[str, Any]]:
     for key, kind in (("topology.kubernetes.io/zone", "zspread"), ("kubernetes.io/hostname", "hspread")):
         for i in range(fifth):
             cpu, mem = resources()
-            pods.append(pod(f"{kind}-{i}", cpu, mem, {"my-label": value()}, topologySpreadConstraints=[{
-                "maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule",
-                "labelSelector": {"matchLabels": {"my-label": value()}}}]))
+            pods.append(
+                pod(
+                    f"{kind}-{i}",
+                    cpu,
+                    mem,
+                    {"my-label": value()},
+                    topologySpreadConstraints=[
+                        {
+                            "maxSkew": 1,
+                            "topologyKey": key,
+                            "whenUnsatisfiable": "DoNotSchedule",
+                            "labelSelector": {"matchLabels": {"my-label": value()}},
+                        }
+                    ],
+                )
+            )
     for i in range(fifth):
         cpu, mem = resources()
         labels = {"my-affininity": value()}
-        pods.append(pod(f"zaffinity-{i}", cpu, mem, labels, affinity={"podAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": {"matchLabels": dict(labels)}, "topologyKey": "topology.kubernetes.io/zone"}]}}))
+        pods.append(
+            pod(
+                f"zaffinity-{i}",
+                cpu,
+                mem,
+                labels,
+                affinity={
+                    "podAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "labelSelector": {"matchLabels": dict(labels)},
+                                "topologyKey": "topology.kubernetes.io/zone",
+                            }
+                        ]
+                    }
+                },
+            )
+        )
     for i in range(fifth):
         cpu, mem = resources()
-        pods.append(pod(f"hanti-{i}", cpu, mem, {"app": "nginx"}, affinity={"podAntiAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": {"matchLabels": {"app": "nginx"}}, "topologyKey": "kubernetes.io/hostname"}]}}))
+        pods.append(
+            pod(
+                f"hanti-{i}",
+                cpu,
+                mem,
+                {"app": "nginx"},
+                affinity={
+                    "podAntiAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "labelSelector": {"matchLabels": {"app": "nginx"}},
+                                "topologyKey": "kubernetes.io/hostname",
+                            }
+                        ]
+                    }
+                },
+            )
+        )
     for i in range(count - len(pods)):
         pods.append(pod(f"generic-extra-{i}", *resources()))
     return pods
@@ -82,15 +143,29 @@ def kwok_basic_pods() -> list[dict[str, Any]]:
 
 
 def instance_catalog(name: str, types: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"apiVersion": "tenon.sh/v1alpha1", "kind": "InstanceCatalog", "metadata": {"name": name},
-            "spec": {"instanceTypes": types}}
+    return {
+        "apiVersion": "tenon.sh/v1alpha1",
+        "kind": "InstanceCatalog",
+        "metadata": {"name": name},
+        "spec": {"instanceTypes": types},
+    }
 
 
 def daemon_set(cpu: str, memory: str) -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent", "namespace": "kube-system"},
-            "spec": {"template": {"metadata": {"labels": {"app": "agent"}}, "spec": {
-                "tolerations": [{"operator": "Exists"}],
-                "containers": [{"name": "a", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "agent", "namespace": "kube-system"},
+        "spec": {
+            "template": {
+                "metadata": {"labels": {"app": "agent"}},
+                "spec": {
+                    "tolerations": [{"operator": "Exists"}],
+                    "containers": [{"name": "a", "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+                },
+            }
+        },
+    }
 
 
 def random_scenario(rng: random.Random, pods_range: tuple[int, int] = (4, 14)) -> list[dict[str, Any]]:
@@ -106,11 +181,18 @@ def random_scenario(rng: random.Random, pods_range: tuple[int, int] = (4, 14)) -
             continue
         names.add(name)
         price = round((rate_cpu * cpu + rate_mem * gib) * rng.uniform(0.8, 1.2), 4)
-        types.append({"name": name, "capacity": {"cpu": str(cpu), "memory": f"{gib}Gi", "pods": "110"},
-                      "overhead": {"cpu": "100m", "memory": "256Mi"},
-                      "offerings": [{"zone": "z1", "capacityType": "on-demand", "price": price}]})
-    rooms = [(int(t["capacity"]["cpu"]) * 1000 - 300, int(t["capacity"]["memory"][:-2]) * 1024 - 384)
-             for t in types]
+        types.append(
+            {
+                "name": name,
+                "capacity": {"cpu": str(cpu), "memory": f"{gib}Gi", "pods": "110"},
+                "overhead": {"cpu": "100m", "memory": "256Mi"},
+                "offerings": [{"zone": "z1", "capacityType": "on-demand", "price": price}],
+            }
+        )
+    rooms = [
+        (int(t["capacity"]["cpu"]) * 1000 - 300, int(t["capacity"]["memory"][:-2]) * 1024 - 384)
+        for t in types
+    ]
     shapes: list[tuple[str, str]] = []
     while len(shapes) < rng.randint(2, 4):
         cpu = rng.choice([100, 250, 500, 1000, 1500, 2000, 3000])
@@ -125,14 +207,25 @@ def random_scenario(rng: random.Random, pods_range: tuple[int, int] = (4, 14)) -
 def capi_field_case(pods: int, cpu: str, priced: bool = True) -> list[dict[str, Any]]:
     docs: list[dict[str, Any]] = [node_pool(kind="ClusterAPINodeClass")]
     for name, vcpu, price in (("c3-4", 2, "0.05"), ("c3-8", 4, "0.10"), ("c3-16", 8, "0.20")):
-        annotations = {"capacity.cluster-autoscaler.kubernetes.io/cpu": str(vcpu),
-                       "capacity.cluster-autoscaler.kubernetes.io/memory": f"{2 * vcpu}Gi"}
+        annotations = {
+            "capacity.cluster-autoscaler.kubernetes.io/cpu": str(vcpu),
+            "capacity.cluster-autoscaler.kubernetes.io/memory": f"{2 * vcpu}Gi",
+        }
         if priced:
             annotations["tenon.sh/price-per-hour"] = price
-        docs.append({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "MachineDeployment",
-                     "metadata": {"name": name, "namespace": "default", "annotations": annotations,
-                                  "labels": {"node.cluster.x-k8s.io/karpenter-member": ""}},
-                     "spec": {"replicas": 0}})
+        docs.append(
+            {
+                "apiVersion": "cluster.x-k8s.io/v1beta1",
+                "kind": "MachineDeployment",
+                "metadata": {
+                    "name": name,
+                    "namespace": "default",
+                    "annotations": annotations,
+                    "labels": {"node.cluster.x-k8s.io/karpenter-member": ""},
+                },
+                "spec": {"replicas": 0},
+            }
+        )
     docs.append(daemon_set("100m", "0"))
     docs += [pod(f"w-{i}", cpu, "256Mi") for i in range(pods)]
     return docs

@@ -122,7 +122,9 @@ class LocalNatsServer:
             *self.extra_args,
         ]
         log = open(self.log_path, "ab")
-        self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self._process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

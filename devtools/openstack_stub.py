@@ -272,7 +272,9 @@ class OpenStackStub:
             "status": "stable",
             "updated": _UPDATED,
             "links": self._versioned_link("/identity/v3/"),
-            "media-types": [{"base": "application/json", "type": "application/vnd.openstack.identity-v3+json"}],
+            "media-types": [
+                {"base": "application/json", "type": "application/vnd.openstack.identity-v3+json"}
+            ],
         }
 
     async def _identity_versions(self, request: web.Request) -> web.Response:
@@ -288,13 +290,21 @@ class OpenStackStub:
             user = identity["password"]["user"]
         except (ValueError, KeyError, TypeError):
             return web.json_response(
-                {"error": {"code": 400, "title": "Bad Request", "message": "Expecting to find password auth"}},
+                {
+                    "error": {
+                        "code": 400,
+                        "title": "Bad Request",
+                        "message": "Expecting to find password auth",
+                    }
+                },
                 status=400,
             )
         if "password" not in identity.get("methods", []):
             return self._unauthorized("Only password authentication is offered by this stub.")
         name_ok = user.get("name") == self.username or user.get("id") == self.user_id
-        domain_ok = user.get("id") == self.user_id or self._domain_matches(user.get("domain"), self.user_domain_name)
+        domain_ok = user.get("id") == self.user_id or self._domain_matches(
+            user.get("domain"), self.user_domain_name
+        )
         if not (name_ok and domain_ok and user.get("password") == self.password):
             return self._unauthorized("The request you have made requires authentication.")
         project = ((body["auth"].get("scope") or {}).get("project")) or {}
@@ -393,7 +403,9 @@ class OpenStackStub:
         try:
             limit = min(int(request.query.get("limit", self.page_size)), self.page_size)
         except ValueError:
-            return web.json_response({"badRequest": {"code": 400, "message": "limit must be an integer"}}, status=400)
+            return web.json_response(
+                {"badRequest": {"code": 400, "message": "limit must be an integer"}}, status=400
+            )
         marker = request.query.get("marker")
         start = 0
         if marker is not None:
@@ -429,7 +441,8 @@ class OpenStackStub:
             found = next((f for f in self.flavors if flavor_id in (f["id"], f["name"])), None)
         if found is None:
             return web.json_response(
-                {"itemNotFound": {"code": 404, "message": f"Flavor {flavor_id} could not be found."}}, status=404
+                {"itemNotFound": {"code": 404, "message": f"Flavor {flavor_id} could not be found."}},
+                status=404,
             )
         return found
 

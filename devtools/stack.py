@@ -78,8 +78,11 @@ class LocalStack:
 
     def start(self) -> LocalStack:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.broker = LocalNatsServer(store_dir=self.run_dir / "jetstream", log_path=self.run_dir / "nats.log",
-                                      max_payload=LOCAL_MAX_PAYLOAD)
+        self.broker = LocalNatsServer(
+            store_dir=self.run_dir / "jetstream",
+            log_path=self.run_dir / "nats.log",
+            max_payload=LOCAL_MAX_PAYLOAD,
+        )
         self.broker.start()
         self._start_sandbox()
         for name in self.services:
@@ -88,11 +91,22 @@ class LocalStack:
 
     def _start_sandbox(self) -> None:
         command = [
-            sys.executable, "-m", "tenon.cli.main", "sandbox",
-            "--port", str(free_port()), "--management-port", str(free_port()),
-            "--kubeconfig", str(self.workload_kubeconfig),
-            "--management-kubeconfig", str(self.management_kubeconfig),
-            "--profile", self.profile, "--time-scale", str(self.time_scale),
+            sys.executable,
+            "-m",
+            "tenon.cli.main",
+            "sandbox",
+            "--port",
+            str(free_port()),
+            "--management-port",
+            str(free_port()),
+            "--kubeconfig",
+            str(self.workload_kubeconfig),
+            "--management-kubeconfig",
+            str(self.management_kubeconfig),
+            "--profile",
+            self.profile,
+            "--time-scale",
+            str(self.time_scale),
         ]
         self._spawn("sandbox", command)
         deadline = time.monotonic() + 30
@@ -169,8 +183,9 @@ async def apply_manifests(workload: Kube, management: Kube, documents: Iterable[
             if exc.status != 409:
                 raise
             current = await kube.get(ref, doc["metadata"]["name"], namespace)
-            replacement = dict(doc, metadata={**doc["metadata"],
-                                              "resourceVersion": current["metadata"]["resourceVersion"]})
+            replacement = dict(
+                doc, metadata={**doc["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}
+            )
             await kube.replace(ref, replacement)
 
 

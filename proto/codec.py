@@ -52,7 +52,9 @@ def _explain(data: bytes, exc: msgspec.ValidationError) -> str:
     supported = _supported_schemas(event_type)
     schema = raw.get("schema")
     if schema not in supported:
-        return f"{kind}: schema {schema!r} is not supported (this build reads {', '.join(map(str, supported))})"
+        return (
+            f"{kind}: schema {schema!r} is not supported (this build reads {', '.join(map(str, supported))})"
+        )
     return f"{kind}: {exc}"
 
 

@@ -40,25 +40,57 @@ def _port(text: str) -> int:
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("sandbox", help="run a local Kubernetes API with simulated nodes and machines",
-                                   description=__doc__)
+    parser = subparsers.add_parser(
+        "sandbox", help="run a local Kubernetes API with simulated nodes and machines", description=__doc__
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    parser.add_argument("--port", type=_port, default=6443,
-                        help="workload cluster API port, 0 for any free port (default: %(default)s)")
-    parser.add_argument("--management-port", type=_port, default=6444,
-                        help="management (Cluster API) cluster port, 0 for any free port (default: %(default)s)")
-    parser.add_argument("--kubeconfig", type=Path, default=DEFAULT_DIR / "workload.kubeconfig",
-                        help="where to write the workload cluster's kubeconfig (default: %(default)s)")
-    parser.add_argument("--management-kubeconfig", type=Path, default=DEFAULT_DIR / "management.kubeconfig",
-                        help="where to write the management cluster's kubeconfig (default: %(default)s)")
-    parser.add_argument("--profile", choices=sorted(PROFILES), default="field",
-                        help="timing of simulated machines, nodes and pods (default: %(default)s)")
-    parser.add_argument("--time-scale", type=_positive_float, default=1.0,
-                        help="multiply every profile duration by this factor (default: %(default)s)")
-    parser.add_argument("--no-controllers", action="store_true",
-                        help="serve the API only: no scheduler, kubelet or Cluster API simulation")
-    parser.add_argument("--watch-max-seconds", type=_positive_float, default=300.0,
-                        help="end watches without timeoutSeconds after at most this long (default: %(default)s)")
+    parser.add_argument(
+        "--port",
+        type=_port,
+        default=6443,
+        help="workload cluster API port, 0 for any free port (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--management-port",
+        type=_port,
+        default=6444,
+        help="management (Cluster API) cluster port, 0 for any free port (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=DEFAULT_DIR / "workload.kubeconfig",
+        help="where to write the workload cluster's kubeconfig (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--management-kubeconfig",
+        type=Path,
+        default=DEFAULT_DIR / "management.kubeconfig",
+        help="where to write the management cluster's kubeconfig (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        default="field",
+        help="timing of simulated machines, nodes and pods (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--time-scale",
+        type=_positive_float,
+        default=1.0,
+        help="multiply every profile duration by this factor (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--no-controllers",
+        action="store_true",
+        help="serve the API only: no scheduler, kubelet or Cluster API simulation",
+    )
+    parser.add_argument(
+        "--watch-max-seconds",
+        type=_positive_float,
+        default=300.0,
+        help="end watches without timeoutSeconds after at most this long (default: %(default)s)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -77,11 +109,14 @@ def run(args: argparse.Namespace) -> int:
     )
 
     def announce(sandbox: Sandbox) -> None:
-        print(f"tenon sandbox: workload cluster {sandbox.workload_url} (kubeconfig {sandbox.workload_kubeconfig})\n"
-              f"tenon sandbox: management cluster {sandbox.management_url} "
-              f"(kubeconfig {sandbox.management_kubeconfig})\n"
-              f"tenon sandbox: profile {sandbox.profile.name} x{args.time_scale}, controllers "
-              f"{'on' if sandbox.controllers_running else 'off'}; Ctrl-C stops it", flush=True)
+        print(
+            f"tenon sandbox: workload cluster {sandbox.workload_url} (kubeconfig {sandbox.workload_kubeconfig})\n"
+            f"tenon sandbox: management cluster {sandbox.management_url} "
+            f"(kubeconfig {sandbox.management_kubeconfig})\n"
+            f"tenon sandbox: profile {sandbox.profile.name} x{args.time_scale}, controllers "
+            f"{'on' if sandbox.controllers_running else 'off'}; Ctrl-C stops it",
+            flush=True,
+        )
 
     code = run_sandbox(config, announce)
     if code:

@@ -36,12 +36,17 @@ FAST_CONSOLIDATE_AFTER = "2s"
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "up", help="run broker, sandbox and every service locally with a demo", description=__doc__,
+        "up",
+        help="run broker, sandbox and every service locally with a demo",
+        description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--demo", default="inflate", choices=["inflate"], help="which demo to apply")
-    parser.add_argument("--profile", choices=["fast", "field"], help="sandbox timing (default: fast with "
-                        "--exit-when-done, else field sped up 4x)")
+    parser.add_argument(
+        "--profile",
+        choices=["fast", "field"],
+        help="sandbox timing (default: fast with --exit-when-done, else field sped up 4x)",
+    )
     parser.add_argument("--time-scale", type=float, help="multiply the profile's durations by this")
     parser.add_argument("--exit-when-done", action="store_true", help="stop once the demo has played out")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -90,25 +95,34 @@ async def observe(workload: Kube, management: Kube, app: str, started: float) ->
         bound = sorted(
             f"{p['metadata'].get('namespace', 'default')}/{p['metadata']['name']}"
             for p in all_pods
-            if node and (p.get("spec") or {}).get("nodeName") == node
+            if node
+            and (p.get("spec") or {}).get("nodeName") == node
             and not any(o.get("kind") == "DaemonSet" for o in p["metadata"].get("ownerReferences") or [])
         )
         price = float((meta.get("annotations") or {}).get("tenon.sh/price-per-hour") or 0)
         observation.price += price
-        observation.claims.append({
-            "name": meta["name"],
-            "instanceType": (meta.get("labels") or {}).get("node.kubernetes.io/instance-type"),
-            "phase": claim_phase(claim),
-            "pricePerHour": price,
-            "node": node,
-            "pods": bound,
-        })
+        observation.claims.append(
+            {
+                "name": meta["name"],
+                "instanceType": (meta.get("labels") or {}).get("node.kubernetes.io/instance-type"),
+                "phase": claim_phase(claim),
+                "pricePerHour": price,
+                "node": node,
+                "pods": bound,
+            }
+        )
     observation.nodes = len(nodes)
     observation.nodes_ready = sum(
-        1 for n in nodes
-        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in (n.get("status") or {}).get("conditions") or [])
+        1
+        for n in nodes
+        if any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (n.get("status") or {}).get("conditions") or []
+        )
     )
-    observation.replicas = {m["metadata"]["name"]: int((m.get("spec") or {}).get("replicas") or 0) for m in mds}
+    observation.replicas = {
+        m["metadata"]["name"]: int((m.get("spec") or {}).get("replicas") or 0) for m in mds
+    }
     return observation
 
 
@@ -120,7 +134,8 @@ class Timeline:
         claims = obs.claims
         reached = {
             "claimsCreated": bool(claims),
-            "launched": bool(claims) and all(c["phase"] in ("Launched", "Registered", "Initialized") for c in claims),
+            "launched": bool(claims)
+            and all(c["phase"] in ("Launched", "Registered", "Initialized") for c in claims),
             "registered": bool(claims) and all(c["phase"] in ("Registered", "Initialized") for c in claims),
             "initialized": bool(claims) and all(c["phase"] == "Initialized" for c in claims),
             "allPodsRunning": len(obs.pods) >= expected_pods and obs.running == len(obs.pods) > 0,
@@ -142,17 +157,25 @@ def render(obs: Observation, timeline: Timeline) -> Table:
     table.add_row("NodeClaims by phase", ", ".join(f"{k} {v}" for k, v in sorted(phases.items())) or "none")
     table.add_row("claims", ", ".join(f"{c['name']} ({c['instanceType']})" for c in obs.claims) or "-")
     table.add_row("nodes ready / total", f"{obs.nodes_ready} / {obs.nodes}")
-    table.add_row("MachineDeployment replicas", ", ".join(f"{k}={v}" for k, v in sorted(obs.replicas.items())))
+    table.add_row(
+        "MachineDeployment replicas", ", ".join(f"{k}={v}" for k, v in sorted(obs.replicas.items()))
+    )
     table.add_row("price per hour", f"{obs.price:.4f}")
     table.add_row("timeline (s)", ", ".join(f"{k} {v}" for k, v in timeline.at.items()) or "-")
-    table.add_row("next", "all pods running: the Deployment is deleted, the pool should return to zero"
-                  if "allPodsRunning" in timeline.at else "waiting for every pod to run")
+    table.add_row(
+        "next",
+        "all pods running: the Deployment is deleted, the pool should return to zero"
+        if "allPodsRunning" in timeline.at
+        else "waiting for every pod to run",
+    )
     return table
 
 
 def summary(obs: Observation, timeline: Timeline) -> dict[str, Any]:
     return {
-        "nodeClaims": [{"name": c["name"], "instanceType": c["instanceType"], "pods": c["pods"]} for c in obs.claims],
+        "nodeClaims": [
+            {"name": c["name"], "instanceType": c["instanceType"], "pods": c["pods"]} for c in obs.claims
+        ],
         "timeline": {k: timeline.at.get(k) for k in MILESTONES},
         "totalPricePerHour": round(obs.price, 6),
         "machineDeployments": obs.replicas,
@@ -197,9 +220,16 @@ async def play(stack: LocalStack, args: argparse.Namespace, console: Console) ->
 
                     running_summary = summary(obs, timeline)
                     for doc in workloads:
-                        await workload.delete(DEPLOYMENTS, doc["metadata"]["name"], doc["metadata"].get("namespace"))
+                        await workload.delete(
+                            DEPLOYMENTS, doc["metadata"]["name"], doc["metadata"].get("namespace")
+                        )
                     deleted_at = time.monotonic()
-                if deleted_at is not None and not obs.claims and obs.nodes == 0 and not any(obs.replicas.values()):
+                if (
+                    deleted_at is not None
+                    and not obs.claims
+                    and obs.nodes == 0
+                    and not any(obs.replicas.values())
+                ):
                     timeline.at["allNodesRemoved"] = round(time.monotonic() - deleted_at, 3)
                     break
                 if obs.elapsed > args.timeout:
@@ -223,8 +253,10 @@ async def play(stack: LocalStack, args: argparse.Namespace, console: Console) ->
             console.print_json(json.dumps(result))
             console.print(f"logs and kubeconfigs in {stack.run_dir}")
         if not args.exit_when_done:
-            console.print("the stack keeps running for you to explore (tenon tap, tenon explain, kubectl); "
-                          "Ctrl-C stops everything")
+            console.print(
+                "the stack keeps running for you to explore (tenon tap, tenon explain, kubectl); "
+                "Ctrl-C stops everything"
+            )
             await asyncio.Event().wait()
         return 0
     finally:
@@ -244,11 +276,15 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGHUP, interrupt)
     profile = args.profile or ("fast" if args.exit_when_done else "field")
     time_scale = args.time_scale or (1.0 if profile == "fast" else 0.25)
-    stack = LocalStack(profile=profile, time_scale=time_scale, **({"run_dir": args.run_dir} if args.run_dir else {}))
+    stack = LocalStack(
+        profile=profile, time_scale=time_scale, **({"run_dir": args.run_dir} if args.run_dir else {})
+    )
     try:
         stack.start()
         if not args.json:
-            console.print(f"broker {stack.nats_url}; kubectl --kubeconfig {stack.workload_kubeconfig} get nodeclaims")
+            console.print(
+                f"broker {stack.nats_url}; kubectl --kubeconfig {stack.workload_kubeconfig} get nodeclaims"
+            )
         return asyncio.run(play(stack, args, console))
     except KeyboardInterrupt:
         console.print("stopping")

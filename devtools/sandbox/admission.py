@@ -28,9 +28,18 @@ _TIME_FIELDS = ("lastTransitionTime", "lastHeartbeatTime", "lastProbeTime", "las
 _TAINT_EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
 
 DEFAULT_TOLERATIONS: tuple[dict[str, Any], ...] = (
-    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
-    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
-     "tolerationSeconds": 300},
+    {
+        "key": "node.kubernetes.io/not-ready",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    },
+    {
+        "key": "node.kubernetes.io/unreachable",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    },
 )
 _REPLICATED = frozenset({"deployments", "replicasets", "machinedeployments"})
 
@@ -89,8 +98,11 @@ def apply_defaults(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
         spec.setdefault("priority", 0)
         tolerations = list(spec.get("tolerations") or [])
         for default in DEFAULT_TOLERATIONS:
-            if not any((t.get("key") == default["key"] and t.get("effect") in (None, "", "NoExecute"))
-                       or (not t.get("key") and t.get("operator") == "Exists") for t in tolerations):
+            if not any(
+                (t.get("key") == default["key"] and t.get("effect") in (None, "", "NoExecute"))
+                or (not t.get("key") and t.get("operator") == "Exists")
+                for t in tolerations
+            ):
                 tolerations.append(dict(default))
         spec["tolerations"] = tolerations
         obj = {**obj, "spec": spec}
@@ -108,32 +120,51 @@ def validate(rt: ResourceType, obj: dict[str, Any]) -> None:
     if not isinstance(name, str) or not name:
         raise _invalid(rt, obj, "metadata.name", "Required value: name or generateName is required")
     if len(name) > 253 or not _NAME_RE.match(name):
-        raise _invalid(rt, obj, "metadata.name",
-                       f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower case '
-                       "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character")
+        raise _invalid(
+            rt,
+            obj,
+            "metadata.name",
+            f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower case '
+            "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+        )
     if rt.plural == "namespaces" and (len(name) > 63 or not _NS_RE.match(name)):
-        raise _invalid(rt, obj, "metadata.name", f'Invalid value: "{name}": a namespace name must be an RFC 1123 label')
+        raise _invalid(
+            rt, obj, "metadata.name", f'Invalid value: "{name}": a namespace name must be an RFC 1123 label'
+        )
     for map_field in ("labels", "annotations"):
         values = meta.get(map_field)
         if values is None:
             continue
         if not isinstance(values, dict):
-            raise _invalid(rt, obj, f"metadata.{map_field}", "Invalid value: must be a map of string to string")
+            raise _invalid(
+                rt, obj, f"metadata.{map_field}", "Invalid value: must be a map of string to string"
+            )
         for key, value in values.items():
             if not isinstance(value, str):
-                raise _invalid(rt, obj, f"metadata.{map_field}[{key}]", "Invalid value: values must be strings")
+                raise _invalid(
+                    rt, obj, f"metadata.{map_field}[{key}]", "Invalid value: values must be strings"
+                )
             if map_field == "labels":
                 if not is_label_key(key):
-                    raise _invalid(rt, obj, f"metadata.labels[{key}]",
-                                   f'Invalid value: "{key}": a label key is an optional DNS-subdomain prefix and "/" '
-                                   "followed by a name of at most 63 alphanumeric characters, '-', '_' or '.'")
+                    raise _invalid(
+                        rt,
+                        obj,
+                        f"metadata.labels[{key}]",
+                        f'Invalid value: "{key}": a label key is an optional DNS-subdomain prefix and "/" '
+                        "followed by a name of at most 63 alphanumeric characters, '-', '_' or '.'",
+                    )
                 if not is_label_value(value):
-                    raise _invalid(rt, obj, f"metadata.labels[{key}]",
-                                   f'Invalid value: "{value}": a label value must be at most 63 alphanumeric '
-                                   "characters, '-', '_' or '.', starting and ending with an alphanumeric")
+                    raise _invalid(
+                        rt,
+                        obj,
+                        f"metadata.labels[{key}]",
+                        f'Invalid value: "{value}": a label value must be at most 63 alphanumeric '
+                        "characters, '-', '_' or '.', starting and ending with an alphanumeric",
+                    )
     finalizers = meta.get("finalizers")
-    if finalizers is not None and (not isinstance(finalizers, list)
-                                   or not all(isinstance(f, str) and f for f in finalizers)):
+    if finalizers is not None and (
+        not isinstance(finalizers, list) or not all(isinstance(f, str) and f for f in finalizers)
+    ):
         raise _invalid(rt, obj, "metadata.finalizers", "Invalid value: must be a list of non-empty strings")
     owners = meta.get("ownerReferences")
     if owners is not None:
@@ -156,8 +187,12 @@ def validate(rt: ResourceType, obj: dict[str, Any]) -> None:
             raise _invalid(rt, obj, "involvedObject", "Required value")
     elif rt.plural in _REPLICATED:
         replicas = (obj.get("spec") or {}).get("replicas")
-        if replicas is not None and (not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0):
-            raise _invalid(rt, obj, "spec.replicas", f"Invalid value: {replicas!r}: must be a non-negative integer")
+        if replicas is not None and (
+            not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0
+        ):
+            raise _invalid(
+                rt, obj, "spec.replicas", f"Invalid value: {replicas!r}: must be a non-negative integer"
+            )
 
 
 def _validate_conditions(rt: ResourceType, obj: dict[str, Any]) -> None:
@@ -175,8 +210,12 @@ def _validate_conditions(rt: ResourceType, obj: dict[str, Any]) -> None:
                 raise _invalid(rt, obj, f"status.conditions[{i}].{required}", "Required value")
         for time_field in _TIME_FIELDS:
             if cond.get(time_field) is not None and not is_rfc3339(cond[time_field]):
-                raise _invalid(rt, obj, f"status.conditions[{i}].{time_field}",
-                               f'Invalid value: "{cond[time_field]}": must be an RFC 3339 timestamp')
+                raise _invalid(
+                    rt,
+                    obj,
+                    f"status.conditions[{i}].{time_field}",
+                    f'Invalid value: "{cond[time_field]}": must be an RFC 3339 timestamp',
+                )
 
 
 def _validate_taints(rt: ResourceType, obj: dict[str, Any], taints: Any, field: str) -> None:
@@ -188,9 +227,13 @@ def _validate_taints(rt: ResourceType, obj: dict[str, Any], taints: Any, field: 
         if not isinstance(taint, dict) or not taint.get("key"):
             raise _invalid(rt, obj, f"{field}[{i}].key", "Required value")
         if taint.get("effect") not in _TAINT_EFFECTS:
-            raise _invalid(rt, obj, f"{field}[{i}].effect",
-                           f'Unsupported value: "{taint.get("effect")}": supported values: '
-                           + ", ".join(f'"{e}"' for e in sorted(_TAINT_EFFECTS)))
+            raise _invalid(
+                rt,
+                obj,
+                f"{field}[{i}].effect",
+                f'Unsupported value: "{taint.get("effect")}": supported values: '
+                + ", ".join(f'"{e}"' for e in sorted(_TAINT_EFFECTS)),
+            )
 
 
 def _validate_pod(rt: ResourceType, obj: dict[str, Any]) -> None:
@@ -211,8 +254,9 @@ def _validate_pod(rt: ResourceType, obj: dict[str, Any]) -> None:
 
 
 # Pod spec fields an update may change (the rest of a pod's spec is immutable once created).
-_MUTABLE_POD_SPEC = frozenset({"activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds",
-                               "schedulingGates"})
+_MUTABLE_POD_SPEC = frozenset(
+    {"activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds", "schedulingGates"}
+)
 
 
 def check_pod_spec_update(rt: ResourceType, old: dict[str, Any], new: dict[str, Any]) -> None:
@@ -223,16 +267,25 @@ def check_pod_spec_update(rt: ResourceType, old: dict[str, Any], new: dict[str, 
         out = {k: v for k, v in spec.items() if k not in _MUTABLE_POD_SPEC}
         for list_field in ("containers", "initContainers"):
             if isinstance(out.get(list_field), list):
-                out[list_field] = [{k: v for k, v in c.items() if k != "image"} if isinstance(c, dict) else c
-                                   for c in out[list_field]]
+                out[list_field] = [
+                    {k: v for k, v in c.items() if k != "image"} if isinstance(c, dict) else c
+                    for c in out[list_field]
+                ]
         return out
 
     if comparable(old_spec) != comparable(new_spec):
-        changed = sorted(k for k in set(old_spec) | set(new_spec)
-                         if k not in _MUTABLE_POD_SPEC and old_spec.get(k) != new_spec.get(k))
-        raise _invalid(rt, new, "spec",
-                       "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
-                       "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` "
-                       f"(only additions to existing tolerations), `spec.terminationGracePeriodSeconds` "
-                       f"(changed: {', '.join(changed) or 'containers'}; use the binding subresource to set "
-                       "spec.nodeName)")
+        changed = sorted(
+            k
+            for k in set(old_spec) | set(new_spec)
+            if k not in _MUTABLE_POD_SPEC and old_spec.get(k) != new_spec.get(k)
+        )
+        raise _invalid(
+            rt,
+            new,
+            "spec",
+            "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
+            "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` "
+            f"(only additions to existing tolerations), `spec.terminationGracePeriodSeconds` "
+            f"(changed: {', '.join(changed) or 'containers'}; use the binding subresource to set "
+            "spec.nodeName)",
+        )

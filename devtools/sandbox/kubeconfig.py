@@ -23,7 +23,9 @@ def kubeconfig_dict(server_url: str, context: str) -> dict[str, Any]:
         "kind": "Config",
         "clusters": [{"name": context, "cluster": {"server": server_url}}],
         "users": [{"name": context, "user": {}}],
-        "contexts": [{"name": context, "context": {"cluster": context, "user": context, "namespace": "default"}}],
+        "contexts": [
+            {"name": context, "context": {"cluster": context, "user": context, "namespace": "default"}}
+        ],
         "current-context": context,
         "preferences": {},
     }

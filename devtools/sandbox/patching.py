@@ -107,10 +107,10 @@ def _smp_map(target: dict[str, Any], patch: dict[str, Any], where: str) -> dict[
         if key in ("$patch", "$retainKeys"):
             continue
         if key.startswith(_SET_ORDER):
-            orders[key[len(_SET_ORDER):]] = value if isinstance(value, list) else []
+            orders[key[len(_SET_ORDER) :]] = value if isinstance(value, list) else []
             continue
         if key.startswith(_DELETE_FROM):
-            field = key[len(_DELETE_FROM):]
+            field = key[len(_DELETE_FROM) :]
             if not isinstance(value, list):
                 raise BadRequest(f'strategic merge patch: "{key}" must be a list')
             current = result.get(field)
@@ -152,12 +152,20 @@ def _smp_list(field: str, current: Any, patch: list[Any], where: str) -> list[An
     merged = list(current_list)
     for i, item in enumerate(patch):
         if not isinstance(item, dict):
-            raise BadRequest(f'strategic merge patch at "{where}[{i}]": expected an object with "{merge_key}"')
+            raise BadRequest(
+                f'strategic merge patch at "{where}[{i}]": expected an object with "{merge_key}"'
+            )
         if merge_key not in item:
             raise BadRequest(f'strategic merge patch at "{where}[{i}]": missing merge key "{merge_key}"')
         key_value = item[merge_key]
-        index = next((j for j, existing in enumerate(merged)
-                      if isinstance(existing, dict) and existing.get(merge_key) == key_value), None)
+        index = next(
+            (
+                j
+                for j, existing in enumerate(merged)
+                if isinstance(existing, dict) and existing.get(merge_key) == key_value
+            ),
+            None,
+        )
         if item.get("$patch") == "delete":
             if index is not None:
                 merged.pop(index)
@@ -187,9 +195,11 @@ def _apply_order(field: str, items: list[Any], order: list[Any]) -> list[Any]:
 
 def json_patch(target: Any, operations: Any) -> Any:
     if not isinstance(operations, list):
-        raise BadRequest("json: cannot unmarshal object into Go value of type []handlers.jsonPatchOp "
-                         "(a JSON patch body must be a list of operations; send an object as "
-                         "application/merge-patch+json)")
+        raise BadRequest(
+            "json: cannot unmarshal object into Go value of type []handlers.jsonPatchOp "
+            "(a JSON patch body must be a list of operations; send an object as "
+            "application/merge-patch+json)"
+        )
     for i, op in enumerate(operations):
         if not isinstance(op, dict) or "op" not in op or "path" not in op:
             raise BadRequest(f"json patch operation {i}: needs 'op' and 'path'")
@@ -212,15 +222,19 @@ def apply_patch(target: Any, body: Any, content_type: str, *, allow_strategic: b
         return merge_patch(target, body)
     if media == STRATEGIC_MERGE_PATCH:
         if not allow_strategic:
-            raise UnsupportedMediaType("the body of the request was in an unknown format - accepted media types "
-                                       "include: application/json-patch+json, application/merge-patch+json, "
-                                       "application/apply-patch+yaml (strategic merge patch is not supported "
-                                       "for custom resources)")
+            raise UnsupportedMediaType(
+                "the body of the request was in an unknown format - accepted media types "
+                "include: application/json-patch+json, application/merge-patch+json, "
+                "application/apply-patch+yaml (strategic merge patch is not supported "
+                "for custom resources)"
+            )
         return strategic_merge_patch(target, body)
     if media == APPLY_PATCH:
         # Server-side apply, approximated as a merge patch of the applied configuration (no managedFields).
         if not isinstance(body, dict):
             raise BadRequest("apply patch: the body must be an object")
         return merge_patch(target, body)
-    raise UnsupportedMediaType(f'the body of the request was in an unknown format "{content_type}" - accepted '
-                               f"media types include: {', '.join(PATCH_TYPES)}")
+    raise UnsupportedMediaType(
+        f'the body of the request was in an unknown format "{content_type}" - accepted '
+        f"media types include: {', '.join(PATCH_TYPES)}"
+    )

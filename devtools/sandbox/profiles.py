@@ -59,7 +59,9 @@ class TimingProfile:
     def scaled(self, scale: float) -> TimingProfile:
         """The same profile with every duration multiplied by ``scale`` (> 0)."""
         if not (isinstance(scale, int | float) and math.isfinite(scale) and scale > 0):
-            raise ValueError(f"timing profile {self.name!r}: scale must be a positive finite number, got {scale!r}")
+            raise ValueError(
+                f"timing profile {self.name!r}: scale must be a positive finite number, got {scale!r}"
+            )
         changes = {f.name: getattr(self, f.name) * scale for f in fields(self) if f.name != "name"}
         return replace(self, **changes)
 

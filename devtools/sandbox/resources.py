@@ -22,7 +22,16 @@ from dataclasses import dataclass, field
 from devtools.sandbox.errors import NotFound
 
 ALWAYS_SELECTABLE: frozenset[str] = frozenset({"metadata.name", "metadata.namespace"})
-MAIN_VERBS: tuple[str, ...] = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+MAIN_VERBS: tuple[str, ...] = (
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+)
 
 
 @dataclass(frozen=True)
@@ -67,8 +76,9 @@ class ResourceType:
         return path in ALWAYS_SELECTABLE or path in self.selectable_fields
 
 
-BUILTIN_GROUPS: frozenset[str] = frozenset({"", "apps", "policy", "coordination.k8s.io", "autoscaling",
-                                           "events.k8s.io"})
+BUILTIN_GROUPS: frozenset[str] = frozenset(
+    {"", "apps", "policy", "coordination.k8s.io", "autoscaling", "events.k8s.io"}
+)
 
 _STATUS = frozenset({"status"})
 _STATUS_SCALE = frozenset({"status", "scale"})
@@ -104,40 +114,130 @@ EVENT_FIELDS = frozenset(
 
 RESOURCES: tuple[ResourceType, ...] = (
     # core
-    ResourceType("", "v1", "namespaces", "Namespace", False, frozenset({"status", "finalize"}), ("ns",),
-                 frozenset({"status.phase"})),
-    ResourceType("", "v1", "pods", "Pod", True, frozenset({"status", "binding", "eviction"}), ("po",),
-                 POD_FIELDS, ("all",)),
+    ResourceType(
+        "",
+        "v1",
+        "namespaces",
+        "Namespace",
+        False,
+        frozenset({"status", "finalize"}),
+        ("ns",),
+        frozenset({"status.phase"}),
+    ),
+    ResourceType(
+        "",
+        "v1",
+        "pods",
+        "Pod",
+        True,
+        frozenset({"status", "binding", "eviction"}),
+        ("po",),
+        POD_FIELDS,
+        ("all",),
+    ),
     ResourceType("", "v1", "nodes", "Node", False, _STATUS, ("no",), NODE_FIELDS),
     ResourceType("", "v1", "events", "Event", True, frozenset(), ("ev",), EVENT_FIELDS),
     # the old-style binding collection (kubernetes clients' create_namespaced_binding): create only
     ResourceType("", "v1", "bindings", "Binding", True, frozenset(), verbs=("create",)),
-    ResourceType("events.k8s.io", "v1", "events", "Event", True, frozenset(), ("ev",),
-                 frozenset({"regarding.kind", "regarding.namespace", "regarding.name", "regarding.uid", "reason",
-                            "reportingController", "type"})),
+    ResourceType(
+        "events.k8s.io",
+        "v1",
+        "events",
+        "Event",
+        True,
+        frozenset(),
+        ("ev",),
+        frozenset(
+            {
+                "regarding.kind",
+                "regarding.namespace",
+                "regarding.name",
+                "regarding.uid",
+                "reason",
+                "reportingController",
+                "type",
+            }
+        ),
+    ),
     # apps
-    ResourceType("apps", "v1", "deployments", "Deployment", True, _STATUS_SCALE, ("deploy",), categories=("all",)),
-    ResourceType("apps", "v1", "replicasets", "ReplicaSet", True, _STATUS_SCALE, ("rs",), categories=("all",)),
+    ResourceType(
+        "apps", "v1", "deployments", "Deployment", True, _STATUS_SCALE, ("deploy",), categories=("all",)
+    ),
+    ResourceType(
+        "apps", "v1", "replicasets", "ReplicaSet", True, _STATUS_SCALE, ("rs",), categories=("all",)
+    ),
     ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, _STATUS, ("ds",), categories=("all",)),
     # policy, coordination
     ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, _STATUS, ("pdb",)),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, frozenset()),
     # Karpenter
-    ResourceType("karpenter.sh", "v1", "nodepools", "NodePool", False, _STATUS_SCALE, (), categories=("karpenter",)),
-    ResourceType("karpenter.sh", "v1", "nodeclaims", "NodeClaim", False, _STATUS, (), categories=("karpenter",)),
-    ResourceType("karpenter.cluster.x-k8s.io", "v1alpha1", "clusterapinodeclasses", "ClusterAPINodeClass", False,
-                 _STATUS, (), categories=("karpenter",)),
-    ResourceType("karpenter.k8s.aws", "v1", "ec2nodeclasses", "EC2NodeClass", False, _STATUS, ("ec2nc",),
-                 categories=("karpenter",)),
+    ResourceType(
+        "karpenter.sh", "v1", "nodepools", "NodePool", False, _STATUS_SCALE, (), categories=("karpenter",)
+    ),
+    ResourceType(
+        "karpenter.sh", "v1", "nodeclaims", "NodeClaim", False, _STATUS, (), categories=("karpenter",)
+    ),
+    ResourceType(
+        "karpenter.cluster.x-k8s.io",
+        "v1alpha1",
+        "clusterapinodeclasses",
+        "ClusterAPINodeClass",
+        False,
+        _STATUS,
+        (),
+        categories=("karpenter",),
+    ),
+    ResourceType(
+        "karpenter.k8s.aws",
+        "v1",
+        "ec2nodeclasses",
+        "EC2NodeClass",
+        False,
+        _STATUS,
+        ("ec2nc",),
+        categories=("karpenter",),
+    ),
     # Cluster API (management cluster)
-    ResourceType("cluster.x-k8s.io", "v1beta1", "machinedeployments", "MachineDeployment", True, _STATUS_SCALE,
-                 ("md",), categories=("cluster-api",)),
-    ResourceType("cluster.x-k8s.io", "v1beta1", "machines", "Machine", True, _STATUS, ("ma",),
-                 categories=("cluster-api",)),
-    ResourceType("cluster.x-k8s.io", "v1beta2", "machinedeployments", "MachineDeployment", True, _STATUS_SCALE,
-                 ("md",), categories=("cluster-api",)),
-    ResourceType("cluster.x-k8s.io", "v1beta2", "machines", "Machine", True, _STATUS, ("ma",),
-                 categories=("cluster-api",)),
+    ResourceType(
+        "cluster.x-k8s.io",
+        "v1beta1",
+        "machinedeployments",
+        "MachineDeployment",
+        True,
+        _STATUS_SCALE,
+        ("md",),
+        categories=("cluster-api",),
+    ),
+    ResourceType(
+        "cluster.x-k8s.io",
+        "v1beta1",
+        "machines",
+        "Machine",
+        True,
+        _STATUS,
+        ("ma",),
+        categories=("cluster-api",),
+    ),
+    ResourceType(
+        "cluster.x-k8s.io",
+        "v1beta2",
+        "machinedeployments",
+        "MachineDeployment",
+        True,
+        _STATUS_SCALE,
+        ("md",),
+        categories=("cluster-api",),
+    ),
+    ResourceType(
+        "cluster.x-k8s.io",
+        "v1beta2",
+        "machines",
+        "Machine",
+        True,
+        _STATUS,
+        ("ma",),
+        categories=("cluster-api",),
+    ),
 )
 
 # The version a group's discovery document names as preferred.
@@ -166,7 +266,9 @@ class Registry:
         """``resource("v1", "Pod")`` or ``resource("apps/v1", "deployments")``; NotFound for anything else."""
         rt = self._by_kind.get((api_version, kind_or_plural.lower()))
         if rt is None:
-            raise NotFound(f'the server could not find the requested resource: {api_version} "{kind_or_plural}"')
+            raise NotFound(
+                f'the server could not find the requested resource: {api_version} "{kind_or_plural}"'
+            )
         return rt
 
     def groups(self) -> dict[str, list[str]]:

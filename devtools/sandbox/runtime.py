@@ -77,10 +77,12 @@ class Sandbox:
     def __init__(self, config: SandboxConfig) -> None:
         self.config = config
         self.profile = get_profile(config.profile, config.time_scale)
-        self.workload_store = Store(history_size=config.history_size, bookmark_interval=config.bookmark_interval,
-                                    name="workload")
-        self.management_store = Store(history_size=config.history_size,
-                                      bookmark_interval=config.bookmark_interval, name="management")
+        self.workload_store = Store(
+            history_size=config.history_size, bookmark_interval=config.bookmark_interval, name="workload"
+        )
+        self.management_store = Store(
+            history_size=config.history_size, bookmark_interval=config.bookmark_interval, name="management"
+        )
         self.workload_url = ""
         self.management_url = ""
         self.workload_kubeconfig = Path(config.kubeconfig).expanduser()
@@ -90,8 +92,9 @@ class Sandbox:
         self.controllers_running = False
 
     async def _serve(self, store: Store, port: int) -> str:
-        server_config = ServerConfig(watch_max_seconds=self.config.watch_max_seconds,
-                                     bookmark_interval=self.config.bookmark_interval)
+        server_config = ServerConfig(
+            watch_max_seconds=self.config.watch_max_seconds, bookmark_interval=self.config.bookmark_interval
+        )
         runner = web.AppRunner(build_app(store, server_config), access_log=None)
         await runner.setup()
         self._runners.append(runner)
@@ -111,12 +114,18 @@ class Sandbox:
         write_kubeconfig(self.management_kubeconfig, self.management_url, "tenon-sandbox-management")
         entry = load_controllers() if self.config.controllers else None
         if entry is not None:
-            self._controllers = asyncio.create_task(
-                self._run_controllers(entry), name="sandbox-controllers")
+            self._controllers = asyncio.create_task(self._run_controllers(entry), name="sandbox-controllers")
             self.controllers_running = True
-        log.info("sandbox: workload %s (%s), management %s (%s), profile %s x%s, controllers %s",
-                 self.workload_url, self.workload_kubeconfig, self.management_url, self.management_kubeconfig,
-                 self.profile.name, self.config.time_scale, "on" if self.controllers_running else "off")
+        log.info(
+            "sandbox: workload %s (%s), management %s (%s), profile %s x%s, controllers %s",
+            self.workload_url,
+            self.workload_kubeconfig,
+            self.management_url,
+            self.management_kubeconfig,
+            self.profile.name,
+            self.config.time_scale,
+            "on" if self.controllers_running else "off",
+        )
 
     async def _run_controllers(self, entry: ControllersEntry) -> None:
         try:
@@ -148,8 +157,9 @@ class Sandbox:
         await self.stop()
 
 
-async def serve_until_stopped(config: SandboxConfig, stop: asyncio.Event,
-                              on_ready: Callable[[Sandbox], None] | None = None) -> None:
+async def serve_until_stopped(
+    config: SandboxConfig, stop: asyncio.Event, on_ready: Callable[[Sandbox], None] | None = None
+) -> None:
     async with Sandbox(config) as sandbox:
         if on_ready is not None:
             on_ready(sandbox)

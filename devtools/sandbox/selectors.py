@@ -23,8 +23,10 @@ from typing import Any
 
 from devtools.sandbox.errors import BadRequest
 
-_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_KEY_RE = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 _VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 
 
@@ -89,7 +91,9 @@ def _check_key(key: str, selector: str) -> str:
 
 def _check_value(value: str, selector: str) -> str:
     if len(value) > 63 or not _VALUE_RE.match(value):
-        raise BadRequest(f'unable to parse requirement: invalid label value "{value}" in selector "{selector}"')
+        raise BadRequest(
+            f'unable to parse requirement: invalid label value "{value}" in selector "{selector}"'
+        )
     return value
 
 
@@ -127,23 +131,33 @@ def parse_label_selector(selector: str | None) -> LabelSelector:
         set_match = _SET_RE.match(term)
         if set_match:
             key, op, values_raw = set_match.groups()
-            values = tuple(_check_value(v.strip(), selector) for v in values_raw.split(",")) if values_raw.strip() \
+            values = (
+                tuple(_check_value(v.strip(), selector) for v in values_raw.split(","))
+                if values_raw.strip()
                 else ()
+            )
             if not values:
-                raise BadRequest(f'unable to parse label selector "{selector}": "{op}" needs at least one value')
+                raise BadRequest(
+                    f'unable to parse label selector "{selector}": "{op}" needs at least one value'
+                )
             requirements.append(Requirement(_check_key(key, selector), op, values))
             continue
         for token, op in (("!=", "!="), ("==", "="), ("=", "=")):
             if token in term:
                 key, value = term.split(token, 1)
-                requirements.append(Requirement(_check_key(key.strip(), selector), op,
-                                                (_check_value(value.strip(), selector),)))
+                requirements.append(
+                    Requirement(
+                        _check_key(key.strip(), selector), op, (_check_value(value.strip(), selector),)
+                    )
+                )
                 break
         else:
             if term.startswith("!"):
                 requirements.append(Requirement(_check_key(term[1:].strip(), selector), "!"))
             elif " " in term or any(c in term for c in "<>()"):
-                raise BadRequest(f'unable to parse label selector "{selector}": unsupported requirement "{term}"')
+                raise BadRequest(
+                    f'unable to parse label selector "{selector}": unsupported requirement "{term}"'
+                )
             else:
                 requirements.append(Requirement(_check_key(term, selector), "exists"))
     return LabelSelector(tuple(requirements))
@@ -229,8 +243,9 @@ def field_value(obj: Mapping[str, Any], path: str) -> str:
     return str(current)
 
 
-def parse_field_selector(selector: str | None, allowed: Callable[[str], bool], *, resource: str = "") \
-        -> FieldSelector:
+def parse_field_selector(
+    selector: str | None, allowed: Callable[[str], bool], *, resource: str = ""
+) -> FieldSelector:
     """Parse ``fieldSelector``; ``allowed(path)`` says which paths the resource supports (400 otherwise)."""
     if selector is None or not selector.strip():
         return FieldSelector()
@@ -246,6 +261,8 @@ def parse_field_selector(selector: str | None, allowed: Callable[[str], bool], *
         else:
             raise BadRequest(f'invalid field selector "{selector}": "{term}" needs an operator (=, ==, !=)')
         if not allowed(path):
-            raise BadRequest(f'field label not supported: "{path}"' + (f" for {resource}" if resource else ""))
+            raise BadRequest(
+                f'field label not supported: "{path}"' + (f" for {resource}" if resource else "")
+            )
         requirements.append(FieldRequirement(path, negated, value.strip()))
     return FieldSelector(tuple(requirements))

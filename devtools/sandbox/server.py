@@ -68,9 +68,17 @@ _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
-SERVER_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-tenon-sandbox", "gitCommit": "tenon",
-                  "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23",
-                  "compiler": "gc", "platform": "linux/amd64"}
+SERVER_VERSION = {
+    "major": "1",
+    "minor": "32",
+    "gitVersion": "v1.32.0-tenon-sandbox",
+    "gitCommit": "tenon",
+    "gitTreeState": "clean",
+    "buildDate": "2026-01-01T00:00:00Z",
+    "goVersion": "go1.23",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
 STORE_KEY: web.AppKey[Store] = web.AppKey("store", Store)
 
 
@@ -119,8 +127,9 @@ def error_response(error: ApiError) -> web.Response:
 
 
 @web.middleware
-async def status_errors(request: web.Request,
-                        handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+async def status_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
     """Every failure leaves as a ``kind: Status`` body; never a stack trace."""
     try:
         return await handler(request)
@@ -149,7 +158,9 @@ class ApiServer:
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         parts = [p for p in request.path.split("/") if p]
         if not parts:
-            return json_response({"paths": ["/api", "/api/v1", "/apis", "/openapi/v3", "/version", "/healthz"]})
+            return json_response(
+                {"paths": ["/api", "/api/v1", "/apis", "/openapi/v3", "/version", "/healthz"]}
+            )
         head = parts[0]
         if head in ("healthz", "livez", "readyz"):
             return web.Response(text="ok")
@@ -182,19 +193,26 @@ class ApiServer:
             if rt is not None and rt.namespaced:
                 if len(rest) > 5:
                     raise NotFound("the server could not find the requested resource")
-                return Target(rt, rest[1], rest[3] if len(rest) > 3 else None, rest[4] if len(rest) > 4 else None)
+                return Target(
+                    rt, rest[1], rest[3] if len(rest) > 3 else None, rest[4] if len(rest) > 4 else None
+                )
             namespaces = self.registry.lookup(group, version, "namespaces")
             if namespaces is None or rest[2] not in namespaces.subresources:
-                raise NotFound(f'the server could not find the requested resource: "{rest[2]}" is not served in '
-                               f"{group + '/' if group else ''}{version}")
+                raise NotFound(
+                    f'the server could not find the requested resource: "{rest[2]}" is not served in '
+                    f"{group + '/' if group else ''}{version}"
+                )
         rt = self.registry.lookup(group, version, rest[0])
         if rt is None or len(rest) > 3:
-            raise NotFound(f'the server could not find the requested resource: "{"/".join(rest)}" in '
-                           f"{group + '/' if group else ''}{version}")
+            raise NotFound(
+                f'the server could not find the requested resource: "{"/".join(rest)}" in '
+                f"{group + '/' if group else ''}{version}"
+            )
         sub = rest[2] if len(rest) > 2 else None
         if sub is not None and sub not in rt.subresources:
-            raise NotFound(f'the server could not find the requested resource: {rt.plural} has no "{sub}" '
-                           "subresource")
+            raise NotFound(
+                f'the server could not find the requested resource: {rt.plural} has no "{sub}" subresource'
+            )
         return Target(rt, None, rest[1] if len(rest) > 1 else None, sub)
 
     async def handle(self, request: web.Request, target: Target) -> web.StreamResponse:
@@ -213,7 +231,9 @@ class ApiServer:
         rt, ns, name, sub = target.rt, target.namespace, target.name, target.subresource
         if rt.verbs != MAIN_VERBS:
             if not (method == "POST" and name is None and "create" in rt.verbs):
-                raise MethodNotAllowed(f"{method} is not supported on {rt.plural} (verbs: {', '.join(rt.verbs)})")
+                raise MethodNotAllowed(
+                    f"{method} is not supported on {rt.plural} (verbs: {', '.join(rt.verbs)})"
+                )
             if rt.plural == "bindings" and ns is not None:
                 return json_response(self.bind(await self.body(request), ns, None), 201)
         if name is None:
@@ -226,8 +246,14 @@ class ApiServer:
                 return json_response(self._as_version(rt, self.store.create(rt, body, ns, owned=True)), 201)
             if method == "DELETE":
                 options = await self.delete_options(request)
-                items = self.store.delete_collection(rt, ns, q.get("labelSelector"), q.get("fieldSelector"),
-                                                     options["grace"], options["policy"])
+                items = self.store.delete_collection(
+                    rt,
+                    ns,
+                    q.get("labelSelector"),
+                    q.get("fieldSelector"),
+                    options["grace"],
+                    options["policy"],
+                )
                 return json_response(self.list_body(rt, items, self.store.resource_version, None, None))
             raise MethodNotAllowed(f"{method} is not supported on a collection of {rt.plural}")
         if sub is not None and sub not in rt.subresources:
@@ -238,9 +264,14 @@ class ApiServer:
             if sub in (None, "status"):
                 obj = self.store.get(rt, name, ns)
                 if sub is None and wants_table(request.headers.get("Accept")):
-                    return json_response(render_table(rt, [obj], include_object=q.get("includeObject", "Metadata"),
-                                                      list_metadata={"resourceVersion": obj["metadata"].get(
-                                                          "resourceVersion", "")}))
+                    return json_response(
+                        render_table(
+                            rt,
+                            [obj],
+                            include_object=q.get("includeObject", "Metadata"),
+                            list_metadata={"resourceVersion": obj["metadata"].get("resourceVersion", "")},
+                        )
+                    )
                 return json_response(obj)
         elif method == "PUT":
             body = await self.body(request)
@@ -249,14 +280,16 @@ class ApiServer:
             if sub in (None, "status"):
                 body_name = (body.get("metadata") or {}).get("name") if isinstance(body, dict) else None
                 if body_name != name:
-                    raise BadRequest(f'the name of the object ({body_name}) does not match the name on the URL '
-                                     f"({name})")
+                    raise BadRequest(
+                        f"the name of the object ({body_name}) does not match the name on the URL ({name})"
+                    )
                 return json_response(self._as_version(rt, self.store.update(rt, body, sub, ns, owned=True)))
         elif method == "PATCH":
             body = await self.body(request, allow_list=True)
             content_type = request.headers.get("Content-Type", "")
-            return json_response(self._as_version(rt, self.store.patch(rt, name, ns, body, content_type, sub,
-                                                                       owned=True)))
+            return json_response(
+                self._as_version(rt, self.store.patch(rt, name, ns, body, content_type, sub, owned=True))
+            )
         elif method == "POST":
             body = await self.body(request)
             if sub == "binding" and ns is not None:
@@ -266,12 +299,15 @@ class ApiServer:
                     raise BadRequest("Eviction: the body must be an object")
                 body_name = (body.get("metadata") or {}).get("name")
                 if body_name and body_name != name:
-                    raise BadRequest(f"name in URL does not match name in Eviction object ({body_name} != {name})")
+                    raise BadRequest(
+                        f"name in URL does not match name in Eviction object ({body_name} != {name})"
+                    )
                 return json_response(self.store.evict(name, ns, body.get("deleteOptions")), 201)
         elif method == "DELETE" and sub is None:
             options = await self.delete_options(request)
-            last, _removed = self.store.delete_with_result(rt, name, ns, options["grace"], options["policy"],
-                                                           options["preconditions"])
+            last, _removed = self.store.delete_with_result(
+                rt, name, ns, options["grace"], options["policy"], options["preconditions"]
+            )
             return json_response(last)
         raise MethodNotAllowed(f"{method} is not supported on {rt.plural}{'/' + sub if sub else ''}")
 
@@ -291,8 +327,9 @@ class ApiServer:
         if not name:
             raise BadRequest("Binding: metadata.name: Required value (the pod to bind)")
         if pod_name and metadata.get("name") and metadata["name"] != pod_name:
-            raise BadRequest(f"Binding: metadata.name ({metadata['name']}) does not match the pod in the URL "
-                             f"({pod_name})")
+            raise BadRequest(
+                f"Binding: metadata.name ({metadata['name']}) does not match the pod in the URL ({pod_name})"
+            )
         target_ref = body.get("target")
         if not isinstance(target_ref, dict) or not target_ref.get("name"):
             raise BadRequest(f'Binding "{name}": target.name: Required value')
@@ -342,14 +379,17 @@ class ApiServer:
         if grace is not None and not isinstance(grace, int):
             raise BadRequest("DeleteOptions.gracePeriodSeconds: must be an integer")
         policy = q.get("propagationPolicy") or options.get("propagationPolicy") or "Background"
-        if options.get("orphanDependents") is True or parse_bool(q.get("orphanDependents"), "orphanDependents"):
+        if options.get("orphanDependents") is True or parse_bool(
+            q.get("orphanDependents"), "orphanDependents"
+        ):
             policy = "Orphan"
         return {"grace": grace, "policy": policy, "preconditions": options.get("preconditions")}
 
     # ------------------------------------------------------------------ list and watch
 
-    def list_body(self, rt: ResourceType, items: list[dict[str, Any]], rv: str, token: str | None,
-                  remaining: int | None) -> dict[str, Any]:
+    def list_body(
+        self, rt: ResourceType, items: list[dict[str, Any]], rv: str, token: str | None, remaining: int | None
+    ) -> dict[str, Any]:
         metadata: dict[str, Any] = {"resourceVersion": rv}
         if token:
             metadata["continue"] = token
@@ -360,16 +400,32 @@ class ApiServer:
     def list_objects(self, request: web.Request, target: Target) -> web.Response:
         q = request.query
         limit = parse_int(q.get("limit"), "limit")
-        page = self.store.list_page(target.rt, target.namespace, q.get("labelSelector"), q.get("fieldSelector"),
-                                    limit=limit or None, continue_token=q.get("continue") or None, copy=False)
+        page = self.store.list_page(
+            target.rt,
+            target.namespace,
+            q.get("labelSelector"),
+            q.get("fieldSelector"),
+            limit=limit or None,
+            continue_token=q.get("continue") or None,
+            copy=False,
+        )
         api_version = target.rt.api_version
-        items = [item if item.get("apiVersion") == api_version else {**item, "apiVersion": api_version}
-                 for item in page.items]
-        body = self.list_body(target.rt, items, page.resource_version, page.continue_token,
-                              page.remaining_item_count)
+        items = [
+            item if item.get("apiVersion") == api_version else {**item, "apiVersion": api_version}
+            for item in page.items
+        ]
+        body = self.list_body(
+            target.rt, items, page.resource_version, page.continue_token, page.remaining_item_count
+        )
         if wants_table(request.headers.get("Accept")):
-            return json_response(render_table(target.rt, items, include_object=q.get("includeObject", "Metadata"),
-                                              list_metadata=body["metadata"]))
+            return json_response(
+                render_table(
+                    target.rt,
+                    items,
+                    include_object=q.get("includeObject", "Metadata"),
+                    list_metadata=body["metadata"],
+                )
+            )
         return json_response(body)
 
     async def watch(self, request: web.Request, target: Target) -> web.StreamResponse:
@@ -378,21 +434,31 @@ class ApiServer:
         timeout = parse_int(q.get("timeoutSeconds"), "timeoutSeconds")
         allow_bookmarks = parse_bool(q.get("allowWatchBookmarks"), "allowWatchBookmarks")
         bookmark_interval = self.config.bookmark_interval or self.store.bookmark_interval
-        response = web.StreamResponse(status=200, headers={"Content-Type": "application/json",
-                                                           "Cache-Control": "no-cache, private"})
+        response = web.StreamResponse(
+            status=200, headers={"Content-Type": "application/json", "Cache-Control": "no-cache, private"}
+        )
         response.enable_chunked_encoding()
         try:
-            watch = self.store.watch(rt, target.namespace, q.get("resourceVersion"), q.get("labelSelector"),
-                                     q.get("fieldSelector"), allow_bookmarks=allow_bookmarks,
-                                     bookmark_interval=bookmark_interval)
+            watch = self.store.watch(
+                rt,
+                target.namespace,
+                q.get("resourceVersion"),
+                q.get("labelSelector"),
+                q.get("fieldSelector"),
+                allow_bookmarks=allow_bookmarks,
+                bookmark_interval=bookmark_interval,
+            )
         except Expired as expired:
             await response.prepare(request)
             await response.write(_encode({"type": "ERROR", "object": expired.to_status()}) + b"\n")
             await response.write_eof()
             return response
         loop = asyncio.get_running_loop()
-        duration = float(timeout) if timeout and timeout > 0 else \
-            random.uniform(self.config.watch_max_seconds / 2, self.config.watch_max_seconds)
+        duration = (
+            float(timeout)
+            if timeout and timeout > 0
+            else random.uniform(self.config.watch_max_seconds / 2, self.config.watch_max_seconds)
+        )
         deadline = loop.time() + duration
         last_bookmark = loop.time()
         api_version = rt.api_version
@@ -406,8 +472,9 @@ class ApiServer:
             if table_columns_sent is None or event.type == "BOOKMARK":
                 line: bytes = event.line(api_version)
                 return line
-            table = render_table(rt, [event.obj], include_object=include_object,
-                                 with_columns=not table_columns_sent)
+            table = render_table(
+                rt, [event.obj], include_object=include_object, with_columns=not table_columns_sent
+            )
             table_columns_sent = True
             return _encode({"type": event.type, "object": table}) + b"\n"
 
@@ -426,7 +493,11 @@ class ApiServer:
                     transport = request.transport
                     if transport is None or transport.is_closing():
                         break
-                    if allow_bookmarks and watch.pending == 0 and loop.time() - last_bookmark >= bookmark_interval:
+                    if (
+                        allow_bookmarks
+                        and watch.pending == 0
+                        and loop.time() - last_bookmark >= bookmark_interval
+                    ):
                         await response.write(frame(watch.bookmark()))
                         last_bookmark = loop.time()
                     continue
@@ -446,8 +517,11 @@ class ApiServer:
 
     def api_versions(self, request: web.Request) -> dict[str, Any]:
         host = request.host or "127.0.0.1"
-        return {"kind": "APIVersions", "versions": ["v1"],
-                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": host}]}
+        return {
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": host}],
+        }
 
     def _group_entry(self, group: str) -> dict[str, Any]:
         versions = self.registry.groups()[group]
@@ -459,8 +533,11 @@ class ApiServer:
         }
 
     def group_list(self) -> dict[str, Any]:
-        return {"kind": "APIGroupList", "apiVersion": "v1",
-                "groups": [self._group_entry(g) for g in self.registry.groups()]}
+        return {
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": [self._group_entry(g) for g in self.registry.groups()],
+        }
 
     def group(self, group: str) -> dict[str, Any]:
         if group not in self.registry.groups():
@@ -473,17 +550,26 @@ class ApiServer:
             raise NotFound(f"the server could not find the requested resource ({group or 'core'}/{version})")
         entries: list[dict[str, Any]] = []
         for rt in resources:
-            entry: dict[str, Any] = {"name": rt.plural, "singularName": rt.singular, "namespaced": rt.namespaced,
-                                     "kind": rt.kind, "verbs": list(rt.verbs)}
+            entry: dict[str, Any] = {
+                "name": rt.plural,
+                "singularName": rt.singular,
+                "namespaced": rt.namespaced,
+                "kind": rt.kind,
+                "verbs": list(rt.verbs),
+            }
             if rt.short_names:
                 entry["shortNames"] = list(rt.short_names)
             if rt.categories:
                 entry["categories"] = list(rt.categories)
             entries.append(entry)
             for sub in sorted(rt.subresources):
-                sub_entry: dict[str, Any] = {"name": f"{rt.plural}/{sub}", "singularName": "",
-                                             "namespaced": rt.namespaced, "kind": rt.kind,
-                                             "verbs": ["get", "patch", "update"]}
+                sub_entry: dict[str, Any] = {
+                    "name": f"{rt.plural}/{sub}",
+                    "singularName": "",
+                    "namespaced": rt.namespaced,
+                    "kind": rt.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
                 if sub == "scale":
                     sub_entry.update(group="autoscaling", version="v1", kind="Scale")
                 elif sub == "eviction":
@@ -493,8 +579,12 @@ class ApiServer:
                 elif sub == "finalize":
                     sub_entry.update(verbs=["update"])
                 entries.append(sub_entry)
-        return {"kind": "APIResourceList", "apiVersion": "v1",
-                "groupVersion": f"{group}/{version}" if group else version, "resources": entries}
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}" if group else version,
+            "resources": entries,
+        }
 
     # ------------------------------------------------------------------ openapi
 
@@ -511,9 +601,12 @@ class ApiServer:
         prefixes = self._openapi_prefixes()
         if len(parts) == 2:
             if self._openapi_index is None:
-                self._openapi_index = {"paths": {
-                    prefix: {"serverRelativeURL": f"/openapi/v3/{prefix}?hash={self._hash(prefix)}"}
-                    for prefix in prefixes}}
+                self._openapi_index = {
+                    "paths": {
+                        prefix: {"serverRelativeURL": f"/openapi/v3/{prefix}?hash={self._hash(prefix)}"}
+                        for prefix in prefixes
+                    }
+                }
             return json_response(self._openapi_index)
         prefix = "/".join(parts[2:])
         if prefix not in prefixes:
@@ -530,8 +623,11 @@ class ApiServer:
         paths: dict[str, Any] = {}
         base = f"/apis/{group}/{version}" if group else f"/api/{version}"
         for rt in self.registry.in_group_version(group, version):
-            item = f"{base}/namespaces/{{namespace}}/{rt.plural}/{{name}}" if rt.namespaced \
+            item = (
+                f"{base}/namespaces/{{namespace}}/{rt.plural}/{{name}}"
+                if rt.namespaced
                 else f"{base}/{rt.plural}/{{name}}"
+            )
             gvk = {"group": group, "version": version, "kind": rt.kind}
             paths[item] = {
                 "patch": {
@@ -539,15 +635,27 @@ class ApiServer:
                     "x-kubernetes-action": "patch",
                     "x-kubernetes-group-version-kind": gvk,
                     "parameters": [
-                        {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": True}},
-                        {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": True}},
+                        {
+                            "name": "fieldValidation",
+                            "in": "query",
+                            "schema": {"type": "string", "uniqueItems": True},
+                        },
+                        {
+                            "name": "fieldManager",
+                            "in": "query",
+                            "schema": {"type": "string", "uniqueItems": True},
+                        },
                         {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": True}},
                     ],
                     "responses": {"200": {"description": "OK"}},
                 },
             }
-        return {"openapi": "3.0.0", "info": {"title": "Kubernetes (tenon sandbox)", "version": "v1.32.0"},
-                "paths": paths, "components": {"schemas": {}}}
+        return {
+            "openapi": "3.0.0",
+            "info": {"title": "Kubernetes (tenon sandbox)", "version": "v1.32.0"},
+            "paths": paths,
+            "components": {"schemas": {}},
+        }
 
 
 def build_app(store: Store, config: ServerConfig | None = None) -> web.Application:
@@ -557,4 +665,3 @@ def build_app(store: Store, config: ServerConfig | None = None) -> web.Applicati
     app[STORE_KEY] = store
     app.router.add_route("*", "/{tail:.*}", server.dispatch)
     return app
-

@@ -113,8 +113,15 @@ _NAME_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 FOREGROUND_FINALIZER = "foregroundDeletion"
 _SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-_META_KEPT_ON_UPDATE = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
-                        "generation", "namespace", "name")
+_META_KEPT_ON_UPDATE = (
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generation",
+    "namespace",
+    "name",
+)
 
 Key = tuple[str, str]  # (namespace or "", name)
 ObjectList = list[dict[str, Any]]  # named here because Store.list shadows ``list`` inside the class body
@@ -205,9 +212,17 @@ class Watch:
     HTTP layer uses.
     """
 
-    def __init__(self, store: Store, bucket: _Bucket, rt: ResourceType, namespace: str | None,
-                 labels: LabelSelector, fields: FieldSelector, allow_bookmarks: bool,
-                 bookmark_interval: float) -> None:
+    def __init__(
+        self,
+        store: Store,
+        bucket: _Bucket,
+        rt: ResourceType,
+        namespace: str | None,
+        labels: LabelSelector,
+        fields: FieldSelector,
+        allow_bookmarks: bool,
+        bookmark_interval: float,
+    ) -> None:
         self._store = store
         self._bucket = bucket
         self.resource_type = rt
@@ -256,8 +271,11 @@ class Watch:
     def bookmark(self) -> _Event:
         rv = self._store._rv
         rt = self.resource_type
-        return _Event("BOOKMARK", {"kind": rt.kind, "apiVersion": rt.api_version,
-                                   "metadata": {"resourceVersion": str(rv)}}, rv)
+        return _Event(
+            "BOOKMARK",
+            {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": {"resourceVersion": str(rv)}},
+            rv,
+        )
 
     async def next_raw(self, wait_seconds: float | None) -> _Event | None:
         """The next event, or None after ``wait_seconds``; StopAsyncIteration once closed."""
@@ -313,9 +331,15 @@ class Watch:
 class Store:
     """One cluster's objects. All methods are synchronous except iterating a :class:`Watch`."""
 
-    def __init__(self, registry: Registry = DEFAULT_REGISTRY, *, history_size: int = 10_000,
-                 bookmark_interval: float = 10.0, max_pending_events: int = 100_000,
-                 name: str = "sandbox") -> None:
+    def __init__(
+        self,
+        registry: Registry = DEFAULT_REGISTRY,
+        *,
+        history_size: int = 10_000,
+        bookmark_interval: float = 10.0,
+        max_pending_events: int = 100_000,
+        name: str = "sandbox",
+    ) -> None:
         self.registry = registry
         self.max_pending_events = max_pending_events  # per watcher; beyond it the watch is ended
         self.name = name
@@ -379,8 +403,10 @@ class Store:
 
     @staticmethod
     def _not_found(rt: ResourceType, name: str) -> NotFound:
-        return NotFound(f'{qualified(rt.plural, rt.group)} "{name}" not found',
-                        details=object_details(rt.plural, rt.group, name))
+        return NotFound(
+            f'{qualified(rt.plural, rt.group)} "{name}" not found',
+            details=object_details(rt.plural, rt.group, name),
+        )
 
     @staticmethod
     def _out(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
@@ -390,13 +416,16 @@ class Store:
 
     # ---------------------------------------------------------------- commit
 
-    def _commit(self, rt: ResourceType, type_: str, key: Key, new: dict[str, Any],
-                old: dict[str, Any] | None) -> dict[str, Any]:
+    def _commit(
+        self, rt: ResourceType, type_: str, key: Key, new: dict[str, Any], old: dict[str, Any] | None
+    ) -> dict[str, Any]:
         """Assign the next resourceVersion to ``new`` (whose metadata dict must be private) and publish it."""
         if self._dry_run:
             # dryRun=All: the caller sees the object it would get; nothing is stored, published or collected.
             # Keeping the current resourceVersion is what the real server returns for a dry-run update.
-            new["metadata"]["resourceVersion"] = (old or new)["metadata"].get("resourceVersion", str(self._rv))
+            new["metadata"]["resourceVersion"] = (old or new)["metadata"].get(
+                "resourceVersion", str(self._rv)
+            )
             return new
         bucket = self._bucket(rt)
         self._rv += 1
@@ -450,8 +479,9 @@ class Store:
             del new["metadata"]["finalizers"]
         self._commit_update(bucket.rt, located[1], new, owner)
 
-    def _index_owners(self, storage_key: tuple[str, str], key: Key, old: dict[str, Any] | None,
-                      new: dict[str, Any] | None) -> None:
+    def _index_owners(
+        self, storage_key: tuple[str, str], key: Key, old: dict[str, Any] | None, new: dict[str, Any] | None
+    ) -> None:
         old_refs = old["metadata"].get("ownerReferences") if old is not None else None
         new_refs = new["metadata"].get("ownerReferences") if new is not None else None
         if not old_refs and not new_refs:
@@ -476,24 +506,47 @@ class Store:
     def get(self, rt: ResourceType, name: str, namespace: str | None = None) -> dict[str, Any]:
         return self._out(rt, self._stored(rt, self._key(rt, name, namespace)))
 
-    def list(self, rt: ResourceType, namespace: str | None = None,
-             label_selector: str | LabelSelector | None = None,
-             field_selector: str | FieldSelector | None = None) -> tuple[list[dict[str, Any]], str]:
+    def list(
+        self,
+        rt: ResourceType,
+        namespace: str | None = None,
+        label_selector: str | LabelSelector | None = None,
+        field_selector: str | FieldSelector | None = None,
+    ) -> tuple[list[dict[str, Any]], str]:
         page = self.list_page(rt, namespace, label_selector, field_selector)
         return page.items, page.resource_version
 
-    def _selectors(self, rt: ResourceType, label_selector: str | LabelSelector | None,
-                   field_selector: str | FieldSelector | None) -> tuple[LabelSelector, FieldSelector]:
-        labels = label_selector if isinstance(label_selector, LabelSelector) \
+    def _selectors(
+        self,
+        rt: ResourceType,
+        label_selector: str | LabelSelector | None,
+        field_selector: str | FieldSelector | None,
+    ) -> tuple[LabelSelector, FieldSelector]:
+        labels = (
+            label_selector
+            if isinstance(label_selector, LabelSelector)
             else parse_label_selector(label_selector)
-        fields = field_selector if isinstance(field_selector, FieldSelector) \
-            else parse_field_selector(field_selector, rt.allows_field, resource=qualified(rt.plural, rt.group))
+        )
+        fields = (
+            field_selector
+            if isinstance(field_selector, FieldSelector)
+            else parse_field_selector(
+                field_selector, rt.allows_field, resource=qualified(rt.plural, rt.group)
+            )
+        )
         return labels, fields
 
-    def list_page(self, rt: ResourceType, namespace: str | None = None,
-                  label_selector: str | LabelSelector | None = None,
-                  field_selector: str | FieldSelector | None = None,
-                  limit: int | None = None, continue_token: str | None = None, *, copy: bool = True) -> ListPage:
+    def list_page(
+        self,
+        rt: ResourceType,
+        namespace: str | None = None,
+        label_selector: str | LabelSelector | None = None,
+        field_selector: str | FieldSelector | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+        *,
+        copy: bool = True,
+    ) -> ListPage:
         """A (possibly paged) list; ``continue_token`` comes from the previous page. Expired when too old.
 
         ``copy=False`` returns the stored (immutable, shared) objects for a caller that only serializes them,
@@ -506,17 +559,22 @@ class Store:
         if continue_token:
             start, token_rv = self._decode_continue(continue_token)
             if token_rv < bucket.compacted_rv:
-                raise Expired("The provided continue parameter is too old to display a consistent list result. "
-                              "You can start a new list without the continue parameter.")
+                raise Expired(
+                    "The provided continue parameter is too old to display a consistent list result. "
+                    "You can start a new list without the continue parameter."
+                )
         if limit is not None and limit < 0:
             raise BadRequest(f"limit: Invalid value: {limit}: must be non-negative")
         node = fields.exact("spec.nodeName") if bucket.by_node is not None else None
-        keys = sorted(bucket.by_node.get(node, ()) if bucket.by_node is not None and node is not None
-                      else bucket.objects)
+        keys = sorted(
+            bucket.by_node.get(node, ())
+            if bucket.by_node is not None and node is not None
+            else bucket.objects
+        )
         if start is not None:
             import bisect
 
-            keys = keys[bisect.bisect_right(keys, start):]
+            keys = keys[bisect.bisect_right(keys, start) :]
         items: list[dict[str, Any]] = []
         next_key: Key | None = None
         remaining = 0
@@ -548,12 +606,15 @@ class Store:
             data = json.loads(base64.urlsafe_b64decode(token.encode()))
             return (str(data["start"][0]), str(data["start"][1])), int(data["rv"])
         except (ValueError, KeyError, IndexError, TypeError, binascii.Error) as exc:
-            raise BadRequest(f'continue: Invalid value: "{token}": not a continue token from this server') from exc
+            raise BadRequest(
+                f'continue: Invalid value: "{token}": not a continue token from this server'
+            ) from exc
 
     # ---------------------------------------------------------------- create
 
-    def create(self, rt: ResourceType, obj: dict[str, Any], namespace: str | None = None, *,
-               owned: bool = False) -> dict[str, Any]:
+    def create(
+        self, rt: ResourceType, obj: dict[str, Any], namespace: str | None = None, *, owned: bool = False
+    ) -> dict[str, Any]:
         """Create; returns the created object (a private copy).
 
         ``owned=True`` is for a caller that hands ``obj`` over and only serializes the result (the HTTP
@@ -576,8 +637,10 @@ class Store:
         if rt.namespaced:
             body_ns = meta.get("namespace")
             if namespace and body_ns and body_ns != namespace:
-                raise BadRequest("the namespace of the provided object does not match the namespace sent on the "
-                                 f'request ({body_ns!r} != {namespace!r})')
+                raise BadRequest(
+                    "the namespace of the provided object does not match the namespace sent on the "
+                    f"request ({body_ns!r} != {namespace!r})"
+                )
             ns = namespace or body_ns
             if not ns:
                 raise BadRequest(f"{rt.kind}: metadata.namespace: a namespace is required")
@@ -585,8 +648,10 @@ class Store:
             if ns_obj is None:
                 raise NotFound(f'namespaces "{ns}" not found', details=object_details("namespaces", "", ns))
             if ns_obj["metadata"].get("deletionTimestamp"):
-                raise Forbidden(f'{rt.kind} "{meta.get("name") or ""}" is forbidden: unable to create new content '
-                                f"in namespace {ns} because it is being terminated")
+                raise Forbidden(
+                    f'{rt.kind} "{meta.get("name") or ""}" is forbidden: unable to create new content '
+                    f"in namespace {ns} because it is being terminated"
+                )
             meta["namespace"] = ns
         else:
             meta.pop("namespace", None)
@@ -600,8 +665,13 @@ class Store:
                 if (meta.get("namespace", ""), candidate) not in bucket.objects:
                     break
             meta["name"] = candidate
-        for server_field in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields",
-                             "selfLink"):
+        for server_field in (
+            "resourceVersion",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "managedFields",
+            "selfLink",
+        ):
             meta.pop(server_field, None)
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = rfc3339()
@@ -611,19 +681,25 @@ class Store:
         admission.validate(rt, obj)
         key = self._key(rt, meta["name"], meta.get("namespace"))
         if key in self._bucket(rt).objects:
-            raise AlreadyExists(f'{qualified(rt.plural, rt.group)} "{key[1]}" already exists',
-                                details=object_details(rt.plural, rt.group, key[1]))
+            raise AlreadyExists(
+                f'{qualified(rt.plural, rt.group)} "{key[1]}" already exists',
+                details=object_details(rt.plural, rt.group, key[1]),
+            )
         stored = self._commit(rt, "ADDED", key, obj, None)
         return stored if owned else self._out(rt, stored)
 
     def _check_type(self, rt: ResourceType, obj: dict[str, Any]) -> None:
         kind, api_version = obj.get("kind"), obj.get("apiVersion")
         if kind and kind != rt.kind:
-            raise BadRequest(f'the kind "{kind}" in the body does not match the resource {rt.plural} ({rt.kind})')
+            raise BadRequest(
+                f'the kind "{kind}" in the body does not match the resource {rt.plural} ({rt.kind})'
+            )
         if api_version and api_version != rt.api_version:
             same_group = rt.group and isinstance(api_version, str) and api_version.split("/")[0] == rt.group
             if not same_group:
-                raise BadRequest(f'the apiVersion "{api_version}" in the body does not match {rt.api_version}')
+                raise BadRequest(
+                    f'the apiVersion "{api_version}" in the body does not match {rt.api_version}'
+                )
 
     @staticmethod
     def _reset_status_on_create(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
@@ -639,29 +715,41 @@ class Store:
 
     # ---------------------------------------------------------------- update
 
-    def update(self, rt: ResourceType, obj: dict[str, Any], subresource: str | None = None,
-               namespace: str | None = None, *, owned: bool = False) -> dict[str, Any]:
+    def update(
+        self,
+        rt: ResourceType,
+        obj: dict[str, Any],
+        subresource: str | None = None,
+        namespace: str | None = None,
+        *,
+        owned: bool = False,
+    ) -> dict[str, Any]:
         """Replace an object (PUT). ``subresource="status"`` replaces only ``.status``. ``owned``: see create."""
         if not isinstance(obj, dict):
             raise BadRequest(f"{rt.kind}: the request body must be a JSON object")
         stored = self._update_owned(rt, obj if owned else clone(obj), subresource, namespace)
         return stored if owned else self._out(rt, stored)
 
-    def _update_owned(self, rt: ResourceType, obj: dict[str, Any], subresource: str | None,
-                      namespace: str | None) -> dict[str, Any]:
+    def _update_owned(
+        self, rt: ResourceType, obj: dict[str, Any], subresource: str | None, namespace: str | None
+    ) -> dict[str, Any]:
         self._check_type(rt, obj)
         meta = obj.get("metadata")
         if not isinstance(meta, dict):
             raise Invalid(f"{rt.kind}: metadata: Required value")
         if namespace and meta.get("namespace") and meta["namespace"] != namespace:
-            raise BadRequest("the namespace of the provided object does not match the namespace sent on the request")
+            raise BadRequest(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
         key = self._key(rt, meta.get("name", ""), namespace or meta.get("namespace"))
         old = self._stored(rt, key)
         given_rv = meta.get("resourceVersion")
         if given_rv and given_rv != old["metadata"]["resourceVersion"]:
-            raise Conflict(f'Operation cannot be fulfilled on {qualified(rt.plural, rt.group)} "{key[1]}": the '
-                           "object has been modified; please apply your changes to the latest version and try again",
-                           details=object_details(rt.plural, rt.group, key[1]))
+            raise Conflict(
+                f'Operation cannot be fulfilled on {qualified(rt.plural, rt.group)} "{key[1]}": the '
+                "object has been modified; please apply your changes to the latest version and try again",
+                details=object_details(rt.plural, rt.group, key[1]),
+            )
         if subresource == "status":
             if "status" not in rt.subresources:
                 raise NotFound(f"{rt.plural} has no status subresource")
@@ -696,20 +784,34 @@ class Store:
         admission.validate(rt, new)
         return self._commit_update(rt, key, new, old)
 
-    def _commit_update(self, rt: ResourceType, key: Key, new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
+    def _commit_update(
+        self, rt: ResourceType, key: Key, new: dict[str, Any], old: dict[str, Any]
+    ) -> dict[str, Any]:
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         if new == old:
             return old  # no-op writes do not bump the resourceVersion
         meta = new["metadata"]
-        if meta.get("deletionTimestamp") and not meta.get("finalizers") \
-                and not meta.get("deletionGracePeriodSeconds"):
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and not meta.get("deletionGracePeriodSeconds")
+        ):
             return self._commit(rt, "DELETED", key, new, old)
         return self._commit(rt, "MODIFIED", key, new, old)
 
     # ---------------------------------------------------------------- patch
 
-    def patch(self, rt: ResourceType, name: str, namespace: str | None, body: Any, content_type: str,
-              subresource: str | None = None, *, owned: bool = False) -> dict[str, Any]:
+    def patch(
+        self,
+        rt: ResourceType,
+        name: str,
+        namespace: str | None,
+        body: Any,
+        content_type: str,
+        subresource: str | None = None,
+        *,
+        owned: bool = False,
+    ) -> dict[str, Any]:
         """Apply a merge, strategic-merge (built-in kinds only) or JSON patch; apply-patch creates if absent.
 
         ``owned=True`` returns the stored object itself (see :meth:`create`).
@@ -731,8 +833,10 @@ class Store:
         patched = clone(patched)
         meta = patched["metadata"]
         if meta.get("name") != name or (rt.namespaced and meta.get("namespace") != key[0]):
-            raise Invalid(f'{rt.kind} "{name}": metadata.name: Invalid value: a patch may not change the name or '
-                          "namespace")
+            raise Invalid(
+                f'{rt.kind} "{name}": metadata.name: Invalid value: a patch may not change the name or '
+                "namespace"
+            )
         if subresource not in (None, "status"):
             raise NotFound(f'{rt.plural} has no "{subresource}" subresource that accepts patches')
         stored = self._update_owned(rt, patched, subresource, key[0] or None)
@@ -751,8 +855,11 @@ class Store:
         meta = obj["metadata"]
         spec, status = obj.get("spec") or {}, obj.get("status") or {}
         selector = spec.get("selector")
-        scale_meta = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
-                      if k in meta}
+        scale_meta = {
+            k: meta[k]
+            for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+            if k in meta
+        }
         return {
             "kind": "Scale",
             "apiVersion": "autoscaling/v1",
@@ -760,27 +867,33 @@ class Store:
             "spec": {"replicas": int(spec.get("replicas", 0) or 0)},
             "status": {
                 "replicas": int(status.get("replicas", 0) or 0),
-                "selector": render_label_selector_dict(selector) if isinstance(selector, dict)
+                "selector": render_label_selector_dict(selector)
+                if isinstance(selector, dict)
                 else (status.get("selector") or ""),
             },
         }
 
-    def update_scale(self, rt: ResourceType, name: str, namespace: str | None, scale: dict[str, Any]) \
-            -> dict[str, Any]:
+    def update_scale(
+        self, rt: ResourceType, name: str, namespace: str | None, scale: dict[str, Any]
+    ) -> dict[str, Any]:
         self._check_scalable(rt)
         if not isinstance(scale, dict) or not isinstance(scale.get("spec"), dict):
             raise BadRequest(f'Scale "{name}": spec: Required value')
         replicas = scale["spec"].get("replicas")
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
-            raise Invalid(f'Scale "{name}" is invalid: spec.replicas: Invalid value: {replicas!r}: must be greater '
-                          "than or equal to 0")
+            raise Invalid(
+                f'Scale "{name}" is invalid: spec.replicas: Invalid value: {replicas!r}: must be greater '
+                "than or equal to 0"
+            )
         key = self._key(rt, name, namespace)
         old = self._stored(rt, key)
         given_rv = (scale.get("metadata") or {}).get("resourceVersion")
         if given_rv and given_rv != old["metadata"]["resourceVersion"]:
-            raise Conflict(f'Operation cannot be fulfilled on {qualified(rt.plural, rt.group)} "{name}": the object '
-                           "has been modified; please apply your changes to the latest version and try again",
-                           details=object_details(rt.plural, rt.group, name))
+            raise Conflict(
+                f'Operation cannot be fulfilled on {qualified(rt.plural, rt.group)} "{name}": the object '
+                "has been modified; please apply your changes to the latest version and try again",
+                details=object_details(rt.plural, rt.group, name),
+            )
         new = dict(old)
         new["metadata"] = dict(old["metadata"])
         new["spec"] = {**(old.get("spec") or {}), "replicas": replicas}
@@ -789,39 +902,57 @@ class Store:
         self._commit_update(rt, key, new, old)
         return self.get_scale(rt, name, namespace)
 
-    def patch_scale(self, rt: ResourceType, name: str, namespace: str | None, body: Any, content_type: str) \
-            -> dict[str, Any]:
+    def patch_scale(
+        self, rt: ResourceType, name: str, namespace: str | None, body: Any, content_type: str
+    ) -> dict[str, Any]:
         scale = self.get_scale(rt, name, namespace)
         patched = patching.apply_patch(scale, body, content_type, allow_strategic=True)
         return self.update_scale(rt, name, namespace, patched)
 
     # ---------------------------------------------------------------- delete
 
-    def delete(self, rt: ResourceType, name: str, namespace: str | None = None,
-               grace_period_seconds: int | None = None, propagation_policy: str = "Background",
-               preconditions: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    def delete(
+        self,
+        rt: ResourceType,
+        name: str,
+        namespace: str | None = None,
+        grace_period_seconds: int | None = None,
+        propagation_policy: str = "Background",
+        preconditions: dict[str, Any] | None = None,
+    ) -> dict[str, Any] | None:
         """Delete; returns the object if it still exists (finalizers, graceful pod deletion), None if gone."""
-        last, removed = self.delete_with_result(rt, name, namespace, grace_period_seconds, propagation_policy,
-                                                preconditions)
+        last, removed = self.delete_with_result(
+            rt, name, namespace, grace_period_seconds, propagation_policy, preconditions
+        )
         return None if removed else last
 
-    def delete_with_result(self, rt: ResourceType, name: str, namespace: str | None = None,
-                           grace_period_seconds: int | None = None, propagation_policy: str = "Background",
-                           preconditions: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
+    def delete_with_result(
+        self,
+        rt: ResourceType,
+        name: str,
+        namespace: str | None = None,
+        grace_period_seconds: int | None = None,
+        propagation_policy: str = "Background",
+        preconditions: dict[str, Any] | None = None,
+    ) -> tuple[dict[str, Any], bool]:
         """Delete and return ``(last state, removed)``; the HTTP layer answers with the last state."""
         if propagation_policy not in ("Background", "Foreground", "Orphan"):
-            raise BadRequest(f'propagationPolicy: Unsupported value: "{propagation_policy}": supported values: '
-                             '"Background", "Foreground", "Orphan"')
+            raise BadRequest(
+                f'propagationPolicy: Unsupported value: "{propagation_policy}": supported values: '
+                '"Background", "Foreground", "Orphan"'
+            )
         if grace_period_seconds is not None and grace_period_seconds < 0:
             grace_period_seconds = 0
         key = self._key(rt, name, namespace)
         old = self._stored(rt, key)
         for field, expected in (preconditions or {}).items():
             if expected and old["metadata"].get(field) != expected:
-                raise Conflict(f'Operation cannot be fulfilled on {qualified(rt.plural, rt.group)} "{name}": '
-                               f"Precondition failed: {field} in precondition: {expected}, "
-                               f"{field} in object meta: {old['metadata'].get(field)}",
-                               details=object_details(rt.plural, rt.group, name))
+                raise Conflict(
+                    f'Operation cannot be fulfilled on {qualified(rt.plural, rt.group)} "{name}": '
+                    f"Precondition failed: {field} in precondition: {expected}, "
+                    f"{field} in object meta: {old['metadata'].get(field)}",
+                    details=object_details(rt.plural, rt.group, name),
+                )
         if propagation_policy == "Orphan":
             self._orphan_dependents(old["metadata"].get("uid"))
         new = dict(old)
@@ -829,8 +960,11 @@ class Store:
         grace = 0
         if rt.group == "" and rt.plural == "pods":
             spec, status = old.get("spec") or {}, old.get("status") or {}
-            grace = grace_period_seconds if grace_period_seconds is not None \
+            grace = (
+                grace_period_seconds
+                if grace_period_seconds is not None
                 else int(spec.get("terminationGracePeriodSeconds", 30) or 0)
+            )
             if not spec.get("nodeName") or status.get("phase") in _TERMINAL_PHASES:
                 grace = 0
         if grace > 0:
@@ -871,17 +1005,23 @@ class Store:
             meta.pop("deletionGracePeriodSeconds", None)
         return self._out(rt, self._commit(rt, "DELETED", key, new, old)), True
 
-    def delete_collection(self, rt: ResourceType, namespace: str | None = None,
-                          label_selector: str | None = None, field_selector: str | None = None,
-                          grace_period_seconds: int | None = None,
-                          propagation_policy: str = "Background") -> ObjectList:
+    def delete_collection(
+        self,
+        rt: ResourceType,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        grace_period_seconds: int | None = None,
+        propagation_policy: str = "Background",
+    ) -> ObjectList:
         items, _ = self.list(rt, namespace, label_selector, field_selector)
         out: ObjectList = []
         for item in items:
             meta = item["metadata"]
             with contextlib.suppress(NotFound):
-                last, _removed = self.delete_with_result(rt, meta["name"], meta.get("namespace"),
-                                                         grace_period_seconds, propagation_policy)
+                last, _removed = self.delete_with_result(
+                    rt, meta["name"], meta.get("namespace"), grace_period_seconds, propagation_policy
+                )
                 out.append(last)
         return out
 
@@ -906,7 +1046,11 @@ class Store:
     def _maybe_finish_namespace(self, namespace: str) -> None:
         ns_rt = self.registry.resource("v1", "Namespace")
         ns_obj = self._bucket(ns_rt).objects.get(("", namespace))
-        if ns_obj is None or not ns_obj["metadata"].get("deletionTimestamp") or ns_obj["metadata"].get("finalizers"):
+        if (
+            ns_obj is None
+            or not ns_obj["metadata"].get("deletionTimestamp")
+            or ns_obj["metadata"].get("finalizers")
+        ):
             return
         if self._namespace_has_content(namespace):
             return
@@ -927,8 +1071,9 @@ class Store:
                 continue
             new = dict(dep)
             new["metadata"] = dict(dep["metadata"])
-            new["metadata"]["ownerReferences"] = [r for r in dep["metadata"].get("ownerReferences") or ()
-                                                  if r.get("uid") != uid]
+            new["metadata"]["ownerReferences"] = [
+                r for r in dep["metadata"].get("ownerReferences") or () if r.get("uid") != uid
+            ]
             if not new["metadata"]["ownerReferences"]:
                 del new["metadata"]["ownerReferences"]
             self._commit_update(bucket.rt, key, new, dep)
@@ -969,16 +1114,20 @@ class Store:
                     continue
                 with contextlib.suppress(ApiError):
                     # dependents of an owner deleted in the foreground are deleted in the foreground too
-                    self.delete_with_result(bucket.rt, key[1], key[0] or None,
-                                            propagation_policy="Foreground" if policy == "Foreground"
-                                            else "Background")
+                    self.delete_with_result(
+                        bucket.rt,
+                        key[1],
+                        key[0] or None,
+                        propagation_policy="Foreground" if policy == "Foreground" else "Background",
+                    )
                     deleted += 1
         return deleted
 
     # ---------------------------------------------------------------- pods: binding and eviction
 
-    def bind(self, name: str, namespace: str, node_name: str, annotations: dict[str, str] | None = None) \
-            -> dict[str, Any]:
+    def bind(
+        self, name: str, namespace: str, node_name: str, annotations: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         """What ``POST pods/{name}/binding`` does: set ``spec.nodeName`` and ``PodScheduled=True``."""
         rt = self.registry.resource("v1", "Pod")
         if not node_name:
@@ -986,11 +1135,17 @@ class Store:
         key = self._key(rt, name, namespace)
         old = self._stored(rt, key)
         if old["metadata"].get("deletionTimestamp"):
-            raise Conflict(f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is being deleted, '
-                           "cannot be assigned to a host", details=object_details("pods/binding", "", name))
+            raise Conflict(
+                f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is being deleted, '
+                "cannot be assigned to a host",
+                details=object_details("pods/binding", "", name),
+            )
         if (old.get("spec") or {}).get("nodeName"):
-            raise Conflict(f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is already assigned '
-                           f"to node \"{old['spec']['nodeName']}\"", details=object_details("pods/binding", "", name))
+            raise Conflict(
+                f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is already assigned '
+                f'to node "{old["spec"]["nodeName"]}"',
+                details=object_details("pods/binding", "", name),
+            )
         new = dict(old)
         new["metadata"] = dict(old["metadata"])
         if annotations:
@@ -998,14 +1153,17 @@ class Store:
         new["spec"] = {**old["spec"], "nodeName": node_name}
         status = dict(old.get("status") or {})
         conditions = [c for c in status.get("conditions") or () if c.get("type") != "PodScheduled"]
-        conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
-                           "lastTransitionTime": rfc3339()})
+        conditions.append(
+            {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": rfc3339()}
+        )
         status["conditions"] = conditions
         new["status"] = status
         self._commit(rt, "MODIFIED", key, new, old)
         return _success_status()
 
-    def evict(self, name: str, namespace: str, delete_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    def evict(
+        self, name: str, namespace: str, delete_options: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """The eviction subresource: honour PodDisruptionBudgets, then delete the pod gracefully.
 
         Raises TooManyRequests (429) when a matching budget has ``status.disruptionsAllowed`` 0 or has not
@@ -1023,23 +1181,30 @@ class Store:
         pdb_rt = self.registry.resource("policy/v1", "PodDisruptionBudget")
         pdb_bucket = self._bucket(pdb_rt)
         labels = pod["metadata"].get("labels") or {}
-        matching = [(k, p) for k, p in pdb_bucket.objects.items()
-                    if k[0] == namespace and _pdb_selects(p, labels)]
+        matching = [
+            (k, p) for k, p in pdb_bucket.objects.items() if k[0] == namespace and _pdb_selects(p, labels)
+        ]
         if len(matching) > 1:
-            raise InternalError("This pod has more than one PodDisruptionBudget, which the eviction subresource "
-                                "does not support.")
+            raise InternalError(
+                "This pod has more than one PodDisruptionBudget, which the eviction subresource "
+                "does not support."
+            )
         if matching:
             key, pdb = matching[0]
             status = pdb.get("status") or {}
             pdb_name = pdb["metadata"]["name"]
             if int(status.get("observedGeneration", 0) or 0) < int(pdb["metadata"].get("generation", 1)):
-                raise _too_many("Cannot evict pod as it would violate the pod's disruption budget.",
-                                f"The disruption budget {pdb_name} is still being processed by the server.")
+                raise _too_many(
+                    "Cannot evict pod as it would violate the pod's disruption budget.",
+                    f"The disruption budget {pdb_name} is still being processed by the server.",
+                )
             allowed = int(status.get("disruptionsAllowed", 0) or 0)
             if allowed <= 0:
-                raise _too_many("Cannot evict pod as it would violate the pod's disruption budget.",
-                                f"The disruption budget {pdb_name} needs {status.get('desiredHealthy', 0)} healthy "
-                                f"pods and has {status.get('currentHealthy', 0)} currently")
+                raise _too_many(
+                    "Cannot evict pod as it would violate the pod's disruption budget.",
+                    f"The disruption budget {pdb_name} needs {status.get('desiredHealthy', 0)} healthy "
+                    f"pods and has {status.get('currentHealthy', 0)} currently",
+                )
             new = dict(pdb)
             new["metadata"] = dict(pdb["metadata"])
             disrupted = dict(status.get("disruptedPods") or {})
@@ -1051,15 +1216,31 @@ class Store:
 
     # ---------------------------------------------------------------- watch
 
-    def watch(self, rt: ResourceType, namespace: str | None = None, resource_version: str | None = None,
-              label_selector: str | LabelSelector | None = None, field_selector: str | FieldSelector | None = None,
-              *, allow_bookmarks: bool = False, bookmark_interval: float | None = None) -> Watch:
+    def watch(
+        self,
+        rt: ResourceType,
+        namespace: str | None = None,
+        resource_version: str | None = None,
+        label_selector: str | LabelSelector | None = None,
+        field_selector: str | FieldSelector | None = None,
+        *,
+        allow_bookmarks: bool = False,
+        bookmark_interval: float | None = None,
+    ) -> Watch:
         """Start a watch. ``resource_version`` None/""/"0" begins with synthetic ADDED events for what exists."""
         labels, fields = self._selectors(rt, label_selector, field_selector)
         bucket = self._bucket(rt)
         ns = namespace if rt.namespaced and namespace else None
-        watch = Watch(self, bucket, rt, ns, labels, fields, allow_bookmarks,
-                      self.bookmark_interval if bookmark_interval is None else bookmark_interval)
+        watch = Watch(
+            self,
+            bucket,
+            rt,
+            ns,
+            labels,
+            fields,
+            allow_bookmarks,
+            self.bookmark_interval if bookmark_interval is None else bookmark_interval,
+        )
         if resource_version in (None, "", "0"):
             for key in sorted(bucket.objects):
                 obj = bucket.objects[key]
@@ -1071,8 +1252,9 @@ class Store:
             try:
                 since = int(resource_version)
             except ValueError as exc:
-                raise BadRequest(f'resourceVersion: Invalid value: "{resource_version}": must be an integer') \
-                    from exc
+                raise BadRequest(
+                    f'resourceVersion: Invalid value: "{resource_version}": must be an integer'
+                ) from exc
             if since < bucket.compacted_rv:
                 raise Expired(f"too old resource version: {since} ({bucket.compacted_rv + 1})")
             last_by_uid: dict[str, dict[str, Any]] = {}
@@ -1100,8 +1282,9 @@ def _node_of(obj: dict[str, Any] | None) -> str:
     return ((obj or {}).get("spec") or {}).get("nodeName") or ""
 
 
-def _reindex_node(index: dict[str, set[Key]], key: Key, old: dict[str, Any] | None,
-                  new: dict[str, Any] | None) -> None:
+def _reindex_node(
+    index: dict[str, set[Key]], key: Key, old: dict[str, Any] | None, new: dict[str, Any] | None
+) -> None:
     before, after = _node_of(old) if old is not None else None, _node_of(new) if new is not None else None
     if before == after:
         return

@@ -33,8 +33,13 @@ class Column:
     format: str = ""
 
     def definition(self) -> dict[str, Any]:
-        return {"name": self.name, "type": self.type, "format": self.format, "description": "",
-                "priority": self.priority}
+        return {
+            "name": self.name,
+            "type": self.type,
+            "format": self.format,
+            "description": "",
+            "priority": self.priority,
+        }
 
 
 def wants_table(accept: str | None) -> bool:
@@ -122,9 +127,17 @@ def _pod_cells(obj: Obj, now: float) -> list[Any]:
     if _get(obj, "metadata", "deletionTimestamp"):
         status = "Terminating"
     gates = _get(obj, "spec", "readinessGates", default=[]) or []
-    return [obj["metadata"]["name"], f"{ready}/{len(containers)}", status, restarts, _age(obj, now),
-            _none(_get(obj, "status", "podIP")), _none(_get(obj, "spec", "nodeName")),
-            _none(_get(obj, "status", "nominatedNodeName")), f"0/{len(gates)}" if gates else "<none>"]
+    return [
+        obj["metadata"]["name"],
+        f"{ready}/{len(containers)}",
+        status,
+        restarts,
+        _age(obj, now),
+        _none(_get(obj, "status", "podIP")),
+        _none(_get(obj, "spec", "nodeName")),
+        _none(_get(obj, "status", "nominatedNodeName")),
+        f"0/{len(gates)}" if gates else "<none>",
+    ]
 
 
 def _node_cells(obj: Obj, now: float) -> list[Any]:
@@ -133,44 +146,76 @@ def _node_cells(obj: Obj, now: float) -> list[Any]:
     if _get(obj, "spec", "unschedulable"):
         state += ",SchedulingDisabled"
     labels = _get(obj, "metadata", "labels", default={}) or {}
-    roles = sorted(k.split("/", 1)[1] for k in labels if k.startswith("node-role.kubernetes.io/") and "/" in k)
+    roles = sorted(
+        k.split("/", 1)[1] for k in labels if k.startswith("node-role.kubernetes.io/") and "/" in k
+    )
     addresses = _get(obj, "status", "addresses", default=[]) or []
 
     def address(kind: str) -> str:
         return next((a.get("address", "") for a in addresses if a.get("type") == kind), "<none>")
 
     info = _get(obj, "status", "nodeInfo", default={}) or {}
-    return [obj["metadata"]["name"], state, ",".join(roles) or "<none>", _age(obj, now),
-            info.get("kubeletVersion", ""), address("InternalIP"), address("ExternalIP"),
-            info.get("osImage", "<unknown>"), info.get("kernelVersion", "<unknown>"),
-            info.get("containerRuntimeVersion", "<unknown>")]
+    return [
+        obj["metadata"]["name"],
+        state,
+        ",".join(roles) or "<none>",
+        _age(obj, now),
+        info.get("kubeletVersion", ""),
+        address("InternalIP"),
+        address("ExternalIP"),
+        info.get("osImage", "<unknown>"),
+        info.get("kernelVersion", "<unknown>"),
+        info.get("containerRuntimeVersion", "<unknown>"),
+    ]
 
 
 def _deployment_cells(obj: Obj, now: float) -> list[Any]:
     st = obj.get("status") or {}
     replicas = _get(obj, "spec", "replicas", default=0)
-    return [obj["metadata"]["name"], f"{st.get('readyReplicas', 0)}/{replicas}", st.get("updatedReplicas", 0),
-            st.get("availableReplicas", 0), _age(obj, now)]
+    return [
+        obj["metadata"]["name"],
+        f"{st.get('readyReplicas', 0)}/{replicas}",
+        st.get("updatedReplicas", 0),
+        st.get("availableReplicas", 0),
+        _age(obj, now),
+    ]
 
 
 def _replicaset_cells(obj: Obj, now: float) -> list[Any]:
     st = obj.get("status") or {}
-    return [obj["metadata"]["name"], _get(obj, "spec", "replicas", default=0), st.get("replicas", 0),
-            st.get("readyReplicas", 0), _age(obj, now)]
+    return [
+        obj["metadata"]["name"],
+        _get(obj, "spec", "replicas", default=0),
+        st.get("replicas", 0),
+        st.get("readyReplicas", 0),
+        _age(obj, now),
+    ]
 
 
 def _daemonset_cells(obj: Obj, now: float) -> list[Any]:
     st = obj.get("status") or {}
     selector = _get(obj, "spec", "template", "spec", "nodeSelector", default={}) or {}
-    return [obj["metadata"]["name"], st.get("desiredNumberScheduled", 0), st.get("currentNumberScheduled", 0),
-            st.get("numberReady", 0), st.get("updatedNumberScheduled", 0), st.get("numberAvailable", 0),
-            ",".join(f"{k}={v}" for k, v in sorted(selector.items())) or "<none>", _age(obj, now)]
+    return [
+        obj["metadata"]["name"],
+        st.get("desiredNumberScheduled", 0),
+        st.get("currentNumberScheduled", 0),
+        st.get("numberReady", 0),
+        st.get("updatedNumberScheduled", 0),
+        st.get("numberAvailable", 0),
+        ",".join(f"{k}={v}" for k, v in sorted(selector.items())) or "<none>",
+        _age(obj, now),
+    ]
 
 
 def _pdb_cells(obj: Obj, now: float) -> list[Any]:
     spec = obj.get("spec") or {}
-    return [obj["metadata"]["name"], spec.get("minAvailable", "N/A"), spec.get("maxUnavailable", "N/A"),
-            _get(obj, "status", "disruptionsAllowed", default=0), _age(obj, now)]
+    return [
+        obj["metadata"]["name"],
+        spec.get("minAvailable", "N/A"),
+        spec.get("maxUnavailable", "N/A"),
+        _get(obj, "status", "disruptionsAllowed", default=0),
+        _age(obj, now),
+    ]
 
 
 def _namespace_cells(obj: Obj, now: float) -> list[Any]:
@@ -185,8 +230,13 @@ def _event_cells(obj: Obj, now: float) -> list[Any]:
     involved = obj.get("involvedObject") or {}
     last = obj.get("lastTimestamp") or obj.get("eventTime") or _get(obj, "metadata", "creationTimestamp")
     seen = _age({"metadata": {"creationTimestamp": last}}, now) if last else "<unknown>"
-    return [seen, obj.get("type", ""), obj.get("reason", ""),
-            f"{str(involved.get('kind', '')).lower()}/{involved.get('name', '')}", obj.get("message", "")]
+    return [
+        seen,
+        obj.get("type", ""),
+        obj.get("reason", ""),
+        f"{str(involved.get('kind', '')).lower()}/{involved.get('name', '')}",
+        obj.get("message", ""),
+    ]
 
 
 # -- custom resources (their CRDs' additionalPrinterColumns) --------------------------------------------------
@@ -194,19 +244,31 @@ def _event_cells(obj: Obj, now: float) -> list[Any]:
 
 def _nodeclaim_cells(obj: Obj, now: float) -> list[Any]:
     labels = _get(obj, "metadata", "labels", default={}) or {}
-    return [obj["metadata"]["name"], labels.get("node.kubernetes.io/instance-type", ""),
-            labels.get("karpenter.sh/capacity-type", ""), labels.get("topology.kubernetes.io/zone", ""),
-            _get(obj, "status", "nodeName", default=""), (_condition(obj, "Ready") or {}).get("status", ""),
-            _age(obj, now), _get(obj, "status", "providerID", default=""), labels.get("karpenter.sh/nodepool", ""),
-            _get(obj, "spec", "nodeClassRef", "name", default="")]
+    return [
+        obj["metadata"]["name"],
+        labels.get("node.kubernetes.io/instance-type", ""),
+        labels.get("karpenter.sh/capacity-type", ""),
+        labels.get("topology.kubernetes.io/zone", ""),
+        _get(obj, "status", "nodeName", default=""),
+        (_condition(obj, "Ready") or {}).get("status", ""),
+        _age(obj, now),
+        _get(obj, "status", "providerID", default=""),
+        labels.get("karpenter.sh/nodepool", ""),
+        _get(obj, "spec", "nodeClassRef", "name", default=""),
+    ]
 
 
 def _nodepool_cells(obj: Obj, now: float) -> list[Any]:
-    return [obj["metadata"]["name"], _get(obj, "spec", "template", "spec", "nodeClassRef", "name", default=""),
-            _get(obj, "status", "resources", "nodes", default="0"),
-            (_condition(obj, "Ready") or {}).get("status", ""), _age(obj, now),
-            _get(obj, "spec", "weight", default=""), _get(obj, "status", "resources", "cpu", default=""),
-            _get(obj, "status", "resources", "memory", default="")]
+    return [
+        obj["metadata"]["name"],
+        _get(obj, "spec", "template", "spec", "nodeClassRef", "name", default=""),
+        _get(obj, "status", "resources", "nodes", default="0"),
+        (_condition(obj, "Ready") or {}).get("status", ""),
+        _age(obj, now),
+        _get(obj, "spec", "weight", default=""),
+        _get(obj, "status", "resources", "cpu", default=""),
+        _get(obj, "status", "resources", "memory", default=""),
+    ]
 
 
 def _nodeclass_cells(obj: Obj, now: float) -> list[Any]:
@@ -214,16 +276,30 @@ def _nodeclass_cells(obj: Obj, now: float) -> list[Any]:
 
 
 def _machine_cells(obj: Obj, now: float) -> list[Any]:
-    return [obj["metadata"]["name"], _get(obj, "spec", "clusterName", default=""),
-            _get(obj, "status", "nodeRef", "name", default=""), _get(obj, "spec", "providerID", default=""),
-            _get(obj, "status", "phase", default=""), _age(obj, now), _get(obj, "spec", "version", default="")]
+    return [
+        obj["metadata"]["name"],
+        _get(obj, "spec", "clusterName", default=""),
+        _get(obj, "status", "nodeRef", "name", default=""),
+        _get(obj, "spec", "providerID", default=""),
+        _get(obj, "status", "phase", default=""),
+        _age(obj, now),
+        _get(obj, "spec", "version", default=""),
+    ]
 
 
 def _machinedeployment_cells(obj: Obj, now: float) -> list[Any]:
     st = obj.get("status") or {}
-    return [obj["metadata"]["name"], _get(obj, "spec", "clusterName", default=""), st.get("replicas", 0),
-            st.get("readyReplicas", 0), st.get("updatedReplicas", 0), st.get("unavailableReplicas", 0),
-            st.get("phase", ""), _age(obj, now), _get(obj, "spec", "template", "spec", "version", default="")]
+    return [
+        obj["metadata"]["name"],
+        _get(obj, "spec", "clusterName", default=""),
+        st.get("replicas", 0),
+        st.get("readyReplicas", 0),
+        st.get("updatedReplicas", 0),
+        st.get("unavailableReplicas", 0),
+        st.get("phase", ""),
+        _age(obj, now),
+        _get(obj, "spec", "template", "spec", "version", default=""),
+    ]
 
 
 def _default_cells(obj: Obj, now: float) -> list[Any]:
@@ -238,31 +314,64 @@ def _cols(*names: str, wide: Iterable[str] = ()) -> tuple[Column, ...]:
 Printer = tuple[tuple[Column, ...], Callable[[Obj, float], list[Any]]]
 
 PRINTERS: dict[tuple[str, str], Printer] = {
-    ("", "pods"): (_cols("Name", "Ready", "Status", "Restarts", "Age",
-                         wide=("IP", "Node", "Nominated Node", "Readiness Gates")), _pod_cells),
-    ("", "nodes"): (_cols("Name", "Status", "Roles", "Age", "Version",
-                          wide=("Internal-IP", "External-IP", "OS-Image", "Kernel-Version", "Container-Runtime")),
-                    _node_cells),
+    ("", "pods"): (
+        _cols(
+            "Name",
+            "Ready",
+            "Status",
+            "Restarts",
+            "Age",
+            wide=("IP", "Node", "Nominated Node", "Readiness Gates"),
+        ),
+        _pod_cells,
+    ),
+    ("", "nodes"): (
+        _cols(
+            "Name",
+            "Status",
+            "Roles",
+            "Age",
+            "Version",
+            wide=("Internal-IP", "External-IP", "OS-Image", "Kernel-Version", "Container-Runtime"),
+        ),
+        _node_cells,
+    ),
     ("", "namespaces"): (_cols("Name", "Status", "Age"), _namespace_cells),
     ("", "events"): (_cols("Last Seen", "Type", "Reason", "Object", "Message"), _event_cells),
     ("apps", "deployments"): (_cols("Name", "Ready", "Up-to-date", "Available", "Age"), _deployment_cells),
     ("apps", "replicasets"): (_cols("Name", "Desired", "Current", "Ready", "Age"), _replicaset_cells),
-    ("apps", "daemonsets"): (_cols("Name", "Desired", "Current", "Ready", "Up-to-date", "Available",
-                                   "Node Selector", "Age"), _daemonset_cells),
-    ("policy", "poddisruptionbudgets"): (_cols("Name", "Min Available", "Max Unavailable", "Allowed Disruptions",
-                                               "Age"), _pdb_cells),
+    ("apps", "daemonsets"): (
+        _cols("Name", "Desired", "Current", "Ready", "Up-to-date", "Available", "Node Selector", "Age"),
+        _daemonset_cells,
+    ),
+    ("policy", "poddisruptionbudgets"): (
+        _cols("Name", "Min Available", "Max Unavailable", "Allowed Disruptions", "Age"),
+        _pdb_cells,
+    ),
     ("coordination.k8s.io", "leases"): (_cols("Name", "Holder", "Age"), _lease_cells),
-    ("karpenter.sh", "nodeclaims"): (_cols("Name", "Type", "Capacity", "Zone", "Node", "Ready", "Age",
-                                           wide=("ID", "NodePool", "NodeClass")), _nodeclaim_cells),
-    ("karpenter.sh", "nodepools"): (_cols("Name", "NodeClass", "Nodes", "Ready", "Age",
-                                          wide=("Weight", "CPU", "Memory")), _nodepool_cells),
+    ("karpenter.sh", "nodeclaims"): (
+        _cols(
+            "Name", "Type", "Capacity", "Zone", "Node", "Ready", "Age", wide=("ID", "NodePool", "NodeClass")
+        ),
+        _nodeclaim_cells,
+    ),
+    ("karpenter.sh", "nodepools"): (
+        _cols("Name", "NodeClass", "Nodes", "Ready", "Age", wide=("Weight", "CPU", "Memory")),
+        _nodepool_cells,
+    ),
     ("karpenter.k8s.aws", "ec2nodeclasses"): (_cols("Name", "Ready", "Age"), _nodeclass_cells),
-    ("karpenter.cluster.x-k8s.io", "clusterapinodeclasses"): (_cols("Name", "Ready", "Age"), _nodeclass_cells),
-    ("cluster.x-k8s.io", "machines"): (_cols("Name", "Cluster", "NodeName", "ProviderID", "Phase", "Age",
-                                             "Version"), _machine_cells),
-    ("cluster.x-k8s.io", "machinedeployments"): (_cols("Name", "Cluster", "Replicas", "Ready", "Updated",
-                                                       "Unavailable", "Phase", "Age", "Version"),
-                                                 _machinedeployment_cells),
+    ("karpenter.cluster.x-k8s.io", "clusterapinodeclasses"): (
+        _cols("Name", "Ready", "Age"),
+        _nodeclass_cells,
+    ),
+    ("cluster.x-k8s.io", "machines"): (
+        _cols("Name", "Cluster", "NodeName", "ProviderID", "Phase", "Age", "Version"),
+        _machine_cells,
+    ),
+    ("cluster.x-k8s.io", "machinedeployments"): (
+        _cols("Name", "Cluster", "Replicas", "Ready", "Updated", "Unavailable", "Phase", "Age", "Version"),
+        _machinedeployment_cells,
+    ),
 }
 DEFAULT_PRINTER: Printer = (_cols("Name", "Age"), _default_cells)
 
@@ -270,20 +379,42 @@ DEFAULT_PRINTER: Printer = (_cols("Name", "Age"), _default_cells)
 def _row(rt: ResourceType, obj: Obj, cells: list[Any], include_object: str) -> dict[str, Any]:
     row: dict[str, Any] = {"cells": cells}
     if include_object == "Object":
-        row["object"] = obj if obj.get("apiVersion") == rt.api_version else {**obj, "apiVersion": rt.api_version}
+        row["object"] = (
+            obj if obj.get("apiVersion") == rt.api_version else {**obj, "apiVersion": rt.api_version}
+        )
     elif include_object != "None":
         meta = obj.get("metadata") or {}
-        row["object"] = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                         "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion",
-                                                           "creationTimestamp", "labels", "annotations",
-                                                           "deletionTimestamp", "ownerReferences")
-                                      if k in meta}}
+        row["object"] = {
+            "kind": "PartialObjectMetadata",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": {
+                k: meta[k]
+                for k in (
+                    "name",
+                    "namespace",
+                    "uid",
+                    "resourceVersion",
+                    "creationTimestamp",
+                    "labels",
+                    "annotations",
+                    "deletionTimestamp",
+                    "ownerReferences",
+                )
+                if k in meta
+            },
+        }
     return row
 
 
-def render_table(rt: ResourceType, objects: Iterable[Obj], *, include_object: str = "Metadata",
-                 with_columns: bool = True, list_metadata: dict[str, Any] | None = None,
-                 now: float | None = None) -> dict[str, Any]:
+def render_table(
+    rt: ResourceType,
+    objects: Iterable[Obj],
+    *,
+    include_object: str = "Metadata",
+    with_columns: bool = True,
+    list_metadata: dict[str, Any] | None = None,
+    now: float | None = None,
+) -> dict[str, Any]:
     """A ``meta.k8s.io/v1 Table`` of ``objects``; ``with_columns=False`` for watch events after the first."""
     columns, cells = PRINTERS.get(rt.storage_key, DEFAULT_PRINTER)
     moment = time.time() if now is None else now

@@ -53,8 +53,9 @@ class SandboxHandle:
 
 
 @contextlib.asynccontextmanager
-async def running_sandbox(profile: str = "fast", *, controllers: bool = True, time_scale: float = 1.0,
-                          **overrides: Any) -> AsyncIterator[SandboxHandle]:
+async def running_sandbox(
+    profile: str = "fast", *, controllers: bool = True, time_scale: float = 1.0, **overrides: Any
+) -> AsyncIterator[SandboxHandle]:
     """Serve a workload and a management cluster on free loopback ports for the duration of the block.
 
     ``overrides`` are :class:`~devtools.sandbox.runtime.SandboxConfig` fields (``history_size``,

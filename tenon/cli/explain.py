@@ -62,7 +62,9 @@ def register(subparsers: Any) -> None:
     what.add_argument("--pod", metavar="NS/NAME", help="explain a pod instead: the batches that held it")
     parser.add_argument("-o", "--output", choices=("text", "json"), default="text", help="output format")
     parser.add_argument(
-        "--since", type=parse_time, metavar="TIME",
+        "--since",
+        type=parse_time,
+        metavar="TIME",
         help="with --pod: only look at batches from this time on (RFC 3339 or an age like 2h; default: all)",
     )
     add_connection_arguments(parser)
@@ -94,7 +96,9 @@ async def explain(args: argparse.Namespace) -> NodeClaimExplanation | PodExplana
     settings = settings_from_args(args, name="tenon-explain", fail_fast=True)
     event_log = await JetStreamEventLog.connect(settings, provision=False)
     try:
-        await event_log.last_sequence()  # a broker no tenon service has provisioned is an error, not "not found"
+        await (
+            event_log.last_sequence()
+        )  # a broker no tenon service has provisioned is an error, not "not found"
         if args.pod is not None:
             return await explain_pod_from_log(event_log, args.pod, since=args.since)
         return await explain_nodeclaim_from_log(event_log, args.nodeclaim)
@@ -206,8 +210,10 @@ async def explain_pod_from_log(
         r.event.batch_id: r.event.decided_at
         for r in batches
         if isinstance(r.event, ev.PendingBatch)
-        and any(f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}" == pod
-                for p in r.event.pods)
+        and any(
+            f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}" == pod
+            for p in r.event.pods
+        )
     }
     if not holding and since is None:
         records, searched = reader.logged()
@@ -241,8 +247,13 @@ async def explain_pod_from_log(
         # answers mentioning the pod directly (a re-plan placing it on existing room, or unschedulable)
         for record in answers:
             answer = record.event
-            if isinstance(answer, ev.BatchPlanned) and answer.batch_id not in wanted_batches and (
-                any(p.pod == pod for p in answer.existing) or any(u.pod == pod for u in answer.unschedulable)
+            if (
+                isinstance(answer, ev.BatchPlanned)
+                and answer.batch_id not in wanted_batches
+                and (
+                    any(p.pod == pod for p in answer.existing)
+                    or any(u.pod == pod for u in answer.unschedulable)
+                )
             ):
                 wanted_batches.add(answer.batch_id)
                 progress = True

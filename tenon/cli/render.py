@@ -24,10 +24,14 @@ def summary(event: ev.Event) -> str:
         case ev.NodePoolsSnapshot():
             return "nodepools: " + ", ".join(n.get("metadata", {}).get("name", "?") for n in event.nodepools)
         case ev.NodeClassesSnapshot():
-            return "nodeclasses: " + ", ".join(n.get("metadata", {}).get("name", "?") for n in event.nodeclasses)
+            return "nodeclasses: " + ", ".join(
+                n.get("metadata", {}).get("name", "?") for n in event.nodeclasses
+            )
         case ev.DaemonSetsSnapshot():
-            listed = ", ".join(f"{d.get('metadata', {}).get('namespace')}/{d.get('metadata', {}).get('name')}"
-                               for d in event.daemonsets)
+            listed = ", ".join(
+                f"{d.get('metadata', {}).get('namespace')}/{d.get('metadata', {}).get('name')}"
+                for d in event.daemonsets
+            )
             return "daemonsets: " + (listed or "none")
         case ev.BatchPlanned():
             parts = [f"{len(event.nodeclaims)} new claim(s)"]
@@ -101,5 +105,7 @@ def mentions_nodeclaim(event: ev.Event, name: str) -> bool:
     if getattr(event, "nodeclaim", None) == name or event.correlation_id == name:
         return True
     if isinstance(event, ev.DisruptionDecision):
-        return any(c.nodeclaim == name for c in event.candidates) or any(b.nodeclaim == name for b in event.blocked)
+        return any(c.nodeclaim == name for c in event.candidates) or any(
+            b.nodeclaim == name for b in event.blocked
+        )
     return False

@@ -41,12 +41,19 @@ def register(subparsers: Any) -> None:
     source = parser.add_argument_group("range (default: the whole log)")
     source.add_argument("--from-seq", type=int, metavar="N", help="first stream sequence to read")
     source.add_argument("--to-seq", type=int, metavar="N", help="last stream sequence to read")
-    source.add_argument("--since", type=parse_time, metavar="TIME", help="first time: RFC 3339 or an age (2h)")
+    source.add_argument(
+        "--since", type=parse_time, metavar="TIME", help="first time: RFC 3339 or an age (2h)"
+    )
     source.add_argument("--until", type=parse_time, metavar="TIME", help="last time: RFC 3339 or an age")
     source.add_argument(
-        "--input", type=Path, metavar="FILE", help="read a recording made by 'tenon tap --json' instead of NATS"
+        "--input",
+        type=Path,
+        metavar="FILE",
+        help="read a recording made by 'tenon tap --json' instead of NATS",
     )
-    parser.add_argument("--diff", action="store_true", help="compare with the recorded decisions; exit 1 if any differ")
+    parser.add_argument(
+        "--diff", action="store_true", help="compare with the recorded decisions; exit 1 if any differ"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object per compared input")
     add_connection_arguments(parser)
     parser.set_defaults(func=run)
@@ -125,16 +132,23 @@ def read_file(path: Path) -> list[LogRecord]:
 def print_report(report: replaying.ReplayReport, args: argparse.Namespace) -> None:
     for comparison in report.comparisons:
         if args.json:
-            print(json.dumps({
-                "inputSequence": comparison.input_sequence,
-                "inputType": comparison.input_type,
-                "decisions": [msgspec.to_builtins(e) for e in comparison.replayed],
-                "same": comparison.same if args.diff else None,
-                "differences": comparison.differences() if args.diff else [],
-            }, sort_keys=True))
+            print(
+                json.dumps(
+                    {
+                        "inputSequence": comparison.input_sequence,
+                        "inputType": comparison.input_type,
+                        "decisions": [msgspec.to_builtins(e) for e in comparison.replayed],
+                        "same": comparison.same if args.diff else None,
+                        "differences": comparison.differences() if args.diff else [],
+                    },
+                    sort_keys=True,
+                )
+            )
             continue
         mark = ("=" if comparison.same else "≠") if args.diff else "→"
-        print(f"{mark} #{comparison.input_sequence} {comparison.input_type}: {len(comparison.replayed)} decision(s)")
+        print(
+            f"{mark} #{comparison.input_sequence} {comparison.input_type}: {len(comparison.replayed)} decision(s)"
+        )
         for event in comparison.replayed:
             print(f"    {type(event).__name__}: {render.summary(event)}")
         if args.diff and not comparison.same:
@@ -143,4 +157,6 @@ def print_report(report: replaying.ReplayReport, args: argparse.Namespace) -> No
     if not args.json:
         tail = f", {len(report.differing)} differ from the log" if args.diff else ""
         undecodable = f", {len(report.undecodable)} undecodable skipped" if report.undecodable else ""
-        print(f"{report.records_read} record(s) read, {len(report.comparisons)} input(s) decided{tail}{undecodable}")
+        print(
+            f"{report.records_read} record(s) read, {len(report.comparisons)} input(s) decided{tail}{undecodable}"
+        )

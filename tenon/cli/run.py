@@ -21,7 +21,9 @@ SERVICES: dict[str, str] = {
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "run", help="run one service in the foreground", description=__doc__,
+        "run",
+        help="run one service in the foreground",
+        description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("service", choices=sorted(SERVICES), help="which service")

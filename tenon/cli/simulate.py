@@ -28,8 +28,14 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("-f", "--filename", action="append", required=True, metavar="FILE",
-                        help="YAML or JSON file of Kubernetes objects (repeatable; - for stdin)")
+    parser.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="YAML or JSON file of Kubernetes objects (repeatable; - for stdin)",
+    )
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
     parser.set_defaults(func=run)
 
@@ -52,8 +58,9 @@ def _documents(path: str) -> Iterator[tuple[str, int, Any]]:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(err, "problem", None) or str(err)
-        raise _ReadError(f"{path} document {index + (1 if index else 0)}{where}: not valid YAML/JSON: {problem}"
-                         ) from None
+        raise _ReadError(
+            f"{path} document {index + (1 if index else 0)}{where}: not valid YAML/JSON: {problem}"
+        ) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,8 +85,17 @@ def render_table(plan: Plan) -> str:
         for nc in plan.node_claims:
             price = f"{nc.price:.4f}" + ("*" if nc.price_estimated else "")
             pods = ", ".join(nc.pods[:3]) + (f" (+{len(nc.pods) - 3})" if len(nc.pods) > 3 else "")
-            rows.append((nc.node_pool, nc.instance_type, nc.zone or "-", nc.capacity_type, price, pods,
-                         ", ".join(nc.fallbacks[:3]) or "-"))
+            rows.append(
+                (
+                    nc.node_pool,
+                    nc.instance_type,
+                    nc.zone or "-",
+                    nc.capacity_type,
+                    price,
+                    pods,
+                    ", ".join(nc.fallbacks[:3]) or "-",
+                )
+            )
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines.append(f"New nodes ({len(plan.node_claims)}):")
         lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]

@@ -41,11 +41,17 @@ def register(subparsers: Any) -> None:
     )
     what = parser.add_argument_group("what to show")
     what.add_argument(
-        "--subject", default=subjects.ALL_EVENTS, metavar="PATTERN",
+        "--subject",
+        default=subjects.ALL_EVENTS,
+        metavar="PATTERN",
         help="NATS subject pattern, e.g. 'tenon.nodeclaim.*' (default: %(default)s)",
     )
     what.add_argument(
-        "--type", dest="types", action="append", metavar="TYPE", choices=sorted(EVENT_TYPES_BY_NAME),
+        "--type",
+        dest="types",
+        action="append",
+        metavar="TYPE",
+        choices=sorted(EVENT_TYPES_BY_NAME),
         help="only events of this type (repeatable), e.g. NodeClaimPlanned",
     )
     what.add_argument("--nodeclaim", metavar="NAME", help="only events about this NodeClaim")
@@ -78,7 +84,9 @@ async def tap(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, name="tenon-tap", fail_fast=True)
     event_log = await JetStreamEventLog.connect(settings, provision=False)
     stream = subjects.DEADLETTER_STREAM if args.deadletters else subjects.EVENTS_STREAM
-    subject = subjects.DEADLETTERS if args.deadletters and args.subject == subjects.ALL_EVENTS else args.subject
+    subject = (
+        subjects.DEADLETTERS if args.deadletters and args.subject == subjects.ALL_EVENTS else args.subject
+    )
     try:
         start_sequence = args.from_seq
         if start_sequence is None and not args.since and not args.all:
@@ -87,7 +95,11 @@ async def tap(args: argparse.Namespace) -> int:
             else:
                 start_sequence = await event_log.last_sequence(stream) + 1
         if not args.no_follow:
-            where = f"#{start_sequence}" if start_sequence else (f"{args.since:%Y-%m-%dT%H:%M:%SZ}" if args.since else "the start")
+            where = (
+                f"#{start_sequence}"
+                if start_sequence
+                else (f"{args.since:%Y-%m-%dT%H:%M:%SZ}" if args.since else "the start")
+            )
             print(f"tenon tap: following {stream} from {where}; Ctrl-C stops", file=sys.stderr, flush=True)
         async for record in event_log.read(
             subject,

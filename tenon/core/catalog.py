@@ -216,15 +216,21 @@ def machine_deployment_types(
         if price is None:
             estimate = round(scale * estimate_price(mdt.instance_type.capacity), 6)
             it = mdt.instance_type
-            offerings = tuple(
-                Offering(o.zone, o.capacity_type, estimate, o.available) for o in it.offerings
-            )
+            offerings = tuple(Offering(o.zone, o.capacity_type, estimate, o.available) for o in it.offerings)
             mdt = MachineDeploymentType(
                 mdt.namespace,
                 mdt.name,
                 mdt.md_labels,
                 InstanceType(
-                    it.name, it.capacity, it.overhead, it.labels, offerings, it.taints, True, it.max_new, it.source
+                    it.name,
+                    it.capacity,
+                    it.overhead,
+                    it.labels,
+                    offerings,
+                    it.taints,
+                    True,
+                    it.max_new,
+                    it.source,
                 ),
             )
         out.append(mdt)
@@ -239,8 +245,9 @@ def instance_types_from_machine_deployments(
     return [t.instance_type for t in types], skipped
 
 
-def instance_types_from_catalog(doc: Mapping[str, Any], source: str = "catalog", index: int | None = None
-                                ) -> tuple[InstanceType, ...]:
+def instance_types_from_catalog(
+    doc: Mapping[str, Any], source: str = "catalog", index: int | None = None
+) -> tuple[InstanceType, ...]:
     """An ``InstanceCatalog`` document to instance types; raises :class:`InputError` naming the field."""
     name = str((doc.get("metadata") or {}).get("name") or "")
 
@@ -271,8 +278,12 @@ def instance_types_from_catalog(doc: Mapping[str, Any], source: str = "catalog",
             try:
                 price = float(off["price"])
                 offerings.append(
-                    Offering(off.get("zone"), str(off.get("capacityType") or ON_DEMAND), price,
-                             bool(off.get("available", True)))
+                    Offering(
+                        off.get("zone"),
+                        str(off.get("capacityType") or ON_DEMAND),
+                        price,
+                        bool(off.get("available", True)),
+                    )
                 )
             except (KeyError, TypeError, ValueError):
                 raise fail(f"{path}.offerings[{j}].price", "each offering needs a numeric price") from None
@@ -290,7 +301,9 @@ def instance_types_from_catalog(doc: Mapping[str, Any], source: str = "catalog",
     return tuple(out)
 
 
-def instance_types_for_node_pool(inputs: ClusterInput, pool: NodePool) -> tuple[tuple[InstanceType, ...], str]:
+def instance_types_for_node_pool(
+    inputs: ClusterInput, pool: NodePool
+) -> tuple[tuple[InstanceType, ...], str]:
     """The instance types a NodePool may launch, or ``()`` and the reason there are none."""
     ref = pool.node_class_ref
     if (ref is None and inputs.machine_deployments and not inputs.catalogs) or (

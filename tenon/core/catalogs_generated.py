@@ -31,16 +31,24 @@ def fake_400(count: int = 400) -> dict[str, Any]:
         cpu, gib = i + 1, 2 * (i + 1)
         price = round(0.1 * cpu + 0.1 * _gb(gib), 6)
         offerings = [{"zone": f"test-zone-{z}", "capacityType": "spot", "price": price} for z in (1, 2)]
-        offerings += [{"zone": f"test-zone-{z}", "capacityType": "on-demand", "price": price} for z in (1, 2, 3)]
-        types.append({
-            "name": f"fake-it-{i}",
-            "capacity": {"cpu": str(cpu), "memory": f"{gib}Gi", "pods": str(10 * cpu)},
-            "overhead": dict(OVERHEAD),
-            "labels": {"kubernetes.io/arch": "amd64", "node.kubernetes.io/instance-type": f"fake-it-{i}"},
-            "offerings": offerings,
-        })
-    return {"apiVersion": "tenon.sh/v1alpha1", "kind": "InstanceCatalog", "metadata": {"name": f"fake-{count}"},
-            "spec": {"instanceTypes": types}}
+        offerings += [
+            {"zone": f"test-zone-{z}", "capacityType": "on-demand", "price": price} for z in (1, 2, 3)
+        ]
+        types.append(
+            {
+                "name": f"fake-it-{i}",
+                "capacity": {"cpu": str(cpu), "memory": f"{gib}Gi", "pods": str(10 * cpu)},
+                "overhead": dict(OVERHEAD),
+                "labels": {"kubernetes.io/arch": "amd64", "node.kubernetes.io/instance-type": f"fake-it-{i}"},
+                "offerings": offerings,
+            }
+        )
+    return {
+        "apiVersion": "tenon.sh/v1alpha1",
+        "kind": "InstanceCatalog",
+        "metadata": {"name": f"fake-{count}"},
+        "spec": {"instanceTypes": types},
+    }
 
 
 def kwok_144() -> dict[str, Any]:
@@ -54,25 +62,45 @@ def kwok_144() -> dict[str, Any]:
                     name = f"{family}-{cpu}x-{arch}-{os_name}"
                     offerings = []
                     for zone in "abcd":
-                        offerings.append({"zone": f"test-zone-{zone}", "capacityType": "spot",
-                                          "price": round(0.7 * on_demand, 6)})
-                        offerings.append({"zone": f"test-zone-{zone}", "capacityType": "on-demand",
-                                          "price": round(on_demand, 6)})
-                    types.append({
-                        "name": name,
-                        "capacity": {"cpu": str(cpu), "memory": f"{gib}Gi", "pods": str(min(16 * cpu, 1024)),
-                                     "ephemeral-storage": "20Gi"},
-                        "overhead": dict(OVERHEAD),
-                        "labels": {
-                            "kubernetes.io/arch": arch,
-                            "kubernetes.io/os": os_name,
-                            "node.kubernetes.io/instance-type": name,
-                            "karpenter.kwok.sh/instance-family": family,
-                            "karpenter.kwok.sh/instance-cpu": str(cpu),
-                            "karpenter.kwok.sh/instance-memory": str(gib * 1024),
-                            "karpenter.kwok.sh/instance-size": f"{cpu}x",
-                        },
-                        "offerings": offerings,
-                    })
-    return {"apiVersion": "tenon.sh/v1alpha1", "kind": "InstanceCatalog", "metadata": {"name": "kwok-144"},
-            "spec": {"instanceTypes": types}}
+                        offerings.append(
+                            {
+                                "zone": f"test-zone-{zone}",
+                                "capacityType": "spot",
+                                "price": round(0.7 * on_demand, 6),
+                            }
+                        )
+                        offerings.append(
+                            {
+                                "zone": f"test-zone-{zone}",
+                                "capacityType": "on-demand",
+                                "price": round(on_demand, 6),
+                            }
+                        )
+                    types.append(
+                        {
+                            "name": name,
+                            "capacity": {
+                                "cpu": str(cpu),
+                                "memory": f"{gib}Gi",
+                                "pods": str(min(16 * cpu, 1024)),
+                                "ephemeral-storage": "20Gi",
+                            },
+                            "overhead": dict(OVERHEAD),
+                            "labels": {
+                                "kubernetes.io/arch": arch,
+                                "kubernetes.io/os": os_name,
+                                "node.kubernetes.io/instance-type": name,
+                                "karpenter.kwok.sh/instance-family": family,
+                                "karpenter.kwok.sh/instance-cpu": str(cpu),
+                                "karpenter.kwok.sh/instance-memory": str(gib * 1024),
+                                "karpenter.kwok.sh/instance-size": f"{cpu}x",
+                            },
+                            "offerings": offerings,
+                        }
+                    )
+    return {
+        "apiVersion": "tenon.sh/v1alpha1",
+        "kind": "InstanceCatalog",
+        "metadata": {"name": "kwok-144"},
+        "spec": {"instanceTypes": types},
+    }

@@ -22,10 +22,18 @@ MAX_CONSIDERED = 12
 MAX_FALLBACKS = 20
 
 
-def explain_choice(chosen: Template, price: float, used: Sequence[int], okeys: frozenset[OfferKey] | None,
-                   allowed: frozenset[int], pool_templates: Sequence[Template], resource_names: Sequence[str],
-                   budget: Budget, want_fallbacks: int = MAX_FALLBACKS, offer: OfferKey | None = None,
-                   ) -> tuple[str, list[str], list[Considered]]:
+def explain_choice(
+    chosen: Template,
+    price: float,
+    used: Sequence[int],
+    okeys: frozenset[OfferKey] | None,
+    allowed: frozenset[int],
+    pool_templates: Sequence[Template],
+    resource_names: Sequence[str],
+    budget: Budget,
+    want_fallbacks: int = MAX_FALLBACKS,
+    offer: OfferKey | None = None,
+) -> tuple[str, list[str], list[Considered]]:
     """(why the chosen type won, fallback type names cheaper first, verdicts on the others).
 
     A fallback must offer the chosen offering's zone and capacity type (``offer``): the NodeClaim pins them.
@@ -45,7 +53,9 @@ def explain_choice(chosen: Template, price: float, used: Sequence[int], okeys: f
         short = [(r, u, a) for r, u, a in zip(resource_names, used, tpl.alloc, strict=True) if u > a]
         if short:
             r, u, a = short[0]
-            verdict = f"too small: needs {r}={format_quantity(r, u)}, has {format_quantity(r, a)} after DaemonSets"
+            verdict = (
+                f"too small: needs {r}={format_quantity(r, u)}, has {format_quantity(r, a)} after DaemonSets"
+            )
         elif tpl.index not in allowed:
             verdict = "not allowed for these pods (requirements, taints or host ports)"
         elif priced is None:
@@ -68,9 +78,11 @@ def explain_choice(chosen: Template, price: float, used: Sequence[int], okeys: f
             names.append(name)
     cheaper = [c for c in considered if c.price is not None and c.price < price]
     rest = [c for c in considered if c not in cheaper]
-    kept = (cheaper[-MAX_CONSIDERED // 2:] + rest)[:MAX_CONSIDERED]
-    because = (f"{chosen.instance_type.name} at {price:g}/h is the cheapest type that fits "
-               f"{', '.join(f'{r}={format_quantity(r, u)}' for r, u in zip(resource_names, used, strict=True) if u)}")
+    kept = (cheaper[-MAX_CONSIDERED // 2 :] + rest)[:MAX_CONSIDERED]
+    because = (
+        f"{chosen.instance_type.name} at {price:g}/h is the cheapest type that fits "
+        f"{', '.join(f'{r}={format_quantity(r, u)}' for r, u in zip(resource_names, used, strict=True) if u)}"
+    )
     if chosen.instance_type.price_estimated:
         because += " (price estimated from its resources: no tenon.sh/price-per-hour annotation)"
     return because, names, kept

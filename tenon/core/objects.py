@@ -136,7 +136,9 @@ def _requirement(ctx: _Ctx, raw: Any, field: str, operators: tuple[str, ...]) ->
     if raw.get("minValues") is not None:
         min_values = ctx.integer(raw["minValues"], f"{field}.minValues", 1)
         if op == "In" and min_values > len(values):
-            raise ctx.error(f"{field}.minValues", f"{min_values} is more than the {len(values)} values listed")
+            raise ctx.error(
+                f"{field}.minValues", f"{min_values} is more than the {len(values)} values listed"
+            )
     return Requirement(key, str(op), values, min_values)
 
 
@@ -170,7 +172,9 @@ def _tolerations(ctx: _Ctx, raw: Any, field: str) -> tuple[Toleration, ...]:
         op = t.get("operator") or "Equal"
         if op not in ("Equal", "Exists"):
             raise ctx.error(f"{field}[{i}].operator", f"{op!r} is not Equal or Exists")
-        out.append(Toleration(str(t.get("key") or ""), op, str(t.get("value") or ""), str(t.get("effect") or "")))
+        out.append(
+            Toleration(str(t.get("key") or ""), op, str(t.get("value") or ""), str(t.get("effect") or ""))
+        )
     return tuple(out)
 
 
@@ -220,14 +224,20 @@ def _affinity_terms(ctx: _Ctx, raw: Any, field: str, namespace: str) -> tuple[Po
             raise ctx.error(f"{path}.topologyKey", "is required")
         ns_sel = term.get("namespaceSelector")
         all_ns = isinstance(ns_sel, Mapping) and not ns_sel
-        names = tuple(str(n) for n in ctx.listing(term.get("namespaces"), f"{path}.namespaces")) or (namespace,)
-        out.append(PodAffinityTerm(_selector(ctx, term.get("labelSelector"), f"{path}.labelSelector"), str(key),
-                                   names, all_ns))
+        names = tuple(str(n) for n in ctx.listing(term.get("namespaces"), f"{path}.namespaces")) or (
+            namespace,
+        )
+        out.append(
+            PodAffinityTerm(
+                _selector(ctx, term.get("labelSelector"), f"{path}.labelSelector"), str(key), names, all_ns
+            )
+        )
     return tuple(out)
 
 
-def parse_pod_spec(ctx: _Ctx, namespace: str, name: str, labels: dict[str, str], spec: Any, field: str,
-                   owner: str = "") -> Pod:
+def parse_pod_spec(
+    ctx: _Ctx, namespace: str, name: str, labels: dict[str, str], spec: Any, field: str, owner: str = ""
+) -> Pod:
     spec = ctx.mapping(spec, field)
     selector = ctx.labels(spec.get("nodeSelector"), f"{field}.nodeSelector")
     base = tuple(Requirement(k, "In", (v,)) for k, v in sorted(selector.items()))
@@ -239,19 +249,29 @@ def parse_pod_spec(ctx: _Ctx, namespace: str, name: str, labels: dict[str, str],
     for i, term in enumerate(ctx.listing(required.get("nodeSelectorTerms"), f"{path}.nodeSelectorTerms")):
         tpath = f"{path}.nodeSelectorTerms[{i}]"
         exprs = ctx.listing(ctx.mapping(term, tpath).get("matchExpressions"), f"{tpath}.matchExpressions")
-        reqs = tuple(_requirement(ctx, e, f"{tpath}.matchExpressions[{j}]", NODE_OPERATORS)
-                     for j, e in enumerate(exprs))
+        reqs = tuple(
+            _requirement(ctx, e, f"{tpath}.matchExpressions[{j}]", NODE_OPERATORS)
+            for j, e in enumerate(exprs)
+        )
         terms.append(base + reqs)
     preferred = []
     ppath = f"{field}.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution"
-    for i, pref in enumerate(ctx.listing(node_aff.get("preferredDuringSchedulingIgnoredDuringExecution"), ppath)):
+    for i, pref in enumerate(
+        ctx.listing(node_aff.get("preferredDuringSchedulingIgnoredDuringExecution"), ppath)
+    ):
         pref = ctx.mapping(pref, f"{ppath}[{i}]")
         weight = ctx.integer(pref.get("weight", 1), f"{ppath}[{i}].weight", 1)
         pterm = ctx.mapping(pref.get("preference"), f"{ppath}[{i}].preference")
         exprs = ctx.listing(pterm.get("matchExpressions"), f"{ppath}[{i}].preference.matchExpressions")
-        preferred.append((weight, tuple(
-            _requirement(ctx, e, f"{ppath}[{i}].preference.matchExpressions[{j}]", NODE_OPERATORS)
-            for j, e in enumerate(exprs))))
+        preferred.append(
+            (
+                weight,
+                tuple(
+                    _requirement(ctx, e, f"{ppath}[{i}].preference.matchExpressions[{j}]", NODE_OPERATORS)
+                    for j, e in enumerate(exprs)
+                ),
+            )
+        )
     preferred.sort(key=lambda p: -p[0])
     pod_aff = ctx.mapping(affinity.get("podAffinity"), f"{field}.affinity.podAffinity")
     anti = ctx.mapping(affinity.get("podAntiAffinity"), f"{field}.affinity.podAntiAffinity")
@@ -264,18 +284,28 @@ def parse_pod_spec(ctx: _Ctx, namespace: str, name: str, labels: dict[str, str],
             raise ctx.error(f"{tpath}[{i}].topologyKey", "is required")
         when = tsc.get("whenUnsatisfiable") or "DoNotSchedule"
         if when not in ("DoNotSchedule", "ScheduleAnyway"):
-            raise ctx.error(f"{tpath}[{i}].whenUnsatisfiable", f"{when!r} is not DoNotSchedule or ScheduleAnyway")
+            raise ctx.error(
+                f"{tpath}[{i}].whenUnsatisfiable", f"{when!r} is not DoNotSchedule or ScheduleAnyway"
+            )
         sel = _selector(ctx, tsc.get("labelSelector"), f"{tpath}[{i}].labelSelector")
         keys = [str(k) for k in ctx.listing(tsc.get("matchLabelKeys"), f"{tpath}[{i}].matchLabelKeys")]
         if keys:
             extra = tuple((k, labels[k]) for k in keys if k in labels)
             sel = LabelSelector(tuple(sorted(sel.match_labels + extra)), sel.match_expressions)
-        spreads.append(TopologySpread(
-            ctx.integer(tsc.get("maxSkew", 1), f"{tpath}[{i}].maxSkew", 1), str(tsc["topologyKey"]), when, sel,
-            ctx.integer(tsc.get("minDomains", 1), f"{tpath}[{i}].minDomains", 1)))
+        spreads.append(
+            TopologySpread(
+                ctx.integer(tsc.get("maxSkew", 1), f"{tpath}[{i}].maxSkew", 1),
+                str(tsc["topologyKey"]),
+                when,
+                sel,
+                ctx.integer(tsc.get("minDomains", 1), f"{tpath}[{i}].minDomains", 1),
+            )
+        )
     ports = []
     for i, c in enumerate(ctx.listing(spec.get("containers"), f"{field}.containers")):
-        cports = ctx.listing(ctx.mapping(c, f"{field}.containers[{i}]").get("ports"), f"{field}.containers[{i}].ports")
+        cports = ctx.listing(
+            ctx.mapping(c, f"{field}.containers[{i}]").get("ports"), f"{field}.containers[{i}].ports"
+        )
         for j, p in enumerate(cports):
             p = ctx.mapping(p, f"{field}.containers[{i}].ports[{j}]")
             if p.get("hostPort"):
@@ -290,7 +320,9 @@ def parse_pod_spec(ctx: _Ctx, namespace: str, name: str, labels: dict[str, str],
         preferred_node_affinity=tuple(preferred),
         tolerations=_tolerations(ctx, spec.get("tolerations"), f"{field}.tolerations"),
         pod_affinity=_affinity_terms(ctx, pod_aff.get(rd), f"{field}.affinity.podAffinity.{rd}", namespace),
-        pod_anti_affinity=_affinity_terms(ctx, anti.get(rd), f"{field}.affinity.podAntiAffinity.{rd}", namespace),
+        pod_anti_affinity=_affinity_terms(
+            ctx, anti.get(rd), f"{field}.affinity.podAntiAffinity.{rd}", namespace
+        ),
         topology_spread=tuple(spreads),
         host_ports=tuple(ports),
         node_name=str(spec.get("nodeName") or ""),
@@ -302,10 +334,14 @@ def _node_pool(ctx: _Ctx, obj: Mapping[str, Any]) -> NodePool:
     spec = ctx.mapping(obj.get("spec"), "spec")
     template = ctx.mapping(spec.get("template"), "spec.template")
     tspec = ctx.mapping(template.get("spec"), "spec.template.spec")
-    labels = ctx.labels(ctx.mapping(template.get("metadata"), "spec.template.metadata").get("labels"),
-                        "spec.template.metadata.labels")
-    reqs = tuple(_requirement(ctx, r, f"spec.template.spec.requirements[{i}]", NODE_OPERATORS)
-                 for i, r in enumerate(ctx.listing(tspec.get("requirements"), "spec.template.spec.requirements")))
+    labels = ctx.labels(
+        ctx.mapping(template.get("metadata"), "spec.template.metadata").get("labels"),
+        "spec.template.metadata.labels",
+    )
+    reqs = tuple(
+        _requirement(ctx, r, f"spec.template.spec.requirements[{i}]", NODE_OPERATORS)
+        for i, r in enumerate(ctx.listing(tspec.get("requirements"), "spec.template.spec.requirements"))
+    )
     ref = None
     if tspec.get("nodeClassRef") is not None:
         raw = ctx.mapping(tspec.get("nodeClassRef"), "spec.template.spec.nodeClassRef")
@@ -337,8 +373,14 @@ def _node(ctx: _Ctx, obj: Mapping[str, Any]) -> Node:
         raise ctx.error("status.allocatable", "a Node needs status.allocatable (or status.capacity)")
     labels = ctx.labels(meta.get("labels"), "metadata.labels")
     labels.setdefault("kubernetes.io/hostname", ctx.name)
-    return Node(ctx.name, labels, _taints(ctx, spec.get("taints"), "spec.taints"), allocatable, capacity,
-                bool(spec.get("unschedulable")))
+    return Node(
+        ctx.name,
+        labels,
+        _taints(ctx, spec.get("taints"), "spec.taints"),
+        allocatable,
+        capacity,
+        bool(spec.get("unschedulable")),
+    )
 
 
 def _node_claim(ctx: _Ctx, obj: Mapping[str, Any]) -> InFlightNodeClaim:
@@ -351,8 +393,16 @@ def _node_claim(ctx: _Ctx, obj: Mapping[str, Any]) -> InFlightNodeClaim:
     allocatable = ctx.resources(status.get("allocatable"), "status.allocatable") or None
     annotations = ctx.labels(meta.get("annotations"), "metadata.annotations")
     pods = tuple(p.strip() for p in annotations.get(NOMINATED_PODS, "").split(",") if p.strip())
-    return InFlightNodeClaim(ctx.name, labels[NODEPOOL], labels[INSTANCE_TYPE], labels.get(ZONE),
-                             labels.get(CAPACITY_TYPE, ON_DEMAND), labels, allocatable, pods)
+    return InFlightNodeClaim(
+        ctx.name,
+        labels[NODEPOOL],
+        labels[INSTANCE_TYPE],
+        labels.get(ZONE),
+        labels.get(CAPACITY_TYPE, ON_DEMAND),
+        labels,
+        allocatable,
+        pods,
+    )
 
 
 def parse_objects(documents: Iterable[tuple[str, int, Any]]) -> ClusterInput:
@@ -372,7 +422,9 @@ def parse_objects(documents: Iterable[tuple[str, int, Any]]) -> ClusterInput:
         if obj is None:
             continue
         if not isinstance(obj, Mapping):
-            raise InputError(source, index, "", "", "", f"expected a Kubernetes object, got {type(obj).__name__}")
+            raise InputError(
+                source, index, "", "", "", f"expected a Kubernetes object, got {type(obj).__name__}"
+            )
         kind = obj.get("kind")
         if not kind or not isinstance(kind, str):
             raise InputError(source, index, "", "", "kind", "is required")
@@ -395,8 +447,11 @@ def parse_objects(documents: Iterable[tuple[str, int, Any]]) -> ClusterInput:
         elif kind.endswith("NodeClass"):
             spec = ctx.mapping(obj.get("spec"), "spec")
             sel = spec.get("scalableResourceSelector")
-            classes.append(NodeClass(kind, name, None if sel is None else
-                                     _selector(ctx, sel, "spec.scalableResourceSelector")))
+            classes.append(
+                NodeClass(
+                    kind, name, None if sel is None else _selector(ctx, sel, "spec.scalableResourceSelector")
+                )
+            )
         elif kind == "InstanceCatalog":
             catalogs[name] = instance_types_from_catalog(obj, source, index)
         elif kind == "MachineDeployment":
@@ -408,18 +463,38 @@ def parse_objects(documents: Iterable[tuple[str, int, Any]]) -> ClusterInput:
             field = "spec.parallelism" if kind == "Job" else "spec.replicas"
             count = ctx.integer(spec.get(field.split(".")[1], 1), field, 0)
             template = ctx.mapping(spec.get("template"), "spec.template")
-            tlabels = ctx.labels(ctx.mapping(template.get("metadata"), "spec.template.metadata").get("labels"),
-                                 "spec.template.metadata.labels")
+            tlabels = ctx.labels(
+                ctx.mapping(template.get("metadata"), "spec.template.metadata").get("labels"),
+                "spec.template.metadata.labels",
+            )
             for i in range(count):
-                pods.append(parse_pod_spec(ctx, namespace, f"{name}-{i}", tlabels, template.get("spec"),
-                                           "spec.template.spec", owner=f"{kind}/{name}"))
+                pods.append(
+                    parse_pod_spec(
+                        ctx,
+                        namespace,
+                        f"{name}-{i}",
+                        tlabels,
+                        template.get("spec"),
+                        "spec.template.spec",
+                        owner=f"{kind}/{name}",
+                    )
+                )
         elif kind == "DaemonSet":
             spec = ctx.mapping(obj.get("spec"), "spec")
             template = ctx.mapping(spec.get("template"), "spec.template")
-            tlabels = ctx.labels(ctx.mapping(template.get("metadata"), "spec.template.metadata").get("labels"),
-                                 "spec.template.metadata.labels")
-            pod = parse_pod_spec(ctx, namespace, name, tlabels, template.get("spec"), "spec.template.spec",
-                                 owner=f"DaemonSet/{name}")
+            tlabels = ctx.labels(
+                ctx.mapping(template.get("metadata"), "spec.template.metadata").get("labels"),
+                "spec.template.metadata.labels",
+            )
+            pod = parse_pod_spec(
+                ctx,
+                namespace,
+                name,
+                tlabels,
+                template.get("spec"),
+                "spec.template.spec",
+                owner=f"DaemonSet/{name}",
+            )
             daemon_sets.append(DaemonSet(namespace, name, pod))
         elif kind == "Node":
             nodes.append(_node(ctx, obj))
@@ -427,7 +502,9 @@ def parse_objects(documents: Iterable[tuple[str, int, Any]]) -> ClusterInput:
             status = ctx.mapping(obj.get("status"), "status")
             claims.append((_node_claim(ctx, obj), str(status.get("nodeName") or "")))
         else:
-            skipped.append(SkippedObject(f"{source} document {index}", kind, ctx.name, "kind not used by the scheduler"))
+            skipped.append(
+                SkippedObject(f"{source} document {index}", kind, ctx.name, "kind not used by the scheduler")
+            )
     md_types, md_skipped = machine_deployment_types(mds)
     skipped += md_skipped
     node_names = {n.name for n in nodes}

@@ -128,8 +128,11 @@ def dual_weights(templates: Sequence[Template], demand: Sequence[int], cpu: int,
     """Per-resource prices from the dual of the covering LP over (cpu, memory); zeros elsewhere."""
     weights = [0.0] * len(demand)
     dc, dm = demand[cpu] / 1000.0, demand[mem] / 2**30
-    pts = [(t.alloc[cpu] / 1000.0, t.alloc[mem] / 2**30, t.min_price) for t in templates
-           if t.alloc[cpu] > 0 or t.alloc[mem] > 0]
+    pts = [
+        (t.alloc[cpu] / 1000.0, t.alloc[mem] / 2**30, t.min_price)
+        for t in templates
+        if t.alloc[cpu] > 0 or t.alloc[mem] > 0
+    ]
     if not pts or (dc <= 0 and dm <= 0):
         return weights
 
@@ -158,8 +161,15 @@ def dual_weights(templates: Sequence[Template], demand: Sequence[int], cpu: int,
 class Packer:
     """Packs the classes of one NodePool; see the module docstring for the algorithm."""
 
-    def __init__(self, templates: Sequence[Template], budget: Budget, weights: Sequence[float],
-                 max_candidates: int = 24, improve_budget: int = 2500, portfolio: bool = True):
+    def __init__(
+        self,
+        templates: Sequence[Template],
+        budget: Budget,
+        weights: Sequence[float],
+        max_candidates: int = 24,
+        improve_budget: int = 2500,
+        portfolio: bool = True,
+    ):
         self.by_price = sorted(templates, key=lambda t: (t.min_price, t.instance_type.name, t.index))
         self.budget = budget
         self.weights = list(weights)
@@ -178,8 +188,9 @@ class Packer:
     def value_of(self, used: Sequence[int], weights: Sequence[float] | None = None) -> float:
         return sum(w * u for w, u in zip(weights or self.weights, used, strict=False) if w)
 
-    def downsize(self, used: Sequence[int], okeys: frozenset[OfferKey] | None, allowed: frozenset[int] | None
-                 ) -> tuple[Template, float, OfferKey] | None:
+    def downsize(
+        self, used: Sequence[int], okeys: frozenset[OfferKey] | None, allowed: frozenset[int] | None
+    ) -> tuple[Template, float, OfferKey] | None:
         """Cheapest template (and offering) that fits ``used`` among ``allowed`` within the budget."""
         best: tuple[Template, float, OfferKey] | None = None
         for tpl in self.by_price:
@@ -188,7 +199,11 @@ class Packer:
             if allowed is not None and tpl.index not in allowed:
                 continue
             alloc = tpl.alloc
-            if used[0] > alloc[0] or used[1] > alloc[1] or any(u > a for u, a in zip(used, alloc, strict=True)):
+            if (
+                used[0] > alloc[0]
+                or used[1] > alloc[1]
+                or any(u > a for u, a in zip(used, alloc, strict=True))
+            ):
                 continue
             priced = tpl.price_for(okeys)
             if priced is None or not self.budget.allows(tpl):
@@ -233,16 +248,31 @@ class Packer:
         return [pool[i] for i in sorted(picks)]
 
     @staticmethod
-    def buckets(classes: Sequence[PackClass], weights: Sequence[float]) -> list[tuple[tuple[int, ...], list[PackClass]]]:
+    def buckets(
+        classes: Sequence[PackClass], weights: Sequence[float]
+    ) -> list[tuple[tuple[int, ...], list[PackClass]]]:
         by_req: dict[tuple[int, ...], list[PackClass]] = {}
         for c in classes:
             by_req.setdefault(c.req, []).append(c)
-        return sorted(by_req.items(), key=lambda item: (-sum(w * u for w, u in zip(weights, item[0], strict=False)),
-                                                        tuple(-x for x in item[0])))
+        return sorted(
+            by_req.items(),
+            key=lambda item: (
+                -sum(w * u for w, u in zip(weights, item[0], strict=False)),
+                tuple(-x for x in item[0]),
+            ),
+        )
 
-    def fill(self, buckets: Sequence[tuple[tuple[int, ...], list[PackClass]]], room: list[int],
-             okeys: frozenset[OfferKey] | None, counts: dict[int, int], limits: dict[int, int],
-             contents: dict[int, int], tpl_index: int, used: list[int]) -> frozenset[OfferKey] | None:
+    def fill(
+        self,
+        buckets: Sequence[tuple[tuple[int, ...], list[PackClass]]],
+        room: list[int],
+        okeys: frozenset[OfferKey] | None,
+        counts: dict[int, int],
+        limits: dict[int, int],
+        contents: dict[int, int],
+        tpl_index: int,
+        used: list[int],
+    ) -> frozenset[OfferKey] | None:
         """First-fit-decreasing into ``room`` (mutated, as are counts/limits/contents/used)."""
         dims = range(len(room))
         three = len(room) == 3
@@ -402,19 +432,29 @@ class Packer:
             bins.append(Bin(tpl, price, offer, list(used), okeys, dict(counts), dict(limits), dict(contents)))
         return times * sum(contents.values())
 
-    def _greedy(self, classes: Sequence[PackClass], weights: Sequence[float], only: Template | None = None,
-                exact: bool = False) -> tuple[list[Bin], dict[int, str]]:
+    def _greedy(
+        self,
+        classes: Sequence[PackClass],
+        weights: Sequence[float],
+        only: Template | None = None,
+        exact: bool = False,
+    ) -> tuple[list[Bin], dict[int, str]]:
         self._classes = {c.index: c for c in classes}
         self._weights = weights
         # exact per-node fill for small, plain problems (no hostname rules, no zone pins)
-        self._plain = exact and len(classes) <= KNAPSACK_MAX_CLASSES and all(
-            not c.limits and not c.matches and c.okeys is None for c in classes)
+        self._plain = (
+            exact
+            and len(classes) <= KNAPSACK_MAX_CLASSES
+            and all(not c.limits and not c.matches and c.okeys is None for c in classes)
+        )
         self._plain_order = sorted(classes, key=lambda c: (-self.value_of(c.req, weights), c.index))
         failed: dict[int, str] = {}
         bins: list[Bin] = []
         all_cands = self.candidates(classes, weights)
-        best_ratio = min((t.min_price / max(self.value_of(t.alloc, weights), 1e-12) for t in all_cands),
-                         default=float("inf"))
+        best_ratio = min(
+            (t.min_price / max(self.value_of(t.alloc, weights), 1e-12) for t in all_cands),
+            default=float("inf"),
+        )
         value = {c.index: self.value_of(c.req, weights) for c in classes}
         bound = {t.index: t.min_price / max(self.value_of(t.alloc, weights), 1e-12) for t in all_cands}
         by_bound = sorted(all_cands, key=lambda t: (bound[t.index], t.min_price, t.index))
@@ -438,12 +478,19 @@ class Packer:
             elif si < len(seeds):
                 seed = seeds[si]
                 cached_alone = near_cache.get(seed.index, (None, []))[0]
-                if seed.index not in near_cache or (cached_alone is not None and
-                                                    not self.budget.allows(cached_alone[0])):
+                if seed.index not in near_cache or (
+                    cached_alone is not None and not self.budget.allows(cached_alone[0])
+                ):
                     alone = self.downsize(seed.req, seed.okeys, seed.templates)
-                    near = [] if alone is None else [
-                        t for t in self.by_price if t.min_price >= alone[1] and t.index in seed.templates
-                        and self.budget.allows(t)][:6]
+                    near = (
+                        []
+                        if alone is None
+                        else [
+                            t
+                            for t in self.by_price
+                            if t.min_price >= alone[1] and t.index in seed.templates and self.budget.allows(t)
+                        ][:6]
+                    )
                     near_cache[seed.index] = (alone, near)
                 alone, near = near_cache[seed.index]
                 if alone is None:
@@ -452,9 +499,14 @@ class Packer:
                     seed.count = 0
                     continue
                 base = alone[1]
-                chosen = (alone, {seed.index: 1}, list(seed.req), seed.okeys if seed.okeys is None else
-                          frozenset(seed.okeys & alone[0].offerings.keys()), dict.fromkeys(seed.matches, 1),
-                          dict(seed.limits))
+                chosen = (
+                    alone,
+                    {seed.index: 1},
+                    list(seed.req),
+                    seed.okeys if seed.okeys is None else frozenset(seed.okeys & alone[0].offerings.keys()),
+                    dict.fromkeys(seed.matches, 1),
+                    dict(seed.limits),
+                )
                 # The seed's own node and a few sizes up: which makes room for others at the lowest marginal price?
                 best_score = best_ratio * 1.25
                 for tpl in near:
@@ -494,7 +546,9 @@ class Packer:
             left -= self._commit(bins, chosen)
         return bins, failed
 
-    def _rollout(self, classes: Sequence[PackClass], weights: Sequence[float]) -> tuple[list[Bin], dict[int, str]]:
+    def _rollout(
+        self, classes: Sequence[PackClass], weights: Sequence[float]
+    ) -> tuple[list[Bin], dict[int, str]]:
         """Greedy with one step of lookahead: each node is the candidate whose completion (by the exact-fill
         greedy) costs least. Only for small plain problems (called from the portfolio)."""
         bins: list[Bin] = []
@@ -508,7 +562,9 @@ class Packer:
                 for exact in (False, True):
                     self._weights = weights
                     self._plain = exact
-                    self._plain_order = sorted(active, key=lambda c: (-self.value_of(c.req, weights), c.index))
+                    self._plain_order = sorted(
+                        active, key=lambda c: (-self.value_of(c.req, weights), c.index)
+                    )
                     opt = self._evaluate(tpl, buckets, None)
                     if opt is None:
                         continue
@@ -520,7 +576,9 @@ class Packer:
             best = None
             for _, opt in options[:ROLLOUT_OPTIONS]:
                 counts = {c.index: c.count for c in classes}
-                budget = Budget(self.budget.resource_names, dict(self.budget.remaining), dict(self.budget.type_caps))
+                budget = Budget(
+                    self.budget.resource_names, dict(self.budget.remaining), dict(self.budget.type_caps)
+                )
                 trial: list[Bin] = []
                 self._classes = {c.index: c for c in classes}
                 self._commit(trial, opt, once=True)
@@ -538,8 +596,9 @@ class Packer:
             self._commit(bins, best[1], once=True)
         return bins, {}
 
-    def pack(self, classes: Sequence[PackClass], portfolio: bool | None = None, lookahead: bool = False
-             ) -> list[Bin]:
+    def pack(
+        self, classes: Sequence[PackClass], portfolio: bool | None = None, lookahead: bool = False
+    ) -> list[Bin]:
         """Pack ``classes`` (their counts are consumed); failures go to ``self.failed``."""
         use_portfolio = self.portfolio if portfolio is None else portfolio
         counts = {c.index: c.count for c in classes}
@@ -603,8 +662,12 @@ class Packer:
             groups: list[tuple[int, ...]] = [(i,) for i in worst]
             groups += [(worst[a], worst[b]) for a in range(len(worst)) for b in range(a + 1, len(worst))]
             if self.portfolio and n <= TRIPLE_MAX_BINS:
-                groups += [(order[a], order[b], order[c]) for a in range(n) for b in range(a + 1, n)
-                           for c in range(b + 1, n)]
+                groups += [
+                    (order[a], order[b], order[c])
+                    for a in range(n)
+                    for b in range(a + 1, n)
+                    for c in range(b + 1, n)
+                ]
             for members in groups:
                 if tries >= self.improve_budget or self.work >= stop_at:
                     break
@@ -620,11 +683,23 @@ class Packer:
                         merged[ci] = merged.get(ci, 0) + k
                 for b in group:
                     self.budget.give_back(b.template, 1)
-                sub = [PackClass(ci, proto[ci].req, k, proto[ci].okeys, proto[ci].matches, proto[ci].limits,
-                                 proto[ci].templates) for ci, k in merged.items()]
+                sub = [
+                    PackClass(
+                        ci,
+                        proto[ci].req,
+                        k,
+                        proto[ci].okeys,
+                        proto[ci].matches,
+                        proto[ci].limits,
+                        proto[ci].templates,
+                    )
+                    for ci, k in merged.items()
+                ]
                 saved_failed = dict(self.failed)
                 saved_budget = self.budget
-                trial = self.pack(sub, portfolio=self.portfolio and sum(merged.values()) <= PORTFOLIO_SUB_PODS)
+                trial = self.pack(
+                    sub, portfolio=self.portfolio and sum(merged.values()) <= PORTFOLIO_SUB_PODS
+                )
                 ok = len(self.failed) == len(saved_failed)
                 self.failed = saved_failed
                 new_price = sum(b.price for b in trial)

@@ -65,7 +65,10 @@ class PlannedNodeClaim:
             "fallbacks": list(self.fallbacks),
             "requirements": [r.to_json() for r in self.requirements],
             "requests": dict(self.requests),
-            "explanation": {"chosen": self.chosen_because, "considered": [c.to_json() for c in self.considered]},
+            "explanation": {
+                "chosen": self.chosen_because,
+                "considered": [c.to_json() for c in self.considered],
+            },
         }
 
 

@@ -87,8 +87,13 @@ def _vector(requests: dict[str, int], names: Sequence[str]) -> tuple[int, ...]:
 
 
 def _spec_key(pod: Pod) -> tuple[object, ...]:
-    return (tuple(sorted(pod.requests.items())), pod.node_affinity, pod.preferred_node_affinity, pod.tolerations,
-            pod.host_ports)
+    return (
+        tuple(sorted(pod.requests.items())),
+        pod.node_affinity,
+        pod.preferred_node_affinity,
+        pod.tolerations,
+        pod.host_ports,
+    )
 
 
 def _restricts_offers(pod: Pod) -> bool:
@@ -111,8 +116,9 @@ class _Solve:
         self.pending = [p for p in inputs.pods if not p.node_name and p.key not in destined]
         extra = sorted({r for p in self.pending for r in p.requests} - {CPU, MEMORY, PODS})
         self.names: list[str] = [CPU, MEMORY, PODS, *extra]
-        self.templates = build_templates([(p, self.pool_types[p.name]) for p in self.pools], inputs.daemon_sets,
-                                         self.names)
+        self.templates = build_templates(
+            [(p, self.pool_types[p.name]) for p in self.pools], inputs.daemon_sets, self.names
+        )
         self.pool_templates: dict[str, list[Template]] = defaultdict(list)
         for tpl in self.templates:
             self.pool_templates[tpl.pool.name].append(tpl)
@@ -158,8 +164,13 @@ class _Solve:
                 free = list(tpl.alloc)
             else:
                 continue
-            labels = {**(tpl.labels if tpl else {}), **claim.labels, NODEPOOL: claim.node_pool,
-                      INSTANCE_TYPE: claim.instance_type, CAPACITY_TYPE: claim.capacity_type}
+            labels = {
+                **(tpl.labels if tpl else {}),
+                **claim.labels,
+                NODEPOOL: claim.node_pool,
+                INSTANCE_TYPE: claim.instance_type,
+                CAPACITY_TYPE: claim.capacity_type,
+            }
             if claim.zone:
                 labels[ZONE] = claim.zone
             room = _Room(claim.name, "NodeClaim", labels, tpl.taints if tpl else (), free)
@@ -215,7 +226,9 @@ class _Solve:
             else:
                 left.append(pod)
         claims = self._pack_new(left, pins)
-        existing = tuple(ExistingPlacement(r.name, r.kind, tuple(sorted(r.new_pods))) for r in rooms if r.new_pods)
+        existing = tuple(
+            ExistingPlacement(r.name, r.kind, tuple(sorted(r.new_pods))) for r in rooms if r.new_pods
+        )
         unsched = tuple(Unschedulable(key, reasons) for key, reasons in sorted(self.unschedulable.items()))
         skipped = tuple(s.describe() for s in self.inputs.skipped)
         return Plan(tuple(claims), existing, unsched, skipped)
@@ -237,7 +250,8 @@ class _Solve:
             zones, cts = set(offered[id(feasible)][0]), set(offered[id(feasible)][1])
             for room in rooms:
                 if untolerated(room.taints, pod.tolerations) is None and any(
-                        all_allow(term, room.labels) for term in pod.node_affinity):
+                    all_allow(term, room.labels) for term in pod.node_affinity
+                ):
                     if room.labels.get(ZONE):
                         zones.add(room.labels[ZONE])
                     if room.labels.get(CAPACITY_TYPE):
@@ -251,13 +265,24 @@ class _Solve:
             if pod.node_affinity not in by_affinity:
                 by_affinity[pod.node_affinity] = self._spread_domains(pod, rooms)
             spread_domains_of[pod.key] = by_affinity[pod.node_affinity]
-        placed = [(pod, {ZONE: r.labels.get(ZONE, ""), CAPACITY_TYPE: r.labels.get(CAPACITY_TYPE, "")})
-                  for r in rooms for pod in r.pods]
+        placed = [
+            (pod, {ZONE: r.labels.get(ZONE, ""), CAPACITY_TYPE: r.labels.get(CAPACITY_TYPE, "")})
+            for r in rooms
+            for pod in r.pods
+        ]
         # Pods that cannot run anywhere are left out: pinning them would count pods that never arrive.
-        placeable = [p for p in self.pending if p.key not in self.unschedulable and (self.feasible[p.key] or any(
-            self._fits_room(p, self.vec[p.key], {}, r) for r in rooms))]
-        outcome = assign_domains(placeable, domains_of, [(p, {k: v for k, v in d.items() if v})
-                                                         for p, d in placed], spread_domains_of)
+        placeable = [
+            p
+            for p in self.pending
+            if p.key not in self.unschedulable
+            and (self.feasible[p.key] or any(self._fits_room(p, self.vec[p.key], {}, r) for r in rooms))
+        ]
+        outcome = assign_domains(
+            placeable,
+            domains_of,
+            [(p, {k: v for k, v in d.items() if v}) for p, d in placed],
+            spread_domains_of,
+        )
         for key, reason in outcome.failures.items():
             self.unschedulable[key] = {"*": reason}
         self.pinned = set(outcome.pins)
@@ -315,8 +340,12 @@ class _Solve:
             if found is None:
                 found = {}
                 for i, offs in f.items():
-                    kept = frozenset(k for k in offs if (ZONE not in pin or k[0] == pin[ZONE]) and
-                                     (CAPACITY_TYPE not in pin or k[1] == pin[CAPACITY_TYPE]))
+                    kept = frozenset(
+                        k
+                        for k in offs
+                        if (ZONE not in pin or k[0] == pin[ZONE])
+                        and (CAPACITY_TYPE not in pin or k[1] == pin[CAPACITY_TYPE])
+                    )
                     if kept:
                         found[i] = kept
                 pinned_cache[key] = found
@@ -347,13 +376,19 @@ class _Solve:
                         limits[sid] = min(lim, limits.get(sid, lim))
                 matches_t, limits_t = tuple(sorted(matches)), tuple(sorted(limits.items()))
             hostname_affinity_unmet = any(pod.pod_affinity for pod in members) and any(
-                term.topology_key == HOSTNAME and not any(
-                    term_scope(term.selector, term.namespaces, term.all_namespaces).matches(o) for o in members)
-                for pod in members for term in pod.pod_affinity)
+                term.topology_key == HOSTNAME
+                and not any(
+                    term_scope(term.selector, term.namespaces, term.all_namespaces).matches(o)
+                    for o in members
+                )
+                for pod in members
+                for term in pod.pod_affinity
+            )
             if hostname_affinity_unmet and not (len(members) == 1 and self._self_affine(members[0])):
                 for pod in members:
                     self.unschedulable[pod.key] = {
-                        "*": "required pod affinity on hostname: no node runs a matching pod with room for it"}
+                        "*": "required pod affinity on hostname: no node runs a matching pod with room for it"
+                    }
                 continue
             okeys = None
             if restricted:
@@ -365,20 +400,28 @@ class _Solve:
                 for pod in members:
                     self.unschedulable[pod.key] = {
                         "*": f"pods that must share a node (pod affinity on hostname: "
-                             f"{', '.join(p.key for p in members)}) do not fit together on any instance type"}
+                        f"{', '.join(p.key for p in members)}) do not fit together on any instance type"
+                    }
                 continue
             if len(members) > 1:
-                counted = {sid: sum(1 for p in members if sid in self.rules.features(p)[0]) for sid in matches_t}
+                counted = {
+                    sid: sum(1 for p in members if sid in self.rules.features(p)[0]) for sid in matches_t
+                }
                 if any(counted.get(sid, 0) > lim for sid, lim in limits_t):
                     for pod in members:
-                        self.unschedulable[pod.key] = {"*": "its pod affinity and anti-affinity contradict each other"}
+                        self.unschedulable[pod.key] = {
+                            "*": "its pod affinity and anti-affinity contradict each other"
+                        }
                     continue
             items.append((members, vec, okeys, matches_t, limits_t, feasible))
         return items
 
     def _self_affine(self, pod: Pod) -> bool:
-        return all(term_scope(t.selector, t.namespaces, t.all_namespaces).matches(pod)
-                   for t in pod.pod_affinity if t.topology_key == HOSTNAME)
+        return all(
+            term_scope(t.selector, t.namespaces, t.all_namespaces).matches(pod)
+            for t in pod.pod_affinity
+            if t.topology_key == HOSTNAME
+        )
 
     def _pool_usage(self, pool: NodePool) -> dict[str, int]:
         used: dict[str, int] = defaultdict(int)
@@ -401,8 +444,16 @@ class _Solve:
         items = self._items(left, pins)
         # classes keyed by everything that matters for packing
         classes: dict[tuple[object, ...], list[list[str]]] = defaultdict(list)
-        shape: dict[tuple[object, ...], tuple[tuple[int, ...], frozenset[OfferKey] | None, tuple[int, ...],
-                                              tuple[tuple[int, int], ...], dict[int, frozenset[OfferKey]]]] = {}
+        shape: dict[
+            tuple[object, ...],
+            tuple[
+                tuple[int, ...],
+                frozenset[OfferKey] | None,
+                tuple[int, ...],
+                tuple[tuple[int, int], ...],
+                dict[int, frozenset[OfferKey]],
+            ],
+        ] = {}
         for members, vec, okeys, matches, limits, feasible in items:
             key = (vec, okeys, matches, limits, frozenset(feasible))
             classes[key].append([p.key for p in members])
@@ -434,17 +485,38 @@ class _Solve:
                 for d, amount in enumerate(vec):
                     demand[d] += amount * len(classes[k])
                 tset = frozenset(feasible) & tpl_ids
-                pack_classes.append(PackClass(i, vec, len(classes[k]), okeys, matches, limits,
-                                              interned.setdefault(tset, tset), list(classes[k])))
+                pack_classes.append(
+                    PackClass(
+                        i,
+                        vec,
+                        len(classes[k]),
+                        okeys,
+                        matches,
+                        limits,
+                        interned.setdefault(tset, tset),
+                        list(classes[k]),
+                    )
+                )
             weights = dual_weights(tpls, demand, 0, 1)
             n_pods = sum(len(c.members) for c in pack_classes)
             # The portfolio and deep repacking pay off on small problems and cost too much on large ones.
             small = n_pods <= SMALL_PODS and len(pack_classes) <= SMALL_CLASSES
-            packer = Packer(tpls, budget, weights, max_candidates=24,
-                            improve_budget=2500 if small else 60, portfolio=small)
+            packer = Packer(
+                tpls,
+                budget,
+                weights,
+                max_candidates=24,
+                improve_budget=2500 if small else 60,
+                portfolio=small,
+            )
             bins = packer.pack(pack_classes, lookahead=True)
-            bins = packer.improve(bins, [PackClass(c.index, c.req, 0, c.okeys, c.matches, c.limits, c.templates)
-                                         for c in pack_classes])
+            bins = packer.improve(
+                bins,
+                [
+                    PackClass(c.index, c.req, 0, c.okeys, c.matches, c.limits, c.templates)
+                    for c in pack_classes
+                ],
+            )
             bins.sort(key=lambda b: (-b.price, b.template.instance_type.name, sorted(b.contents.items())))
             next_pending = []
             for ci, reason in packer.failed.items():
@@ -455,7 +527,7 @@ class _Solve:
                 pods_here: list[str] = []
                 for ci, n in sorted(b.contents.items()):
                     start = taken[ci]
-                    for unit in pack_classes[ci].members[start:start + n]:
+                    for unit in pack_classes[ci].members[start : start + n]:
                         pods_here.extend(unit)
                     taken[ci] += n
                 claim = self._claim(pool, tpls, b, pods_here, pack_classes)
@@ -466,7 +538,7 @@ class _Solve:
                 claims.append(((rank, -b.price, claim.instance_type, claim.pods), claim))
             leftover: dict[tuple[object, ...], list[list[str]]] = {}
             for ci, c in enumerate(pack_classes):
-                rest = c.members[taken[ci]:]
+                rest = c.members[taken[ci] :]
                 if rest:
                     leftover[here[ci]] = rest
                     tried[here[ci]].setdefault(pool.name, "NodePool could not take it")
@@ -493,12 +565,20 @@ class _Solve:
             if pool.name in tried:
                 out[pool.name] = tried[pool.name]
             else:
-                out[pool.name] = pool_rejection(pod, vec, self.names, pool, self.pool_types[pool.name],
-                                                self.pool_templates.get(pool.name, []), self.pool_problem[pool.name])
+                out[pool.name] = pool_rejection(
+                    pod,
+                    vec,
+                    self.names,
+                    pool,
+                    self.pool_types[pool.name],
+                    self.pool_templates.get(pool.name, []),
+                    self.pool_problem[pool.name],
+                )
         return out
 
-    def _claim(self, pool: NodePool, tpls: Sequence[Template], b: Bin, pods: list[str],
-               classes: Sequence[PackClass]) -> PlannedNodeClaim | str:
+    def _claim(
+        self, pool: NodePool, tpls: Sequence[Template], b: Bin, pods: list[str], classes: Sequence[PackClass]
+    ) -> PlannedNodeClaim | str:
         allowed: frozenset[int] | None = None
         for ci in b.contents:
             allowed = classes[ci].templates if allowed is None else allowed & classes[ci].templates
@@ -511,8 +591,18 @@ class _Solve:
             if ordered is None:
                 ordered = sorted(tpls, key=lambda t: (t.min_price, t.instance_type.name))
                 self._sorted_templates[pool.name] = ordered
-            cached = explain_choice(b.template, b.price, b.used, b.okeys, allowed, ordered, self.names,
-                                    Budget(self.names, {}, {}), want, b.offer)
+            cached = explain_choice(
+                b.template,
+                b.price,
+                b.used,
+                b.okeys,
+                allowed,
+                ordered,
+                self.names,
+                Budget(self.names, {}, {}),
+                want,
+                b.offer,
+            )
             self._explained[memo_key] = cached
         because, fallbacks, considered = cached
         flexible = [b.template.instance_type.name, *fallbacks]
@@ -522,14 +612,18 @@ class _Solve:
                 by_name = {t.instance_type.name: t for t in tpls}
                 values = {by_name[n].labels.get(req.key) for n in flexible} - {None}
                 if len(values) < req.min_values:
-                    return (f"minValues {req.min_values} for {req.key} not met: only {len(values)} "
-                            f"value(s) among the instance types that fit")
+                    return (
+                        f"minValues {req.min_values} for {req.key} not met: only {len(values)} "
+                        f"value(s) among the instance types that fit"
+                    )
                 keep = max(keep, len(flexible))
         fallbacks = fallbacks[:keep]
         zone, ct = b.offer
         reqs = [r for r in pool.requirements if r.key not in (INSTANCE_TYPE, ZONE, CAPACITY_TYPE, NODEPOOL)]
-        reqs += [Requirement(NODEPOOL, "In", (pool.name,)),
-                 Requirement(INSTANCE_TYPE, "In", tuple([b.template.instance_type.name, *fallbacks]))]
+        reqs += [
+            Requirement(NODEPOOL, "In", (pool.name,)),
+            Requirement(INSTANCE_TYPE, "In", tuple([b.template.instance_type.name, *fallbacks])),
+        ]
         if zone:
             reqs.append(Requirement(ZONE, "In", (zone,)))
         reqs.append(Requirement(CAPACITY_TYPE, "In", (ct,)))

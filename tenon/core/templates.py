@@ -70,8 +70,9 @@ class Template:
         return best
 
 
-def offers_allowed(term: Sequence[Requirement], labels: dict[str, str],
-                   offerings: dict[OfferKey, float] | Sequence[OfferKey]) -> set[OfferKey]:
+def offers_allowed(
+    term: Sequence[Requirement], labels: dict[str, str], offerings: dict[OfferKey, float] | Sequence[OfferKey]
+) -> set[OfferKey]:
     """Offerings of a node with fixed ``labels`` that satisfy every requirement of ``term``."""
     allowed = set(offerings)
     for req in term:
@@ -90,7 +91,9 @@ def offers_allowed(term: Sequence[Requirement], labels: dict[str, str],
     return allowed
 
 
-def _pool_allows_type(pool: NodePool, it: InstanceType) -> tuple[dict[str, str], dict[OfferKey, float]] | None:
+def _pool_allows_type(
+    pool: NodePool, it: InstanceType
+) -> tuple[dict[str, str], dict[OfferKey, float]] | None:
     labels = {**it.labels}
     for req in pool.requirements:
         if req.key in VARIABLE_KEYS:
@@ -115,8 +118,12 @@ def _pool_allows_type(pool: NodePool, it: InstanceType) -> tuple[dict[str, str],
     return (labels, offers) if offers else None
 
 
-def daemon_pods_for(labels: dict[str, str], taints: tuple[Taint, ...], offers: Sequence[OfferKey],
-                    daemon_sets: Sequence[DaemonSet]) -> list[DaemonSet]:
+def daemon_pods_for(
+    labels: dict[str, str],
+    taints: tuple[Taint, ...],
+    offers: Sequence[OfferKey],
+    daemon_sets: Sequence[DaemonSet],
+) -> list[DaemonSet]:
     out = []
     for ds in daemon_sets:
         if untolerated(taints, ds.pod.tolerations) is not None:
@@ -126,8 +133,11 @@ def daemon_pods_for(labels: dict[str, str], taints: tuple[Taint, ...], offers: S
     return out
 
 
-def build_templates(pools: Sequence[tuple[NodePool, Sequence[InstanceType]]], daemon_sets: Sequence[DaemonSet],
-                    resource_names: Sequence[str]) -> list[Template]:
+def build_templates(
+    pools: Sequence[tuple[NodePool, Sequence[InstanceType]]],
+    daemon_sets: Sequence[DaemonSet],
+    resource_names: Sequence[str],
+) -> list[Template]:
     """Templates for the pools in priority order (weight descending, then name)."""
     out: list[Template] = []
     for rank, (pool, types) in enumerate(pools):
@@ -150,8 +160,19 @@ def build_templates(pools: Sequence[tuple[NodePool, Sequence[InstanceType]]], da
             vector = tuple(alloc.get(r, 0) - dreq.get(r, 0) for r in resource_names)
             if min(vector, default=0) < 0:
                 vector = tuple(max(0, v) for v in vector)
-            tpl = Template(len(out), pool, rank, it, labels, taints, offers, vector, dict(it.capacity), dreq,
-                           frozenset(ports))
+            tpl = Template(
+                len(out),
+                pool,
+                rank,
+                it,
+                labels,
+                taints,
+                offers,
+                vector,
+                dict(it.capacity),
+                dreq,
+                frozenset(ports),
+            )
             tpl.min_price = min(offers.values())
             out.append(tpl)
     return out
@@ -168,7 +189,9 @@ def _term_offers(pod: Pod, tpl: Template) -> set[OfferKey]:
     return allowed
 
 
-def pod_feasibility(pod: Pod, req: tuple[int, ...], templates: Sequence[Template]) -> dict[int, frozenset[OfferKey]]:
+def pod_feasibility(
+    pod: Pod, req: tuple[int, ...], templates: Sequence[Template]
+) -> dict[int, frozenset[OfferKey]]:
     """Template index -> offerings this pod accepts there (only templates where it may run and fits)."""
     ports = {(p.port, p.protocol) for p in pod.host_ports}
     feasible: dict[int, set[OfferKey]] = {}
@@ -191,8 +214,15 @@ def pod_feasibility(pod: Pod, req: tuple[int, ...], templates: Sequence[Template
     return {index: frozenset(offers) for index, offers in feasible.items()}
 
 
-def pool_rejection(pod: Pod, req: tuple[int, ...], resource_names: Sequence[str], pool: NodePool,
-                   pool_types: Sequence[InstanceType], pool_templates: Sequence[Template], problem: str) -> str:
+def pool_rejection(
+    pod: Pod,
+    req: tuple[int, ...],
+    resource_names: Sequence[str],
+    pool: NodePool,
+    pool_types: Sequence[InstanceType],
+    pool_templates: Sequence[Template],
+    problem: str,
+) -> str:
     """Why ``pod`` cannot get a new node from ``pool`` at all (before limits), in words."""
     if problem:
         return problem
@@ -206,11 +236,15 @@ def pool_rejection(pod: Pod, req: tuple[int, ...], resource_names: Sequence[str]
     matching = [t for t in pool_templates if _term_offers(pod, t)]
     if not matching:
         terms = [" and ".join(r.describe() for r in term) for term in pod.node_affinity if term]
-        return "no instance type satisfies the pod's node requirements" + (f" ({' or '.join(terms)})" if terms else "")
+        return "no instance type satisfies the pod's node requirements" + (
+            f" ({' or '.join(terms)})" if terms else ""
+        )
     ports = {(p.port, p.protocol) for p in pod.host_ports}
     if ports and all(ports & t.daemon_ports for t in matching):
         return f"host port {sorted(ports)[0][0]} is taken by a DaemonSet on every node"
-    need = {name: amount for name, amount in zip(resource_names, req, strict=True) if amount and name != "pods"}
+    need = {
+        name: amount for name, amount in zip(resource_names, req, strict=True) if amount and name != "pods"
+    }
     largest = max(matching, key=lambda t: t.alloc)
     room = {name: amount for name, amount in zip(resource_names, largest.alloc, strict=True) if name in need}
     return f"no instance type has {format_resources(need)} free after DaemonSets (largest: {format_resources(room)})"

@@ -58,7 +58,9 @@ def spread_scope(pod: Pod, selector: LabelSelector) -> ScopedSelector:
     return ScopedSelector(selector, frozenset((pod.namespace,)))
 
 
-def term_scope(term_selector: LabelSelector, namespaces: Iterable[str], all_namespaces: bool) -> ScopedSelector:
+def term_scope(
+    term_selector: LabelSelector, namespaces: Iterable[str], all_namespaces: bool
+) -> ScopedSelector:
     return ScopedSelector(term_selector, None if all_namespaces else frozenset(namespaces))
 
 
@@ -81,10 +83,15 @@ class SelectorIndex:
         key = (pod.namespace, frozenset(pod.labels.items()))
         found = self._cache.get(key)
         if found is None:
-            found = tuple(i for i, s in enumerate(self.selectors) if isinstance(s, ScopedSelector) and s.matches(pod))
+            found = tuple(
+                i for i, s in enumerate(self.selectors) if isinstance(s, ScopedSelector) and s.matches(pod)
+            )
             self._cache[key] = found
-        ports = tuple(self.ids[("port", p.port, p.protocol)] for p in pod.host_ports
-                      if ("port", p.port, p.protocol) in self.ids)
+        ports = tuple(
+            self.ids[("port", p.port, p.protocol)]
+            for p in pod.host_ports
+            if ("port", p.port, p.protocol) in self.ids
+        )
         return found + ports if ports else found
 
     def describe(self, sid: int) -> str:
@@ -135,8 +142,13 @@ class HostnameRules:
         return matches, tuple(sorted(limits.items()))
 
 
-def allows_on_node(matches: Sequence[int], limits: Sequence[tuple[int, int]], counts: dict[int, int],
-                   node_limits: dict[int, int], n: int = 1) -> bool:
+def allows_on_node(
+    matches: Sequence[int],
+    limits: Sequence[tuple[int, int]],
+    counts: dict[int, int],
+    node_limits: dict[int, int],
+    n: int = 1,
+) -> bool:
     """Whether ``n`` pods with these features can join a node holding ``counts`` under ``node_limits``."""
     for sid, limit in limits:
         lim = min(limit, node_limits.get(sid, limit))
@@ -162,9 +174,12 @@ def _domain_constraints(pod: Pod, key: str):
     return spreads, affinity, anti
 
 
-def assign_domains(pending: Sequence[Pod], domains_of: dict[str, dict[str, set[str]]],
-                   placed: Sequence[tuple[Pod, dict[str, str]]],
-                   spread_domains_of: dict[str, dict[str, set[str]]] | None = None) -> DomainOutcome:
+def assign_domains(
+    pending: Sequence[Pod],
+    domains_of: dict[str, dict[str, set[str]]],
+    placed: Sequence[tuple[Pod, dict[str, str]]],
+    spread_domains_of: dict[str, dict[str, set[str]]] | None = None,
+) -> DomainOutcome:
     """Pin pods with zone/capacity-type constraints (and the pods those constraints count) to one domain.
 
     ``domains_of[pod key][topology key]`` is the set of domains the pod could land in; ``spread_domains_of``
@@ -199,7 +214,9 @@ def assign_domains(pending: Sequence[Pod], domains_of: dict[str, dict[str, set[s
                 counts[sid][dom] += 1
                 totals[sid] += 1
             for term in _domain_constraints(pod, key)[2]:
-                anti_in[dom].append((index.ids[term_scope(term.selector, term.namespaces, term.all_namespaces)], pod))
+                anti_in[dom].append(
+                    (index.ids[term_scope(term.selector, term.namespaces, term.all_namespaces)], pod)
+                )
         todo = []
         for pod in pending:
             if pod.key in failures:
@@ -214,7 +231,9 @@ def assign_domains(pending: Sequence[Pod], domains_of: dict[str, dict[str, set[s
         for _, _, pod in todo:
             spreads, affinity, anti = _domain_constraints(pod, key)
             eligible = sorted(d for d in domains_of.get(pod.key, {}).get(key, set()) if d)
-            counted_in = sorted(d for d in spread_domains_of.get(pod.key, {}).get(key, set()) if d) or eligible
+            counted_in = (
+                sorted(d for d in spread_domains_of.get(pod.key, {}).get(key, set()) if d) or eligible
+            )
             matches = set(index.matching(pod))
             if not eligible:
                 if affinity or anti or any(t.when_unsatisfiable == "DoNotSchedule" for t in spreads):
@@ -232,8 +251,10 @@ def assign_domains(pending: Sequence[Pod], domains_of: dict[str, dict[str, set[s
                     score_spread += counts[sid][dom]
                     if after - low > tsc.max_skew and tsc.when_unsatisfiable == "DoNotSchedule":
                         ok = False
-                        reason = (f"topology spread on {key} (maxSkew {tsc.max_skew}, "
-                                  f"{tsc.selector.describe()}) cannot be met in any {key}")
+                        reason = (
+                            f"topology spread on {key} (maxSkew {tsc.max_skew}, "
+                            f"{tsc.selector.describe()}) cannot be met in any {key}"
+                        )
                 for term in affinity:
                     sid = index.ids[term_scope(term.selector, term.namespaces, term.all_namespaces)]
                     if counts[sid][dom] == 0 and not (totals[sid] == 0 and sid in matches):
@@ -243,7 +264,9 @@ def assign_domains(pending: Sequence[Pod], domains_of: dict[str, dict[str, set[s
                     sid = index.ids[term_scope(term.selector, term.namespaces, term.all_namespaces)]
                     if counts[sid][dom] > 0:
                         ok = False
-                        reason = f"pod anti-affinity on {key} ({term.selector.describe()}): every {key} is taken"
+                        reason = (
+                            f"pod anti-affinity on {key} ({term.selector.describe()}): every {key} is taken"
+                        )
                 for sid, other in anti_in[dom]:
                     if sid in matches and other is not pod:
                         ok = False
@@ -252,8 +275,10 @@ def assign_domains(pending: Sequence[Pod], domains_of: dict[str, dict[str, set[s
                     for max_skew, spread_doms in active.get((sid, dom), ()):
                         if counts[sid][dom] + 1 - min(counts[sid][d] for d in spread_doms) > max_skew:
                             ok = False
-                            reason = (f"joining any {key} it can use would break the topology spread "
-                                      f"(maxSkew {max_skew}) of pods already placed")
+                            reason = (
+                                f"joining any {key} it can use would break the topology spread "
+                                f"(maxSkew {max_skew}) of pods already placed"
+                            )
                 if ok:
                     load = sum(counts[sid][dom] for sid in matches)
                     valid.append(((score_spread, load, dom), dom))
@@ -264,10 +289,14 @@ def assign_domains(pending: Sequence[Pod], domains_of: dict[str, dict[str, set[s
             pins[pod.key][key] = dom
             for tsc in spreads:
                 if tsc.when_unsatisfiable == "DoNotSchedule" and len(counted_in) >= tsc.min_domains:
-                    active[(index.ids[spread_scope(pod, tsc.selector)], dom)].add((tsc.max_skew, tuple(counted_in)))
+                    active[(index.ids[spread_scope(pod, tsc.selector)], dom)].add(
+                        (tsc.max_skew, tuple(counted_in))
+                    )
             for sid in matches:
                 counts[sid][dom] += 1
                 totals[sid] += 1
             for term in anti:
-                anti_in[dom].append((index.ids[term_scope(term.selector, term.namespaces, term.all_namespaces)], pod))
+                anti_in[dom].append(
+                    (index.ids[term_scope(term.selector, term.namespaces, term.all_namespaces)], pod)
+                )
     return DomainOutcome(dict(pins), failures)

@@ -120,8 +120,11 @@ def _relative(delta: timedelta) -> str:
 
 
 def _stamp(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ") if moment.utcoffset() in (None, timedelta(0)) \
+    return (
+        moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+        if moment.utcoffset() in (None, timedelta(0))
         else moment.isoformat(timespec="seconds")
+    )
 
 
 def _seq(sequence: int) -> str:
@@ -153,8 +156,13 @@ class InstanceVerdict:
     """The verdict as a sentence about this claim (``lost on price: fits, but $0.2000/h > $0.1000/h``)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"instanceType": self.instance_type, "pricePerHour": self.price_per_hour,
-                "outcome": self.outcome, "verdict": self.verdict, "why": self.why}
+        return {
+            "instanceType": self.instance_type,
+            "pricePerHour": self.price_per_hour,
+            "outcome": self.outcome,
+            "verdict": self.verdict,
+            "why": self.why,
+        }
 
 
 @dataclass(frozen=True)
@@ -174,9 +182,14 @@ class Origin:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "batchId": self.batch_id, "causationId": self.cause_id, "batchSequence": self.batch_sequence,
-            "batchAt": _iso(self.batch_at) if self.batch_at else None, "batchPods": list(self.batch_pods),
-            "windowClosedBy": self.window_closed_by, "replanOf": self.replan_of, "batchAnswer": self.batch_answer,
+            "batchId": self.batch_id,
+            "causationId": self.cause_id,
+            "batchSequence": self.batch_sequence,
+            "batchAt": _iso(self.batch_at) if self.batch_at else None,
+            "batchPods": list(self.batch_pods),
+            "windowClosedBy": self.window_closed_by,
+            "replanOf": self.replan_of,
+            "batchAnswer": self.batch_answer,
         }
 
 
@@ -195,9 +208,14 @@ class LifeStep:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "step": self.step, "sequence": self.sequence, "at": _iso(self.at),
-            "sincePlannedSeconds": None if self.since_planned is None else round(self.since_planned.total_seconds(), 3),
-            "detail": self.detail, "producer": self.producer,
+            "step": self.step,
+            "sequence": self.sequence,
+            "at": _iso(self.at),
+            "sincePlannedSeconds": None
+            if self.since_planned is None
+            else round(self.since_planned.total_seconds(), 3),
+            "detail": self.detail,
+            "producer": self.producer,
         }
 
 
@@ -222,9 +240,17 @@ class DisruptionMention:
         return f"{self.method}: termination requested without a disruption decision: {self.reason}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"sequence": self.sequence, "at": _iso(self.at), "role": self.role, "method": self.method,
-                "reason": self.reason, "budget": self.budget, "blockedBy": self.blocked_by,
-                "decisionId": self.decision_id, "sentence": self.sentence()}
+        return {
+            "sequence": self.sequence,
+            "at": _iso(self.at),
+            "role": self.role,
+            "method": self.method,
+            "reason": self.reason,
+            "budget": self.budget,
+            "blockedBy": self.blocked_by,
+            "decisionId": self.decision_id,
+            "sentence": self.sentence(),
+        }
 
 
 @dataclass(frozen=True)
@@ -295,8 +321,10 @@ class NodeClaimExplanation:
         else:
             origin = self.origin or Origin(batch_id=p.batch_id, cause_id=p.causation_id)
             if origin.replan_of:
-                lines.append(f"  Planned again for the pods of claim {origin.replan_of}, which was abandoned "
-                             f"(batch {origin.batch_id}).")
+                lines.append(
+                    f"  Planned again for the pods of claim {origin.replan_of}, which was abandoned "
+                    f"(batch {origin.batch_id})."
+                )
             elif origin.batch_sequence is not None and origin.batch_at is not None:
                 lines.append(
                     f"  It answers PendingBatch {origin.batch_id} ({_seq(origin.batch_sequence)} at "
@@ -322,8 +350,10 @@ class NodeClaimExplanation:
             else:
                 lines.append("  (the plan recorded no instance types considered)")
             if p.fallbacks:
-                lines.append("  Fallbacks, in order: "
-                             + ", ".join(f"{f.instance_type} ({_price(f.price_per_hour)})" for f in p.fallbacks))
+                lines.append(
+                    "  Fallbacks, in order: "
+                    + ", ".join(f"{f.instance_type} ({_price(f.price_per_hour)})" for f in p.fallbacks)
+                )
         lines += ["", "Where it is in its life"]
         for step in self.life:
             rel = _relative(step.since_planned) if step.since_planned is not None else "?"
@@ -339,36 +369,49 @@ class NodeClaimExplanation:
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"kind": "NodeClaimExplanation", "nodeclaim": self.name, "found": self.found,
-                                "searched": self.searched}
+        body: dict[str, Any] = {
+            "kind": "NodeClaimExplanation",
+            "nodeclaim": self.name,
+            "found": self.found,
+            "searched": self.searched,
+        }
         if not self.found:
             body["message"] = self.text()
             return body
         p = self.planned
-        body.update({
-            "phase": self.phase,
-            "nodepool": p.nodepool if p else None,
-            "nodeClass": p.node_class if p else None,
-            "pods": list(p.pods) if p else [],
-            "choice": _choice_json(p.choice) if p else None,
-            "fallbacks": [_choice_json(f) for f in p.fallbacks] if p else [],
-            "requests": (p.explanation.get("requests") if p and isinstance(p.explanation, dict) else None),
-            "plannedSequence": self.planned_sequence,
-            "plannedAt": _iso(self.planned_at) if self.planned_at else None,
-            "origin": self.origin.to_json() if self.origin else None,
-            "chosenBecause": self.chosen_because,
-            "considered": [v.to_json() for v in self.considered],
-            "life": [s.to_json() for s in self.life],
-            "disruptions": [d.to_json() for d in self.disruptions],
-            "disruptionSummary": self.disruption_summary(),
-            "notes": list(self.notes),
-        })
+        body.update(
+            {
+                "phase": self.phase,
+                "nodepool": p.nodepool if p else None,
+                "nodeClass": p.node_class if p else None,
+                "pods": list(p.pods) if p else [],
+                "choice": _choice_json(p.choice) if p else None,
+                "fallbacks": [_choice_json(f) for f in p.fallbacks] if p else [],
+                "requests": (
+                    p.explanation.get("requests") if p and isinstance(p.explanation, dict) else None
+                ),
+                "plannedSequence": self.planned_sequence,
+                "plannedAt": _iso(self.planned_at) if self.planned_at else None,
+                "origin": self.origin.to_json() if self.origin else None,
+                "chosenBecause": self.chosen_because,
+                "considered": [v.to_json() for v in self.considered],
+                "life": [s.to_json() for s in self.life],
+                "disruptions": [d.to_json() for d in self.disruptions],
+                "disruptionSummary": self.disruption_summary(),
+                "notes": list(self.notes),
+            }
+        )
         return body
 
 
 def _choice_json(choice: ev.InstanceChoice) -> dict[str, Any]:
-    return {"instanceType": choice.instance_type, "zone": choice.zone, "capacityType": choice.capacity_type,
-            "pricePerHour": choice.price_per_hour, "priceEstimated": choice.price_estimated}
+    return {
+        "instanceType": choice.instance_type,
+        "zone": choice.zone,
+        "capacityType": choice.capacity_type,
+        "pricePerHour": choice.price_per_hour,
+        "priceEstimated": choice.price_estimated,
+    }
 
 
 def _verdicts(planned: ev.NodeClaimPlanned) -> tuple[InstanceVerdict, ...]:
@@ -388,30 +431,49 @@ def _verdicts(planned: ev.NodeClaimPlanned) -> tuple[InstanceVerdict, ...]:
         verdict = str(item.get("verdict", ""))
         seen.add(name)
         if name == chosen.instance_type or verdict.startswith("chosen"):
-            out.append(InstanceVerdict(name, price, "chosen",
-                                       verdict, "won: the cheapest type that fits"))
+            out.append(InstanceVerdict(name, price, "chosen", verdict, "won: the cheapest type that fits"))
         elif verdict.startswith("fallback"):
             rank = fallback_rank.get(name)
-            dearer = (f"{_price(price)} > {_price(chosen.price_per_hour)}" if price is not None
-                      else "costs more")
+            dearer = (
+                f"{_price(price)} > {_price(chosen.price_per_hour)}" if price is not None else "costs more"
+            )
             tail = f" (fallback {rank} if {chosen.instance_type} cannot be launched)" if rank else ""
-            out.append(InstanceVerdict(name, price, "fallback", verdict,
-                                       f"lost on price: fits, but {dearer}{tail}"))
+            out.append(
+                InstanceVerdict(name, price, "fallback", verdict, f"lost on price: fits, but {dearer}{tail}")
+            )
         else:
             cheaper = price is not None and price < chosen.price_per_hour
-            prefix = "cheaper, but did not fit: " if cheaper and verdict.startswith("too small") else \
-                "cheaper, but lost: " if cheaper else "lost: "
+            prefix = (
+                "cheaper, but did not fit: "
+                if cheaper and verdict.startswith("too small")
+                else "cheaper, but lost: "
+                if cheaper
+                else "lost: "
+            )
             out.append(InstanceVerdict(name, price, "lost", verdict, prefix + verdict))
     if chosen.instance_type not in seen:
-        out.append(InstanceVerdict(chosen.instance_type, chosen.price_per_hour, "chosen",
-                                   "chosen", "won: the cheapest type that fits"))
+        out.append(
+            InstanceVerdict(
+                chosen.instance_type,
+                chosen.price_per_hour,
+                "chosen",
+                "chosen",
+                "won: the cheapest type that fits",
+            )
+        )
     for rank, fb in enumerate(planned.fallbacks, start=1):
         if fb.instance_type not in seen:
             seen.add(fb.instance_type)
-            out.append(InstanceVerdict(
-                fb.instance_type, fb.price_per_hour, "fallback", "fallback",
-                f"lost on price: fits, but {_price(fb.price_per_hour)} > {_price(chosen.price_per_hour)} "
-                f"(fallback {rank} if {chosen.instance_type} cannot be launched)"))
+            out.append(
+                InstanceVerdict(
+                    fb.instance_type,
+                    fb.price_per_hour,
+                    "fallback",
+                    "fallback",
+                    f"lost on price: fits, but {_price(fb.price_per_hour)} > {_price(chosen.price_per_hour)} "
+                    f"(fallback {rank} if {chosen.instance_type} cannot be launched)",
+                )
+            )
     return tuple(sorted(out, key=lambda v: (v.price_per_hour is None, v.price_per_hour or 0.0)))
 
 
@@ -423,7 +485,9 @@ def _life_detail(event: ev.NodeClaimEvent, planned: ev.NodeClaimPlanned | None) 
         case ev.NodeClaimLaunched():
             text = f"as {event.provider_id}" + (f" (machine {event.machine})" if event.machine else "")
             if planned is not None and event.instance_type != planned.choice.instance_type:
-                text += f"; launched as fallback {event.instance_type} instead of {planned.choice.instance_type}"
+                text += (
+                    f"; launched as fallback {event.instance_type} instead of {planned.choice.instance_type}"
+                )
             else:
                 text = f"{event.instance_type} " + text
             return text
@@ -476,7 +540,9 @@ def _batch_answer(answer: ev.BatchPlanned, claim: str) -> str | None:
     return "; ".join(parts) + f"; total {_price(answer.total_price_per_hour)} for the batch"
 
 
-def explain_nodeclaim(name: str, records: Sequence[LoggedEvent], searched: int | None = None) -> NodeClaimExplanation:
+def explain_nodeclaim(
+    name: str, records: Sequence[LoggedEvent], searched: int | None = None
+) -> NodeClaimExplanation:
     """Everything the log in ``records`` says about the NodeClaim ``name``.
 
     ``searched`` is how many records were read (default: ``len(records)``); it only appears in the
@@ -540,10 +606,16 @@ def explain_nodeclaim(name: str, records: Sequence[LoggedEvent], searched: int |
 
 def _origin(name: str, planned: ev.NodeClaimPlanned, ordered: Sequence[LoggedEvent]) -> Origin:
     batch_id = planned.batch_id
-    replan_of = batch_id[len(REPLAN_PREFIX):] if batch_id and batch_id.startswith(REPLAN_PREFIX) else None
+    replan_of = batch_id[len(REPLAN_PREFIX) :] if batch_id and batch_id.startswith(REPLAN_PREFIX) else None
     batch_record = next(
-        (r for r in ordered if isinstance(r.event, ev.PendingBatch)
-         and (r.event.id == planned.causation_id or (batch_id is not None and r.event.batch_id == batch_id))),
+        (
+            r
+            for r in ordered
+            if isinstance(r.event, ev.PendingBatch)
+            and (
+                r.event.id == planned.causation_id or (batch_id is not None and r.event.batch_id == batch_id)
+            )
+        ),
         None,
     )
     answer = next(
@@ -552,7 +624,9 @@ def _origin(name: str, planned: ev.NodeClaimPlanned, ordered: Sequence[LoggedEve
     )
     batch_answer = _batch_answer(answer, name) if answer else None
     if batch_record is None:
-        return Origin(batch_id=batch_id, cause_id=planned.causation_id, replan_of=replan_of, batch_answer=batch_answer)
+        return Origin(
+            batch_id=batch_id, cause_id=planned.causation_id, replan_of=replan_of, batch_answer=batch_answer
+        )
     batch = batch_record.event
     assert isinstance(batch, ev.PendingBatch)
     return Origin(
@@ -567,7 +641,9 @@ def _origin(name: str, planned: ev.NodeClaimPlanned, ordered: Sequence[LoggedEve
     )
 
 
-def _disruptions(name: str, ordered: Sequence[LoggedEvent], own: Sequence[LoggedEvent]) -> tuple[DisruptionMention, ...]:
+def _disruptions(
+    name: str, ordered: Sequence[LoggedEvent], own: Sequence[LoggedEvent]
+) -> tuple[DisruptionMention, ...]:
     out: list[DisruptionMention] = []
     decision_ids: set[str] = set()
     for record in ordered:
@@ -577,23 +653,56 @@ def _disruptions(name: str, ordered: Sequence[LoggedEvent], own: Sequence[Logged
         for candidate in event.candidates:
             if candidate.nodeclaim == name:
                 decision_ids.add(event.id)
-                reason = event.reason if candidate.reason in ("", event.reason) else f"{event.reason}: {candidate.reason}"
-                out.append(DisruptionMention(record.sequence, record.recorded_at, "candidate", event.method,
-                                             reason, budget=event.budget, decision_id=event.id))
+                reason = (
+                    event.reason
+                    if candidate.reason in ("", event.reason)
+                    else f"{event.reason}: {candidate.reason}"
+                )
+                out.append(
+                    DisruptionMention(
+                        record.sequence,
+                        record.recorded_at,
+                        "candidate",
+                        event.method,
+                        reason,
+                        budget=event.budget,
+                        decision_id=event.id,
+                    )
+                )
         for blocked in event.blocked:
             if blocked.nodeclaim == name:
-                out.append(DisruptionMention(record.sequence, record.recorded_at, "blocked", event.method,
-                                             event.reason, budget=event.budget, blocked_by=blocked.blocked_by,
-                                             decision_id=event.id))
+                out.append(
+                    DisruptionMention(
+                        record.sequence,
+                        record.recorded_at,
+                        "blocked",
+                        event.method,
+                        event.reason,
+                        budget=event.budget,
+                        blocked_by=blocked.blocked_by,
+                        decision_id=event.id,
+                    )
+                )
     for record in own:
         event = record.event
         if isinstance(event, ev.DisruptionRequested) and (
             event.decision_id is None or event.decision_id not in decision_ids
         ):
-            reason = event.reason if event.decision_id is None else \
-                f"{event.reason} (decision {event.decision_id} is not in the log)"
-            out.append(DisruptionMention(record.sequence, record.recorded_at, "requested", event.method, reason,
-                                         decision_id=event.decision_id))
+            reason = (
+                event.reason
+                if event.decision_id is None
+                else f"{event.reason} (decision {event.decision_id} is not in the log)"
+            )
+            out.append(
+                DisruptionMention(
+                    record.sequence,
+                    record.recorded_at,
+                    "requested",
+                    event.method,
+                    reason,
+                    decision_id=event.decision_id,
+                )
+            )
     out.sort(key=lambda d: d.sequence)
     return tuple(out)
 
@@ -609,9 +718,12 @@ def nodeclaim_event_message(explanation: NodeClaimExplanation) -> str:
     parts = [
         f"NodeClaim {explanation.name} ({explanation.phase}): {explanation.why_exists()}.",
         explanation.why_this_type() + "." if explanation.planned else "",
-        "Life: " + ", ".join(
-            f"{s.step} {_relative(s.since_planned) if s.since_planned is not None else '?'}" for s in explanation.life
-        ) + ".",
+        "Life: "
+        + ", ".join(
+            f"{s.step} {_relative(s.since_planned) if s.since_planned is not None else '?'}"
+            for s in explanation.life
+        )
+        + ".",
         "Disruption: " + explanation.disruption_summary() + ".",
     ]
     parts = [p for p in parts if p]
@@ -649,10 +761,15 @@ class BatchOutcomeForPod:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "batchId": self.batch_id, "batchSequence": self.batch_sequence,
-            "batchAt": _iso(self.batch_at) if self.batch_at else None, "answerSequence": self.answer_sequence,
-            "outcome": self.outcome, "detail": self.detail, "nodeclaim": self.nodeclaim,
-            "reasons": dict(self.reasons), "claim": self.claim.to_json() if self.claim else None,
+            "batchId": self.batch_id,
+            "batchSequence": self.batch_sequence,
+            "batchAt": _iso(self.batch_at) if self.batch_at else None,
+            "answerSequence": self.answer_sequence,
+            "outcome": self.outcome,
+            "detail": self.detail,
+            "nodeclaim": self.nodeclaim,
+            "reasons": dict(self.reasons),
+            "claim": self.claim.to_json() if self.claim else None,
         }
 
 
@@ -673,8 +790,11 @@ class PodExplanation:
         if not self.batches:
             lines.append("  no pending batch held it: the kube-scheduler placed it without tenon")
         for b in self.batches:
-            where = f"#{b.batch_sequence} at {_stamp(b.batch_at)}" if b.batch_sequence and b.batch_at else \
-                "its PendingBatch is not in the log"
+            where = (
+                f"#{b.batch_sequence} at {_stamp(b.batch_at)}"
+                if b.batch_sequence and b.batch_at
+                else "its PendingBatch is not in the log"
+            )
             lines.append(f"  batch {b.batch_id} ({where}): {b.detail}")
             for pool, why in sorted(b.reasons.items()):
                 lines.append(f"    NodePool {pool}: {why}")
@@ -686,13 +806,22 @@ class PodExplanation:
         return text
 
     def to_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"kind": "PodExplanation", "pod": self.pod, "found": self.found,
-                                "searched": self.searched}
+        body: dict[str, Any] = {
+            "kind": "PodExplanation",
+            "pod": self.pod,
+            "found": self.found,
+            "searched": self.searched,
+        }
         if not self.found:
             body["message"] = self.text()
             return body
-        body.update({"batches": [b.to_json() for b in self.batches], "ended": self.ended,
-                     "boundNode": self.bound_node})
+        body.update(
+            {
+                "batches": [b.to_json() for b in self.batches],
+                "ended": self.ended,
+                "boundNode": self.bound_node,
+            }
+        )
         return body
 
 
@@ -704,7 +833,9 @@ def parse_pod_key(namespace_name: str) -> tuple[str, str]:
     return namespace, name
 
 
-def explain_pod(namespace_name: str, records: Sequence[LoggedEvent], searched: int | None = None) -> PodExplanation:
+def explain_pod(
+    namespace_name: str, records: Sequence[LoggedEvent], searched: int | None = None
+) -> PodExplanation:
     """What the log in ``records`` says about the pod ``NS/NAME``."""
     parse_pod_key(namespace_name)
     key = namespace_name
@@ -737,52 +868,93 @@ def explain_pod(namespace_name: str, records: Sequence[LoggedEvent], searched: i
                     order.append(event.batch_id)
         elif isinstance(event, ev.BoundPodObserved) and _pod_key(event.pod) == key:
             bound = record
-    outcomes = tuple(_pod_outcome(key, b, batches.get(b), answers.get(b), claim_pods, ordered, count)
-                     for b in order)
+    outcomes = tuple(
+        _pod_outcome(key, b, batches.get(b), answers.get(b), claim_pods, ordered, count) for b in order
+    )
     ended, node = _ended(bound)
     if not outcomes and bound is None:
         return PodExplanation(pod=key, searched=count, found=False)
     return PodExplanation(pod=key, searched=count, found=True, batches=outcomes, ended=ended, bound_node=node)
 
 
-def _pod_outcome(key: str, batch_id: str, batch: LoggedEvent | None, answer: LoggedEvent | None,
-                 claim_pods: dict[str, tuple[str, ...]], ordered: Sequence[LoggedEvent],
-                 searched: int) -> BatchOutcomeForPod:
+def _pod_outcome(
+    key: str,
+    batch_id: str,
+    batch: LoggedEvent | None,
+    answer: LoggedEvent | None,
+    claim_pods: dict[str, tuple[str, ...]],
+    ordered: Sequence[LoggedEvent],
+    searched: int,
+) -> BatchOutcomeForPod:
     batch_seq = batch.sequence if batch else None
     batch_at = batch.recorded_at if batch else None
     if answer is None:
-        return BatchOutcomeForPod(batch_id, batch_seq, batch_at, None, "not-answered",
-                                  "no BatchPlanned answers it in the log (the scheduler has not planned it yet)")
+        return BatchOutcomeForPod(
+            batch_id,
+            batch_seq,
+            batch_at,
+            None,
+            "not-answered",
+            "no BatchPlanned answers it in the log (the scheduler has not planned it yet)",
+        )
     plan = answer.event
     assert isinstance(plan, ev.BatchPlanned)
     for claim in plan.nodeclaims:
         if key in claim_pods.get(claim, ()):
             explanation = explain_nodeclaim(claim, ordered, searched)
             planned = explanation.planned
-            what = (f"a new claim {claim}: {planned.choice.instance_type} at "
-                    f"{_price(planned.choice.price_per_hour)} in NodePool {planned.nodepool}") if planned else \
-                f"a new claim {claim}"
-            return BatchOutcomeForPod(batch_id, batch_seq, batch_at, answer.sequence, "new-claim",
-                                      f"{what} ({_seq(answer.sequence)})", nodeclaim=claim, claim=explanation)
+            what = (
+                (
+                    f"a new claim {claim}: {planned.choice.instance_type} at "
+                    f"{_price(planned.choice.price_per_hour)} in NodePool {planned.nodepool}"
+                )
+                if planned
+                else f"a new claim {claim}"
+            )
+            return BatchOutcomeForPod(
+                batch_id,
+                batch_seq,
+                batch_at,
+                answer.sequence,
+                "new-claim",
+                f"{what} ({_seq(answer.sequence)})",
+                nodeclaim=claim,
+                claim=explanation,
+            )
     for placement in plan.existing:
         if placement.pod == key:
             kind = "in-flight NodeClaim" if placement.kind == "NodeClaim" else "Node"
-            return BatchOutcomeForPod(batch_id, batch_seq, batch_at, answer.sequence, "existing",
-                                      f"fits on existing room: {kind} {placement.node} ({_seq(answer.sequence)})")
+            return BatchOutcomeForPod(
+                batch_id,
+                batch_seq,
+                batch_at,
+                answer.sequence,
+                "existing",
+                f"fits on existing room: {kind} {placement.node} ({_seq(answer.sequence)})",
+            )
     for unschedulable in plan.unschedulable:
         if unschedulable.pod == key:
-            return BatchOutcomeForPod(batch_id, batch_seq, batch_at, answer.sequence, "unschedulable",
-                                      # the reasons per NodePool are listed under the line when there are any
-                                      f"unschedulable ({_seq(answer.sequence)})" + (
-                                          "" if unschedulable.reasons else f": {unschedulable.reason}"),
-                                      reasons=dict(unschedulable.reasons))
+            return BatchOutcomeForPod(
+                batch_id,
+                batch_seq,
+                batch_at,
+                answer.sequence,
+                "unschedulable",
+                # the reasons per NodePool are listed under the line when there are any
+                f"unschedulable ({_seq(answer.sequence)})"
+                + ("" if unschedulable.reasons else f": {unschedulable.reason}"),
+                reasons=dict(unschedulable.reasons),
+            )
     unseen = [c for c in plan.nodeclaims if c not in claim_pods]
     detail = "not in the answer: it was already bound when the scheduler planned"
     if unseen:
-        detail = (f"not placed on existing room nor unschedulable; the answer's claims {', '.join(unseen)} "
-                  "are not in the log read, one of them may hold it")
-    return BatchOutcomeForPod(batch_id, batch_seq, batch_at, answer.sequence, "not-in-answer",
-                              f"{detail} ({_seq(answer.sequence)})")
+        detail = (
+            f"not placed on existing room nor unschedulable; the answer's claims {', '.join(unseen)} "
+            "are not in the log read, one of them may hold it"
+        )
+    return BatchOutcomeForPod(
+        batch_id, batch_seq, batch_at, answer.sequence, "not-in-answer", f"{detail} ({_seq(answer.sequence)})"
+    )
 
 
 def _ended(bound: LoggedEvent | None) -> tuple[str | None, str | None]:
@@ -795,4 +967,6 @@ def _ended(bound: LoggedEvent | None) -> tuple[str | None, str | None]:
     stamp = _stamp(bound.recorded_at)
     if event.change == "removed":
         return f"removed from node {node} ({_seq(bound.sequence)} at {stamp})", None
-    return f"bound to node {node}" + (f", {phase}" if phase else "") + f" ({_seq(bound.sequence)} at {stamp})", node
+    return f"bound to node {node}" + (
+        f", {phase}" if phase else ""
+    ) + f" ({_seq(bound.sequence)} at {stamp})", node

@@ -110,7 +110,8 @@ class ClusterProjection:
     def pods_on(self, node_name: str) -> list[KubeObject]:
         """Pods bound to the node and not finished."""
         return [
-            pod for pod in self.pods_by_node.get(node_name, {}).values()
+            pod
+            for pod in self.pods_by_node.get(node_name, {}).values()
             if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         ]
 
@@ -137,7 +138,9 @@ class ClusterProjection:
                     self.last_pod_activity[node_name] = event.decided_at
                 previous = self.bound_pods.pop(key, None)
                 if previous is not None:
-                    self.pods_by_node.get((previous.get("spec") or {}).get("nodeName") or "", {}).pop(key, None)
+                    self.pods_by_node.get((previous.get("spec") or {}).get("nodeName") or "", {}).pop(
+                        key, None
+                    )
                 if event.change != "removed":
                     self.bound_pods[key] = event.pod
                     self.pods_by_node.setdefault(node_name or "", {})[key] = event.pod

@@ -63,7 +63,8 @@ class LeaderElection:
                         revision = await kv.update(self.group, self.identity.encode(), last=revision)
                     except Exception as exc:
                         log.warning(
-                            "lost leadership", extra={"group": self.group, "identity": self.identity, "error": str(exc)}
+                            "lost leadership",
+                            extra={"group": self.group, "identity": self.identity, "error": str(exc)},
                         )
                         break
             finally:

@@ -48,7 +48,12 @@ async def rebuild_projection(
     projection.sequence = max(projection.sequence, floor)
     log.info(
         "projection rebuilt",
-        extra={"durable": durable, "ack_floor": floor, "events": folded, "own_beyond_floor": len(own),
-               "ms": round((time.perf_counter() - started) * 1000)},
+        extra={
+            "durable": durable,
+            "ack_floor": floor,
+            "events": folded,
+            "own_beyond_floor": len(own),
+            "ms": round((time.perf_counter() - started) * 1000),
+        },
     )
     return own

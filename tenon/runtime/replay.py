@@ -82,10 +82,12 @@ class DecisionComparison:
         for index, (new, old) in enumerate(zip(replayed, recorded, strict=False)):
             for key in sorted(set(new) | set(old)):
                 if new.get(key) != old.get(key):
-                    lines.append(f"decision {index} {key}: recorded {old.get(key)!r}, replay {new.get(key)!r}")
-        for index, extra in enumerate(replayed[len(recorded):], start=len(recorded)):
+                    lines.append(
+                        f"decision {index} {key}: recorded {old.get(key)!r}, replay {new.get(key)!r}"
+                    )
+        for index, extra in enumerate(replayed[len(recorded) :], start=len(recorded)):
             lines.append(f"decision {index} only in replay: {extra.get('type')} {extra.get('id')}")
-        for index, missing in enumerate(recorded[len(replayed):], start=len(replayed)):
+        for index, missing in enumerate(recorded[len(replayed) :], start=len(replayed)):
             lines.append(f"decision {index} only in the log: {missing.get('type')} {missing.get('id')}")
         return lines
 
@@ -134,7 +136,9 @@ def replay(decider: Decider, records: Iterable[LogRecord]) -> ReplayReport:
         if event.id not in folded:
             state = decider.evolve(state, event)
         replayed = list(decider.decide(state, event))
-        report.comparisons.append(DecisionComparison(record.sequence, type(event).__name__, replayed, recorded))
+        report.comparisons.append(
+            DecisionComparison(record.sequence, type(event).__name__, replayed, recorded)
+        )
         for answer in recorded:
             if answer.id not in folded:
                 state = decider.evolve(state, answer)

@@ -94,9 +94,14 @@ def workload_service_main(
     argv: list[str] | None = None,
 ) -> int:
     """``python -m tenon.services.<name> [--kubeconfig PATH]`` for a service that talks to the workload cluster."""
-    parser = argparse.ArgumentParser(prog=f"python -m tenon.services.{name.replace('-', '_')}", description=description)
-    parser.add_argument("--kubeconfig", default=os.environ.get("TENON_KUBECONFIG"),
-                        help="kubeconfig of the workload cluster (default: TENON_KUBECONFIG, else in-cluster)")
+    parser = argparse.ArgumentParser(
+        prog=f"python -m tenon.services.{name.replace('-', '_')}", description=description
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        default=os.environ.get("TENON_KUBECONFIG"),
+        help="kubeconfig of the workload cluster (default: TENON_KUBECONFIG, else in-cluster)",
+    )
     args = parser.parse_args(argv)
 
     async def run(ctx: ServiceContext) -> None:

@@ -19,33 +19,65 @@ def nodepool(budgets: list[dict[str, Any]] | None = None, **disruption: Any) -> 
     spec: dict[str, Any] = {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "30s", **disruption}
     if budgets is not None:
         spec["budgets"] = budgets
-    return {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
-            "spec": {"template": {"spec": {"nodeClassRef": {"name": "default"}}}, "disruption": spec}}
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "default"},
+        "spec": {"template": {"spec": {"nodeClassRef": {"name": "default"}}}, "disruption": spec},
+    }
 
 
 def envelope(event_id: str, at: datetime = T0) -> dict[str, Any]:
     return {"id": event_id, "decided_at": at, "producer": "test"}
 
 
-def cluster(nodes: int, pool: dict[str, Any], *, pods: dict[int, list[dict[str, Any]]] | None = None,
-            node_annotations: dict[int, dict[str, str]] | None = None) -> ClusterProjection:
+def cluster(
+    nodes: int,
+    pool: dict[str, Any],
+    *,
+    pods: dict[int, list[dict[str, Any]]] | None = None,
+    node_annotations: dict[int, dict[str, str]] | None = None,
+) -> ClusterProjection:
     projection = ClusterProjection()
     projection.apply(ev.NodePoolsSnapshot(**envelope("np"), nodepools=(pool,)))
     for i in range(nodes):
         claim, node = f"default-{i}", f"node-{i}"
-        projection.apply(ev.NodeClaimPlanned(
-            **envelope(f"p{i}"), nodeclaim=claim, nodepool="default", node_class="default",
-            choice=ev.InstanceChoice("c3-4", None, "on-demand", 0.05), fallbacks=(), pods=(), requirements=(),
-            labels={}))
-        projection.apply(ev.NodeClaimLaunched(**envelope(f"l{i}"), nodeclaim=claim, provider_id=f"p://{i}",
-                                              instance_type="c3-4"))
-        projection.apply(ev.NodeClaimRegistered(**envelope(f"r{i}"), nodeclaim=claim, node=node,
-                                                provider_id=f"p://{i}"))
+        projection.apply(
+            ev.NodeClaimPlanned(
+                **envelope(f"p{i}"),
+                nodeclaim=claim,
+                nodepool="default",
+                node_class="default",
+                choice=ev.InstanceChoice("c3-4", None, "on-demand", 0.05),
+                fallbacks=(),
+                pods=(),
+                requirements=(),
+                labels={},
+            )
+        )
+        projection.apply(
+            ev.NodeClaimLaunched(
+                **envelope(f"l{i}"), nodeclaim=claim, provider_id=f"p://{i}", instance_type="c3-4"
+            )
+        )
+        projection.apply(
+            ev.NodeClaimRegistered(**envelope(f"r{i}"), nodeclaim=claim, node=node, provider_id=f"p://{i}")
+        )
         projection.apply(ev.NodeClaimInitialized(**envelope(f"i{i}"), nodeclaim=claim, node=node))
-        projection.apply(ev.NodeObserved(**envelope(f"n{i}"), change="added", node={
-            "metadata": {"name": node, "labels": {"karpenter.sh/nodepool": "default"},
-                         "annotations": (node_annotations or {}).get(i, {})},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}))
+        projection.apply(
+            ev.NodeObserved(
+                **envelope(f"n{i}"),
+                change="added",
+                node={
+                    "metadata": {
+                        "name": node,
+                        "labels": {"karpenter.sh/nodepool": "default"},
+                        "annotations": (node_annotations or {}).get(i, {}),
+                    },
+                    "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+                },
+            )
+        )
         for j, pod in enumerate((pods or {}).get(i, [])):
             pod = {**pod, "spec": {**pod.get("spec", {}), "nodeName": node}}
             projection.apply(ev.BoundPodObserved(**envelope(f"pod{i}-{j}"), change="added", pod=pod))
@@ -53,9 +85,15 @@ def cluster(nodes: int, pool: dict[str, Any], *, pods: dict[int, list[dict[str, 
 
 
 def daemon_pod(name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": "kube-system", "annotations": annotations or {},
-                         "ownerReferences": [{"kind": "DaemonSet", "name": "agent"}]},
-            "status": {"phase": "Running"}}
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "kube-system",
+            "annotations": annotations or {},
+            "ownerReferences": [{"kind": "DaemonSet", "name": "agent"}],
+        },
+        "status": {"phase": "Running"},
+    }
 
 
 def app_pod(name: str) -> dict[str, Any]:
@@ -77,8 +115,12 @@ def test_percentage_budgets_round_up_and_count_what_is_in_progress() -> None:
 
 def test_scheduled_budget_applies_only_inside_its_window() -> None:
     pool = nodepool([{"nodes": "0", "schedule": "0 9 * * *", "duration": "8h"}, {"nodes": "100%"}])
-    inside = allowance(pool, "Empty", total_nodes=4, disrupting=0, now=datetime(2026, 11, 29, 12, 0, tzinfo=UTC))
-    outside = allowance(pool, "Empty", total_nodes=4, disrupting=0, now=datetime(2026, 11, 29, 18, 0, tzinfo=UTC))
+    inside = allowance(
+        pool, "Empty", total_nodes=4, disrupting=0, now=datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    )
+    outside = allowance(
+        pool, "Empty", total_nodes=4, disrupting=0, now=datetime(2026, 11, 29, 18, 0, tzinfo=UTC)
+    )
     assert inside.allowed == 0 and "schedule" in inside.budget
     assert outside.allowed == 4
 
@@ -98,7 +140,9 @@ def test_cron_and_durations() -> None:
 
 
 def test_only_nodes_empty_long_enough_are_candidates() -> None:
-    projection = cluster(3, nodepool([{"nodes": "100%"}]), pods={0: [daemon_pod("agent-0")], 1: [app_pod("web")]})
+    projection = cluster(
+        3, nodepool([{"nodes": "100%"}]), pods={0: [daemon_pod("agent-0")], 1: [app_pod("web")]}
+    )
     assert emptiness.decide(projection, T0 + timedelta(seconds=10)) == []  # consolidateAfter 30s not reached
     candidates, blocked = decided(emptiness.decide(projection, T0 + timedelta(seconds=31)))
     assert candidates == ["default-0", "default-2"] and blocked == {}  # node-1 runs an application pod
@@ -116,7 +160,8 @@ def test_budget_caps_how_many_go_at_once_and_names_the_budget() -> None:
 
 def test_do_not_disrupt_on_a_pod_or_the_node_keeps_it() -> None:
     projection = cluster(
-        3, nodepool([{"nodes": "100%"}]),
+        3,
+        nodepool([{"nodes": "100%"}]),
         pods={0: [daemon_pod("agent-0", {"karpenter.sh/do-not-disrupt": "true"})]},
         node_annotations={1: {"karpenter.sh/do-not-disrupt": "true"}},
     )
@@ -146,10 +191,22 @@ def test_a_new_node_waiting_for_its_pods_is_not_empty() -> None:
     projection = cluster(1, nodepool([{"nodes": "100%"}], consolidateAfter="0s"))
     pod = app_pod("on-its-way")
     projection.claims["default-0"].planned = ev.NodeClaimPlanned(
-        **envelope("p0"), nodeclaim="default-0", nodepool="default", node_class="default",
-        choice=ev.InstanceChoice("c3-4", None, "on-demand", 0.05), fallbacks=(), pods=("default/on-its-way",),
-        requirements=(), labels={})
-    projection.apply(ev.PendingBatch(**envelope("batch"), batch_id="b", pods=(pod,), window_opened_at=T0,
-                                     window_closed_by="idle"))
+        **envelope("p0"),
+        nodeclaim="default-0",
+        nodepool="default",
+        node_class="default",
+        choice=ev.InstanceChoice("c3-4", None, "on-demand", 0.05),
+        fallbacks=(),
+        pods=("default/on-its-way",),
+        requirements=(),
+        labels={},
+    )
+    projection.apply(
+        ev.PendingBatch(
+            **envelope("batch"), batch_id="b", pods=(pod,), window_opened_at=T0, window_closed_by="idle"
+        )
+    )
     assert emptiness.decide(projection, T0 + timedelta(seconds=5)) == []
-    assert decided(emptiness.decide(projection, T0 + timedelta(minutes=2)))[0] == ["default-0"]  # they never came
+    assert decided(emptiness.decide(projection, T0 + timedelta(minutes=2)))[0] == [
+        "default-0"
+    ]  # they never came

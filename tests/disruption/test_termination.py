@@ -50,43 +50,88 @@ async def kube(sandbox: SandboxHandle) -> AsyncIterator[Kube]:
 
 async def seed(event_log: JetStreamEventLog, kube: Kube) -> None:
     """A registered, initialized claim whose node runs one application pod guarded by a PDB."""
-    node = await kube.create(NODES, {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": NODE, "labels": {"karpenter.sh/nodepool": "default", "kubernetes.io/hostname": NODE}},
-        "spec": {"providerID": "p://a"},
-        "status": {"capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
-                   "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}},
-    })
-    pod = await kube.create(PODS, {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "guarded", "namespace": "default", "labels": {"app": "guarded"}},
-        "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "pause"}]},
-    })
-    await kube.create(PODDISRUPTIONBUDGETS, {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": {"name": "guarded", "namespace": "default"},
-        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "guarded"}}},
-    })
-    await kube.create(NODECLAIMS, {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-                                   "metadata": {"name": CLAIM, "finalizers": ["karpenter.sh/termination"]},
-                                   "spec": {}})
-    pool = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
-            "spec": {"template": {"spec": {"nodeClassRef": {"name": "default"}}},
-                     "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"}}}
+    node = await kube.create(
+        NODES,
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": NODE,
+                "labels": {"karpenter.sh/nodepool": "default", "kubernetes.io/hostname": NODE},
+            },
+            "spec": {"providerID": "p://a"},
+            "status": {
+                "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+            },
+        },
+    )
+    pod = await kube.create(
+        PODS,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "guarded", "namespace": "default", "labels": {"app": "guarded"}},
+            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "pause"}]},
+        },
+    )
+    await kube.create(
+        PODDISRUPTIONBUDGETS,
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "guarded", "namespace": "default"},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "guarded"}}},
+        },
+    )
+    await kube.create(
+        NODECLAIMS,
+        {
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {"name": CLAIM, "finalizers": ["karpenter.sh/termination"]},
+            "spec": {},
+        },
+    )
+    pool = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "default"},
+        "spec": {
+            "template": {"spec": {"nodeClassRef": {"name": "default"}}},
+            "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"},
+        },
+    }
     subject = subjects.nodeclaim(CLAIM)
     await event_log.publish(subjects.NODEPOOLS, ev.NodePoolsSnapshot(**envelope("np"), nodepools=(pool,)))
     for event in (
-        ev.NodeClaimPlanned(**envelope("plan"), nodeclaim=CLAIM, nodepool="default", node_class="default",
-                            choice=ev.InstanceChoice("c3-8", None, "on-demand", 0.1), fallbacks=(),
-                            pods=("default/guarded",), requirements=(), labels={}),
-        ev.NodeClaimLaunched(**envelope("launch"), nodeclaim=CLAIM, provider_id="p://a", instance_type="c3-8"),
+        ev.NodeClaimPlanned(
+            **envelope("plan"),
+            nodeclaim=CLAIM,
+            nodepool="default",
+            node_class="default",
+            choice=ev.InstanceChoice("c3-8", None, "on-demand", 0.1),
+            fallbacks=(),
+            pods=("default/guarded",),
+            requirements=(),
+            labels={},
+        ),
+        ev.NodeClaimLaunched(
+            **envelope("launch"), nodeclaim=CLAIM, provider_id="p://a", instance_type="c3-8"
+        ),
         ev.NodeClaimRegistered(**envelope("reg"), nodeclaim=CLAIM, node=NODE, provider_id="p://a"),
         ev.NodeClaimInitialized(**envelope("init"), nodeclaim=CLAIM, node=NODE),
     ):
-        await event_log.append(subject, event, expected_last_sequence=await event_log.last_subject_sequence(subject))
-    await event_log.publish(subjects.node(NODE), ev.NodeObserved(**envelope("node"), change="added", node=node))
-    await event_log.publish(subjects.bound_pod("default", "guarded"),
-                            ev.BoundPodObserved(**envelope("pod"), change="added", pod=pod))
+        await event_log.append(
+            subject, event, expected_last_sequence=await event_log.last_subject_sequence(subject)
+        )
+    await event_log.publish(
+        subjects.node(NODE), ev.NodeObserved(**envelope("node"), change="added", node=node)
+    )
+    await event_log.publish(
+        subjects.bound_pod("default", "guarded"),
+        ev.BoundPodObserved(**envelope("pod"), change="added", pod=pod),
+    )
 
 
 async def claim_events(event_log: JetStreamEventLog) -> list[ev.Event]:
@@ -148,7 +193,9 @@ async def test_pdb_holds_the_drain_and_a_restart_finishes_it_once(
     await asyncio.wait_for(task, 20)
 
 
-async def test_kubectl_delete_node_takes_the_graceful_path(jetstream_log: JetStreamEventLog, kube: Kube) -> None:
+async def test_kubectl_delete_node_takes_the_graceful_path(
+    jetstream_log: JetStreamEventLog, kube: Kube
+) -> None:
     await seed(jetstream_log, kube)
     await kube.patch(NODES, NODE, {"metadata": {"finalizers": ["karpenter.sh/termination"]}})
     await kube.patch(PODDISRUPTIONBUDGETS, "guarded", {"spec": {"maxUnavailable": 1}}, namespace="default")
@@ -157,8 +204,9 @@ async def test_kubectl_delete_node_takes_the_graceful_path(jetstream_log: JetStr
     deleting = await kube.get(NODES, NODE)
     assert deleting["metadata"].get("deletionTimestamp")
     # pod-watcher's observation of the deletion
-    await jetstream_log.publish(subjects.node(NODE), ev.NodeObserved(**envelope("deleting"), change="changed",
-                                                                     node=deleting))
+    await jetstream_log.publish(
+        subjects.node(NODE), ev.NodeObserved(**envelope("deleting"), change="changed", node=deleting)
+    )
 
     async def drained() -> list[ev.Event]:
         return [e for e in await claim_events(jetstream_log) if isinstance(e, ev.NodeClaimDrained)]
@@ -166,7 +214,9 @@ async def test_kubectl_delete_node_takes_the_graceful_path(jetstream_log: JetStr
     [done] = await until(drained)
     assert isinstance(done, ev.NodeClaimDrained) and done.evicted == ("default/guarded",)
     [request] = [e for e in await claim_events(jetstream_log) if isinstance(e, ev.DisruptionRequested)]
-    assert isinstance(request, ev.DisruptionRequested) and request.method == "delete" and NODE in request.reason
+    assert (
+        isinstance(request, ev.DisruptionRequested) and request.method == "delete" and NODE in request.reason
+    )
 
     async def node_gone() -> bool:
         return await kube.get_or_none(NODES, NODE) is None

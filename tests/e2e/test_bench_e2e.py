@@ -45,15 +45,26 @@ def common(event_id: str, causation: str | None = None) -> dict[str, Any]:
 
 def planned(claim: str, batch: str = "batch-1") -> NodeClaimPlanned:
     return NodeClaimPlanned(
-        **common(f"planned-{claim}", batch), nodeclaim=claim, nodepool="default", node_class="default",
-        choice=InstanceChoice("c3-4", None, "on-demand", 0.05), fallbacks=(), pods=(), requirements=(),
+        **common(f"planned-{claim}", batch),
+        nodeclaim=claim,
+        nodepool="default",
+        node_class="default",
+        choice=InstanceChoice("c3-4", None, "on-demand", 0.05),
+        fallbacks=(),
+        pods=(),
+        requirements=(),
         labels={},
     )
 
 
 def batch(event_id: str = "batch-1", opened_s: float = 0.0, pods: int = 0) -> PendingBatch:
-    return PendingBatch(**common(event_id), batch_id=event_id, pods=tuple({"n": i} for i in range(pods)),
-                        window_opened_at=T0 + timedelta(seconds=opened_s), window_closed_by="idle")
+    return PendingBatch(
+        **common(event_id),
+        batch_id=event_id,
+        pods=tuple({"n": i} for i in range(pods)),
+        window_opened_at=T0 + timedelta(seconds=opened_s),
+        window_closed_by="idle",
+    )
 
 
 def requested(claim: str) -> DisruptionRequested:
@@ -106,8 +117,13 @@ def test_overlap_counts_claims_between_request_and_termination_against_the_budge
     claims = [f"c{i}" for i in range(20)]
     events = [at(0.0, planned(c)) for c in claims]
     # decision 1: 20 alive -> budget 2; c0 and c1 overlap, c2 starts after c0 ended
-    events += [at(1.0, decision("d1")), at(1.1, requested("c0")), at(1.2, requested("c1")),
-               at(1.5, terminated("c0")), at(1.6, requested("c2"))]
+    events += [
+        at(1.0, decision("d1")),
+        at(1.1, requested("c0")),
+        at(1.2, requested("c1")),
+        at(1.5, terminated("c0")),
+        at(1.6, requested("c2")),
+    ]
     overlap = disruption_overlap(events, 10)
     assert (overlap.peak, overlap.budget_at_peak, overlap.initial_budget, overlap.violations) == (2, 2, 2, 0)
     assert (overlap.disrupted, overlap.unfinished) == (3, 2)
@@ -119,16 +135,25 @@ def test_overlap_counts_claims_between_request_and_termination_against_the_budge
 
     # after the pool shrank to 9 claims, a new decision's budget is ceil(0.9) = 1
     shrunk = [at(0.0, planned(c)) for c in claims[:10]]
-    shrunk += [at(1.0, decision("d1")), at(1.1, requested("c0")), at(1.2, terminated("c0")),
-               at(2.0, decision("d2")), at(2.1, requested("c1")), at(2.2, requested("c2"))]
+    shrunk += [
+        at(1.0, decision("d1")),
+        at(1.1, requested("c0")),
+        at(1.2, terminated("c0")),
+        at(2.0, decision("d2")),
+        at(2.1, requested("c1")),
+        at(2.2, requested("c2")),
+    ]
     overlap = disruption_overlap(shrunk, 10)
     assert (overlap.initial_budget, overlap.peak, overlap.budget_at_peak, overlap.violations) == (1, 2, 1, 1)
 
 
 def test_planning_waves_separate_pods_offered_again_from_the_first_wave() -> None:
     events = [
-        at(1.0, batch("b1", opened_s=0.0, pods=30)), at(1.1, planned("a", "b1")), at(1.2, planned("b", "b1")),
-        at(31.0, batch("b2", opened_s=30.0, pods=4)), at(31.1, planned("c", "b2")),
+        at(1.0, batch("b1", opened_s=0.0, pods=30)),
+        at(1.1, planned("a", "b1")),
+        at(1.2, planned("b", "b1")),
+        at(31.0, batch("b2", opened_s=30.0, pods=4)),
+        at(31.1, planned("c", "b2")),
     ]
     waves = planning_waves(events, last_unschedulable=T0 + timedelta(seconds=0.3))
     assert waves.first_wave_last_planned == T0 + timedelta(seconds=1.2)
@@ -136,8 +161,14 @@ def test_planning_waves_separate_pods_offered_again_from_the_first_wave() -> Non
 
 
 def test_unfinished_claims_are_counted_by_the_step_they_stopped_at() -> None:
-    events = [at(0, planned("a")), at(0, planned("b")), at(0, planned("c")), at(1, launched("l-b", "b")),
-              at(2, requested("a")), at(3, terminated("a"))]
+    events = [
+        at(0, planned("a")),
+        at(0, planned("b")),
+        at(0, planned("c")),
+        at(1, launched("l-b", "b")),
+        at(2, requested("a")),
+        at(3, terminated("a")),
+    ]
     assert last_steps_of_unfinished(events) == {"NodeClaimLaunched": 1, "NodeClaimPlanned": 1}
 
 

@@ -59,7 +59,10 @@ async def claims_by_type(kube: Kube) -> list[str]:
 def tap_json(stack: LocalStack) -> list[dict[str, Any]]:
     out = subprocess.run(
         [sys.executable, "-m", "tenon.cli.main", "tap", "--server", stack.nats_url, "--no-follow", "--json"],
-        capture_output=True, text=True, timeout=60, check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     ).stdout
     return [json.loads(line) for line in out.splitlines()]
 
@@ -67,13 +70,17 @@ def tap_json(stack: LocalStack) -> list[dict[str, Any]]:
 async def test_one_3_vcpu_pod_gets_one_c3_8(stack: LocalStack) -> None:
     kube, management = await provision(stack, "workload-one-3cpu.yaml", "big")
     assert await claims_by_type(kube) == ["c3-8"]
-    replicas = {m["metadata"]["name"]: m["spec"]["replicas"] for m in (await management.list(MACHINEDEPLOYMENTS))[0]}
+    replicas = {
+        m["metadata"]["name"]: m["spec"]["replicas"] for m in (await management.list(MACHINEDEPLOYMENTS))[0]
+    }
     assert replicas == {"c3-4": 0, "c3-8": 1, "c3-16": 0}
     await kube.close()
     await management.close()
 
 
-async def test_eight_1_vcpu_pods_get_a_c3_16_and_a_c3_4_and_the_log_tells_and_replays_it(stack: LocalStack) -> None:
+async def test_eight_1_vcpu_pods_get_a_c3_16_and_a_c3_4_and_the_log_tells_and_replays_it(
+    stack: LocalStack,
+) -> None:
     kube, management = await provision(stack, "workload-eight-1cpu.yaml", "small")
     assert await claims_by_type(kube) == ["c3-16", "c3-4"]
     machines, _ = await management.list(MACHINES)
@@ -91,15 +98,21 @@ async def test_eight_1_vcpu_pods_get_a_c3_16_and_a_c3_4_and_the_log_tells_and_re
         batch_index, batch = by_id[plan["causationId"]]
         assert batch["type"] == "PendingBatch"
         chain = [(i, e["type"]) for i, e in enumerate(events) if e.get("nodeclaim") == plan["nodeclaim"]]
-        assert [t for _, t in chain] == ["NodeClaimPlanned", "NodeClaimLaunched", "NodeClaimRegistered",
-                                         "NodeClaimInitialized"]
+        assert [t for _, t in chain] == [
+            "NodeClaimPlanned",
+            "NodeClaimLaunched",
+            "NodeClaimRegistered",
+            "NodeClaimInitialized",
+        ]
         assert batch_index < chain[0][0]
 
     # replay: the scheduler's decisions recomputed offline from the log alone are the recorded ones
     replayed = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "tenon.cli.main", "replay", "scheduler", "--server", stack.nats_url, "--diff"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     assert "0 differ from the log" in replayed.stdout
@@ -122,17 +135,35 @@ async def test_two_replicas_of_every_service_act_once(stack: LocalStack) -> None
 
 def test_tenon_up_runs_the_demo_unattended() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "tenon.cli.main", "up", "--demo", "inflate", "--exit-when-done", "--json",
-         "--timeout", "120"],
-        capture_output=True, text=True, timeout=240,
+        [
+            sys.executable,
+            "-m",
+            "tenon.cli.main",
+            "up",
+            "--demo",
+            "inflate",
+            "--exit-when-done",
+            "--json",
+            "--timeout",
+            "120",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads(result.stdout)
     assert sorted(c["instanceType"] for c in summary["nodeClaims"]) == ["c3-16", "c3-4"]
     assert sum(len(c["pods"]) for c in summary["nodeClaims"]) == 8
     timeline = summary["timeline"]
-    assert 0 < timeline["claimsCreated"] <= timeline["launched"] <= timeline["registered"] \
-        <= timeline["initialized"] <= timeline["allPodsRunning"]
+    assert (
+        0
+        < timeline["claimsCreated"]
+        <= timeline["launched"]
+        <= timeline["registered"]
+        <= timeline["initialized"]
+        <= timeline["allPodsRunning"]
+    )
     assert summary["totalPricePerHour"] == pytest.approx(0.25)
     # then the Deployment is deleted and the pool returns to zero
     assert timeline["allNodesRemoved"] > 0

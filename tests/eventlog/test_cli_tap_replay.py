@@ -79,7 +79,9 @@ async def record_a_run(url: str) -> None:
     event_log = await JetStreamEventLog.connect(ConnectionSettings(servers=(url,)))
     live = LaunchDecider()
     state = live.initial_state()
-    node = make_event(NodeObserved, producer="pod-watcher", key=("n1",), change="added", node={"metadata": {"name": "n1"}})
+    node = make_event(
+        NodeObserved, producer="pod-watcher", key=("n1",), change="added", node={"metadata": {"name": "n1"}}
+    )
     await event_log.publish(subjects.node("n1"), node)
     for claim in ("c1", "c2"):
         planned = plan(claim)
@@ -111,14 +113,28 @@ def test_tap_prints_a_line_per_event_and_filters(recorded: str, capsys: pytest.C
     assert main(["tap", "--server", recorded, "--no-follow", "--type", "NodeObserved"]) == 0
     assert capsys.readouterr().out.count("\n") == 1
 
-    assert main(["tap", "--server", recorded, "--no-follow", "--from-seq", "4", "--subject", "tenon.nodeclaim.*"]) == 0
+    assert (
+        main(
+            ["tap", "--server", recorded, "--no-follow", "--from-seq", "4", "--subject", "tenon.nodeclaim.*"]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.count("\n") == 2
 
 
 def test_tap_follows_live_events_without_durable_state(nats_server: LocalNatsServer) -> None:
     asyncio.run(record_a_run(nats_server.url))
     process = subprocess.Popen(
-        [sys.executable, "-m", "tenon.cli.main", "tap", "--server", nats_server.url, "--type", "NodeObserved"],
+        [
+            sys.executable,
+            "-m",
+            "tenon.cli.main",
+            "tap",
+            "--server",
+            nats_server.url,
+            "--type",
+            "NodeObserved",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -129,8 +145,13 @@ def test_tap_follows_live_events_without_durable_state(nats_server: LocalNatsSer
 
         async def publish_and_look() -> list[str | None]:
             event_log = await JetStreamEventLog.connect(ConnectionSettings(servers=(nats_server.url,)))
-            event = make_event(NodeObserved, producer="pod-watcher", key=("live",), change="added",
-                               node={"metadata": {"name": "live-node"}})
+            event = make_event(
+                NodeObserved,
+                producer="pod-watcher",
+                key=("live",),
+                change="added",
+                node={"metadata": {"name": "live-node"}},
+            )
             await event_log.publish(subjects.node("live-node"), event)
             for _ in range(100):  # tap subscribes right after saying it follows
                 consumers = await event_log.js.consumers_info(subjects.EVENTS_STREAM)
@@ -165,15 +186,22 @@ def test_replay_reproduces_recorded_decisions(recorded: str, capsys: pytest.Capt
     assert out.count("= #") == 2 and "0 differ from the log" in out
 
 
-def test_replay_diff_shows_where_a_changed_decider_differs(recorded: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["replay", f"{__name__}:changed_decider", "--server", recorded, "--diff", "--from-seq", "4"]) == 1
+def test_replay_diff_shows_where_a_changed_decider_differs(
+    recorded: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(["replay", f"{__name__}:changed_decider", "--server", recorded, "--diff", "--from-seq", "4"])
+        == 1
+    )
     out = capsys.readouterr().out
     assert "≠ #4 NodeClaimPlanned" in out
     assert "instanceType: recorded 'c3-8', replay 'c3-16'" in out
     assert "#2" not in out  # outside the range
 
 
-def test_replay_from_a_tap_recording_offline(recorded: str, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_replay_from_a_tap_recording_offline(
+    recorded: str, tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
     assert main(["tap", "--server", recorded, "--no-follow", "--json"]) == 0
     recording = tmp_path / "run.jsonl"
     recording.write_text(capsys.readouterr().out)

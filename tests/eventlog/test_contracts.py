@@ -81,8 +81,12 @@ def test_every_event_carries_the_envelope() -> None:
 
 
 def test_ids_are_deterministic_and_distinct() -> None:
-    assert derive_id("scheduler", "NodeClaimPlanned", "b1", 0) == derive_id("scheduler", "NodeClaimPlanned", "b1", 0)
-    assert derive_id("scheduler", "NodeClaimPlanned", "b1", 0) != derive_id("scheduler", "NodeClaimPlanned", "b1", 1)
+    assert derive_id("scheduler", "NodeClaimPlanned", "b1", 0) == derive_id(
+        "scheduler", "NodeClaimPlanned", "b1", 0
+    )
+    assert derive_id("scheduler", "NodeClaimPlanned", "b1", 0) != derive_id(
+        "scheduler", "NodeClaimPlanned", "b1", 1
+    )
 
 
 def test_exported_schemas_are_current() -> None:

@@ -53,7 +53,9 @@ async def test_provisioning_is_idempotent_and_applies_changed_settings(
 ) -> None:
     first = await JetStreamEventLog.connect(nats_settings)
     await first.provision()
-    second = await JetStreamEventLog.connect(nats_settings, default_streams(max_age=3600, duplicate_window=30))
+    second = await JetStreamEventLog.connect(
+        nats_settings, default_streams(max_age=3600, duplicate_window=30)
+    )
     try:
         info = await second.js.stream_info(subjects.EVENTS_STREAM)
         assert info.config.max_age == 3600
@@ -130,7 +132,9 @@ async def test_undecodable_message_is_dead_lettered_and_the_consumer_goes_on(
     await runner.stop()
     assert handled == [good.id]
 
-    letters = [r.decode() async for r in jetstream_log.read(subjects.DEADLETTERS, stream=subjects.DEADLETTER_STREAM)]
+    letters = [
+        r.decode() async for r in jetstream_log.read(subjects.DEADLETTERS, stream=subjects.DEADLETTER_STREAM)
+    ]
     assert all(isinstance(letter, DeadLetter) for letter in letters)
     by_subject = {letter.original_subject: letter for letter in letters if isinstance(letter, DeadLetter)}
     schema_letter = by_subject[subjects.node("bad")]
@@ -225,7 +229,9 @@ async def test_same_subject_in_order_other_subjects_concurrently(jetstream_log: 
     for n in range(4):
         for claim in ("a", "b", "c", "d"):
             await jetstream_log.publish(subjects.nodeclaim(claim), launched(claim, n))
-    runner = jetstream_log.consumer(ConsumerSettings("ordered", (subjects.NODECLAIMS,), max_concurrency=8), handler)
+    runner = jetstream_log.consumer(
+        ConsumerSettings("ordered", (subjects.NODECLAIMS,), max_concurrency=8), handler
+    )
     await runner.start()
     await wait_until(lambda: runner.handled == 16)
     await runner.stop()
@@ -336,7 +342,11 @@ async def test_trace_context_follows_events_across_consumers(jetstream_log: JetS
     trace_ids = {span.context.trace_id for span in spans}
     assert len(trace_ids) == 1, [s.name for s in spans]
     names = {span.name for span in spans}
-    assert {"pod-watcher emits", f"{subjects.node('first')} process", f"{subjects.nodeclaim('c1')} process"} <= names
+    assert {
+        "pod-watcher emits",
+        f"{subjects.node('first')} process",
+        f"{subjects.nodeclaim('c1')} process",
+    } <= names
     assert "traceparent" in seen[0].headers
 
 
@@ -345,13 +355,17 @@ async def test_user_password_and_token_auth(tmp_path) -> None:  # type: ignore[n
     config.write_text('authorization { user: "tenon", password: "s3cret" }\n')
     with LocalNatsServer(extra_args=("--config", str(config))) as server:
         good = await JetStreamEventLog.connect(
-            ConnectionSettings(servers=(server.url,), user="tenon", password="s3cret", max_reconnect_attempts=0)
+            ConnectionSettings(
+                servers=(server.url,), user="tenon", password="s3cret", max_reconnect_attempts=0
+            )
         )
         await good.publish(subjects.node("n1"), node_event("n1"))
         await good.close()
         with pytest.raises(Exception, match="cannot reach NATS"):
             await JetStreamEventLog.connect(
-                ConnectionSettings(servers=(server.url,), user="tenon", password="wrong", max_reconnect_attempts=0)
+                ConnectionSettings(
+                    servers=(server.url,), user="tenon", password="wrong", max_reconnect_attempts=0
+                )
             )
     with LocalNatsServer(extra_args=("--auth", "t0ken")) as server:
         log_with_token = await JetStreamEventLog.connect(

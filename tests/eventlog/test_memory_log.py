@@ -15,8 +15,12 @@ from tenon.runtime.eventlog.memory import InMemoryEventLog
 
 def launched(claim: str, n: int = 0) -> NodeClaimLaunched:
     return make_event(
-        NodeClaimLaunched, producer="launcher", key=(claim, n), nodeclaim=claim,
-        provider_id=f"p://{claim}/{n}", instance_type="c3-8",
+        NodeClaimLaunched,
+        producer="launcher",
+        key=(claim, n),
+        nodeclaim=claim,
+        provider_id=f"p://{claim}/{n}",
+        instance_type="c3-8",
     )
 
 
@@ -45,7 +49,9 @@ async def test_consumer_retries_then_dead_letters_and_goes_on() -> None:
             raise RuntimeError("boom")
         seen.append(event.nodeclaim)
 
-    runner = log.consumer(ConsumerSettings("t", (subjects.NODECLAIMS,), max_deliver=2, backoff=(0.01,)), handler)
+    runner = log.consumer(
+        ConsumerSettings("t", (subjects.NODECLAIMS,), max_deliver=2, backoff=(0.01,)), handler
+    )
     await runner.start()
     for _ in range(200):
         if runner.dead_lettered == 2:

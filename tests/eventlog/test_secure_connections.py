@@ -28,45 +28,63 @@ def _write_certificates(directory: Path) -> tuple[Path, Path, Path]:
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tenon test CA")])
     ca = (
-        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
-        x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
-        .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False
+        )
         .sign(ca_key, hashes.SHA256())
     )
     paths = directory / "ca.pem", directory / "server.pem", directory / "server-key.pem"
     paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    paths[2].write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     return paths
 
 
 def _event() -> NodeObserved:
-    return make_event(NodeObserved, producer="test", key=("n",), change="added", node={"metadata": {"name": "n"}})
+    return make_event(
+        NodeObserved, producer="test", key=("n",), change="added", node={"metadata": {"name": "n"}}
+    )
 
 
 async def test_tls_with_a_private_ca(tmp_path: Path) -> None:
     ca, cert, key = _write_certificates(tmp_path)
     with LocalNatsServer(extra_args=("--tls", "--tlscert", str(cert), "--tlskey", str(key))) as server:
         secure = await JetStreamEventLog.connect(
-            ConnectionSettings(servers=(f"tls://127.0.0.1:{server.port}",), tls_ca_file=str(ca),
-                               max_reconnect_attempts=0)
+            ConnectionSettings(
+                servers=(f"tls://127.0.0.1:{server.port}",), tls_ca_file=str(ca), max_reconnect_attempts=0
+            )
         )
         result = await secure.publish(subjects.node("n"), _event())
         assert result.sequence == 1
         await secure.close()
         with pytest.raises(Exception, match="cannot reach NATS"):  # a client that does not trust the CA
             await JetStreamEventLog.connect(
-                ConnectionSettings(servers=(f"tls://127.0.0.1:{server.port}",), max_reconnect_attempts=0,
-                                   connect_timeout=1.0)
+                ConnectionSettings(
+                    servers=(f"tls://127.0.0.1:{server.port}",), max_reconnect_attempts=0, connect_timeout=1.0
+                )
             )
 
 
@@ -84,5 +102,6 @@ async def test_nkey_authentication(tmp_path: Path) -> None:
         assert (await with_key.publish(subjects.node("n"), _event())).sequence == 1
         await with_key.close()
         with pytest.raises(Exception, match="cannot reach NATS"):
-            await JetStreamEventLog.connect(ConnectionSettings(servers=(server.url,), max_reconnect_attempts=0,
-                                                               connect_timeout=1.0))
+            await JetStreamEventLog.connect(
+                ConnectionSettings(servers=(server.url,), max_reconnect_attempts=0, connect_timeout=1.0)
+            )

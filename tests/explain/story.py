@@ -38,8 +38,10 @@ def pending_pod(name: str, cpu: str, namespace: str = "default") -> dict[str, An
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}", "labels": {"app": name}},
         "spec": {"containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}]},
-        "status": {"phase": "Pending", "conditions": [
-            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        },
     }
 
 
@@ -84,15 +86,49 @@ class Story:
         self.projection = ClusterProjection()
         self._batches = 0
         nodepool_file = demo_objects("nodepool.yaml")
-        self.add(make_event(ev.NodePoolsSnapshot, producer="pod-watcher", key=("np",), decided_at=self.start,
-                            nodepools=tuple(d for d in nodepool_file if d["kind"] == "NodePool")), at=0)
-        self.add(make_event(ev.NodeClassesSnapshot, producer="pod-watcher", key=("nc",), decided_at=self.start,
-                            nodeclasses=tuple(d for d in nodepool_file if d["kind"] == "ClusterAPINodeClass")), at=0)
-        self.add(make_event(ev.DaemonSetsSnapshot, producer="pod-watcher", key=("ds",), decided_at=self.start,
-                            daemonsets=tuple(demo_objects("daemonset.yaml"))), at=0)
-        self.add(make_event(ev.CatalogSnapshot, producer="launcher-capi", key=("catalog",), decided_at=self.start,
-                            provider="cluster-api", node_class="default", instance_types=(),
-                            sources=tuple(demo_objects("machinedeployments.yaml"))), at=0)
+        self.add(
+            make_event(
+                ev.NodePoolsSnapshot,
+                producer="pod-watcher",
+                key=("np",),
+                decided_at=self.start,
+                nodepools=tuple(d for d in nodepool_file if d["kind"] == "NodePool"),
+            ),
+            at=0,
+        )
+        self.add(
+            make_event(
+                ev.NodeClassesSnapshot,
+                producer="pod-watcher",
+                key=("nc",),
+                decided_at=self.start,
+                nodeclasses=tuple(d for d in nodepool_file if d["kind"] == "ClusterAPINodeClass"),
+            ),
+            at=0,
+        )
+        self.add(
+            make_event(
+                ev.DaemonSetsSnapshot,
+                producer="pod-watcher",
+                key=("ds",),
+                decided_at=self.start,
+                daemonsets=tuple(demo_objects("daemonset.yaml")),
+            ),
+            at=0,
+        )
+        self.add(
+            make_event(
+                ev.CatalogSnapshot,
+                producer="launcher-capi",
+                key=("catalog",),
+                decided_at=self.start,
+                provider="cluster-api",
+                node_class="default",
+                instance_types=(),
+                sources=tuple(demo_objects("machinedeployments.yaml")),
+            ),
+            at=0,
+        )
 
     def add(self, event: ev.Event, *, at: float) -> LoggedEvent:
         """Append ``event`` as stored ``at`` seconds after START."""
@@ -105,9 +141,15 @@ class Story:
         self._batches += 1
         batch_id = f"batch-{self._batches}"
         batch = make_event(
-            ev.PendingBatch, producer="pod-watcher", key=(batch_id,), decided_at=self.start + timedelta(seconds=at),
-            correlation_id=batch_id, batch_id=batch_id, pods=tuple(pods),
-            window_opened_at=self.start + timedelta(seconds=at - 1), window_closed_by="idle",
+            ev.PendingBatch,
+            producer="pod-watcher",
+            key=(batch_id,),
+            decided_at=self.start + timedelta(seconds=at),
+            correlation_id=batch_id,
+            batch_id=batch_id,
+            pods=tuple(pods),
+            window_opened_at=self.start + timedelta(seconds=at - 1),
+            window_closed_by="idle",
         )
         self.add(batch, at=at)
         return batch
@@ -117,11 +159,15 @@ class Story:
         outcome = planner.plan_batch(self.projection, batch)
         return self._record_outcome(outcome, at)
 
-    def replan(self, abandoned: ev.NodeClaimAbandoned, *, at: float) -> tuple[list[ev.NodeClaimPlanned], ev.BatchPlanned]:
+    def replan(
+        self, abandoned: ev.NodeClaimAbandoned, *, at: float
+    ) -> tuple[list[ev.NodeClaimPlanned], ev.BatchPlanned]:
         outcome = planner.replan_abandoned(self.projection, abandoned)
         return self._record_outcome(outcome, at)
 
-    def _record_outcome(self, outcome: planner.BatchOutcome, at: float) -> tuple[list[ev.NodeClaimPlanned], ev.BatchPlanned]:
+    def _record_outcome(
+        self, outcome: planner.BatchOutcome, at: float
+    ) -> tuple[list[ev.NodeClaimPlanned], ev.BatchPlanned]:
         claims: list[ev.NodeClaimPlanned] = []
         answer: ev.BatchPlanned | None = None
         for event in outcome.events:
@@ -133,24 +179,53 @@ class Story:
         assert answer is not None, "the planner answered no BatchPlanned"
         return claims, answer
 
-    def claim_event(self, event_type: type[ev.NodeClaimEvent], claim: str, *, at: float, producer: str,
-                    **fields: Any) -> ev.NodeClaimEvent:
-        event = make_event(event_type, producer=producer, key=(claim, event_type.__name__, at),
-                           decided_at=self.start + timedelta(seconds=at), correlation_id=claim, nodeclaim=claim, **fields)
+    def claim_event(
+        self, event_type: type[ev.NodeClaimEvent], claim: str, *, at: float, producer: str, **fields: Any
+    ) -> ev.NodeClaimEvent:
+        event = make_event(
+            event_type,
+            producer=producer,
+            key=(claim, event_type.__name__, at),
+            decided_at=self.start + timedelta(seconds=at),
+            correlation_id=claim,
+            nodeclaim=claim,
+            **fields,
+        )
         self.add(event, at=at)
         return event
 
-    def decision(self, *, at: float, method: str = "emptiness", reason: str = "empty for 30s",
-                 budget: str = "default: nodes 10%", candidates: tuple[ev.DisruptionCandidate, ...] = (),
-                 blocked: tuple[ev.BlockedCandidate, ...] = ()) -> ev.DisruptionDecision:
-        event = make_event(ev.DisruptionDecision, producer="disruption", key=("decision", at),
-                           decided_at=self.start + timedelta(seconds=at), method=method, candidates=candidates,
-                           reason=reason, budget=budget, blocked=blocked)
+    def decision(
+        self,
+        *,
+        at: float,
+        method: str = "emptiness",
+        reason: str = "empty for 30s",
+        budget: str = "default: nodes 10%",
+        candidates: tuple[ev.DisruptionCandidate, ...] = (),
+        blocked: tuple[ev.BlockedCandidate, ...] = (),
+    ) -> ev.DisruptionDecision:
+        event = make_event(
+            ev.DisruptionDecision,
+            producer="disruption",
+            key=("decision", at),
+            decided_at=self.start + timedelta(seconds=at),
+            method=method,
+            candidates=candidates,
+            reason=reason,
+            budget=budget,
+            blocked=blocked,
+        )
         self.add(event, at=at)
         return event
 
     def bound(self, pod: dict[str, Any], node: str, *, at: float) -> ev.BoundPodObserved:
-        event = make_event(ev.BoundPodObserved, producer="pod-watcher", key=(pod["metadata"]["uid"], at, "added"),
-                           decided_at=self.start + timedelta(seconds=at), change="added", pod=bound_pod(pod, node))
+        event = make_event(
+            ev.BoundPodObserved,
+            producer="pod-watcher",
+            key=(pod["metadata"]["uid"], at, "added"),
+            decided_at=self.start + timedelta(seconds=at),
+            change="added",
+            pod=bound_pod(pod, node),
+        )
         self.add(event, at=at)
         return event

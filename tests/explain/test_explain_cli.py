@@ -37,18 +37,36 @@ def demo_story(start: datetime) -> tuple[Story, str]:
     batch = story.pending([big, pending_pod("huge", "100")], at=0)
     (planned,), _ = story.plan(batch, at=0.1)
     name = planned.nodeclaim
-    story.claim_event(ev.NodeClaimLaunched, name, at=1, producer="launcher-capi", instance_type="c3-8",
-                      provider_id="openstack:///m-1", machine="c3-8-x1")
-    story.claim_event(ev.NodeClaimRegistered, name, at=2, producer="scheduler", node="worker-1",
-                      provider_id="openstack:///m-1")
+    story.claim_event(
+        ev.NodeClaimLaunched,
+        name,
+        at=1,
+        producer="launcher-capi",
+        instance_type="c3-8",
+        provider_id="openstack:///m-1",
+        machine="c3-8-x1",
+    )
+    story.claim_event(
+        ev.NodeClaimRegistered,
+        name,
+        at=2,
+        producer="scheduler",
+        node="worker-1",
+        provider_id="openstack:///m-1",
+    )
     story.bound(big, "worker-1", at=3)
-    story.decision(at=4, reason="empty for 30s", budget="default: nodes 10%",
-                   blocked=(ev.BlockedCandidate(name, "worker-1", "pod default/big is not a DaemonSet pod"),))
+    story.decision(
+        at=4,
+        reason="empty for 30s",
+        budget="default: nodes 10%",
+        blocked=(ev.BlockedCandidate(name, "worker-1", "pod default/big is not a DaemonSet pod"),),
+    )
     return story, name
 
 
-def test_explain_a_claim_and_a_pod_from_the_broker(nats_server: LocalNatsServer,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_explain_a_claim_and_a_pod_from_the_broker(
+    nats_server: LocalNatsServer, capsys: pytest.CaptureFixture[str]
+) -> None:
     story, name = demo_story(datetime.now(UTC))
     publish(nats_server, story)
 

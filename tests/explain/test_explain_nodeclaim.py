@@ -55,26 +55,66 @@ def test_why_it_exists_names_the_batch_its_pods_and_what_the_batch_else_did() ->
 def test_the_life_of_a_claim_with_a_fallback_launch_and_a_termination() -> None:
     story, planned = field_case()
     name = planned.nodeclaim
-    story.claim_event(ev.NodeClaimLaunchFailed, name, at=11.0, producer="launcher-capi", instance_type="c3-8",
-                      reason="MachineDeployment default/c3-8 is at its max size 10")
-    story.claim_event(ev.NodeClaimLaunched, name, at=12.5, producer="launcher-capi", instance_type="c3-16",
-                      provider_id="openstack:///m-1", machine="c3-16-abcde")
-    story.claim_event(ev.NodeClaimRegistered, name, at=70.5, producer="scheduler", node="worker-1",
-                      provider_id="openstack:///m-1")
+    story.claim_event(
+        ev.NodeClaimLaunchFailed,
+        name,
+        at=11.0,
+        producer="launcher-capi",
+        instance_type="c3-8",
+        reason="MachineDeployment default/c3-8 is at its max size 10",
+    )
+    story.claim_event(
+        ev.NodeClaimLaunched,
+        name,
+        at=12.5,
+        producer="launcher-capi",
+        instance_type="c3-16",
+        provider_id="openstack:///m-1",
+        machine="c3-16-abcde",
+    )
+    story.claim_event(
+        ev.NodeClaimRegistered,
+        name,
+        at=70.5,
+        producer="scheduler",
+        node="worker-1",
+        provider_id="openstack:///m-1",
+    )
     story.claim_event(ev.NodeClaimInitialized, name, at=80.5, producer="scheduler", node="worker-1")
-    story.claim_event(ev.DisruptionRequested, name, at=3700.5, producer="disruption", method="delete",
-                      reason="kubectl delete nodeclaim", node="worker-1")
-    story.claim_event(ev.NodeClaimDrained, name, at=3710.5, producer="disruption", node="worker-1",
-                      evicted=("default/big",))
-    story.claim_event(ev.NodeClaimTerminated, name, at=3712.5, producer="disruption", reason="node deleted",
-                      machine="c3-16-abcde")
+    story.claim_event(
+        ev.DisruptionRequested,
+        name,
+        at=3700.5,
+        producer="disruption",
+        method="delete",
+        reason="kubectl delete nodeclaim",
+        node="worker-1",
+    )
+    story.claim_event(
+        ev.NodeClaimDrained, name, at=3710.5, producer="disruption", node="worker-1", evicted=("default/big",)
+    )
+    story.claim_event(
+        ev.NodeClaimTerminated,
+        name,
+        at=3712.5,
+        producer="disruption",
+        reason="node deleted",
+        machine="c3-16-abcde",
+    )
 
     explanation = explain_nodeclaim(name, story.log)
     assert explanation.phase == "Terminated"
     steps = [(s.step, s.since_planned.total_seconds() if s.since_planned else 0.0) for s in explanation.life]
-    assert steps == [("Planned", 0.0), ("LaunchFailed", 0.5), ("Launched", 2.0), ("Registered", 60.0),
-                     ("Initialized", 70.0), ("DisruptionRequested", 3690.0), ("Drained", 3700.0),
-                     ("Terminated", 3702.0)]
+    assert steps == [
+        ("Planned", 0.0),
+        ("LaunchFailed", 0.5),
+        ("Launched", 2.0),
+        ("Registered", 60.0),
+        ("Initialized", 70.0),
+        ("DisruptionRequested", 3690.0),
+        ("Drained", 3700.0),
+        ("Terminated", 3702.0),
+    ]
     text = explanation.text()
     assert "c3-8 could not be launched: MachineDeployment default/c3-8 is at its max size 10" in text
     assert "launched as fallback c3-16 instead of c3-8" in text
@@ -84,18 +124,30 @@ def test_the_life_of_a_claim_with_a_fallback_launch_and_a_termination() -> None:
     assert "node deleted (machine c3-16-abcde removed)" in text
     # a delete by a user has no decision behind it, and the story says so
     assert "termination requested without a disruption decision: kubectl delete nodeclaim" in text
-    life = text[text.index("Where it is in its life"):]
+    life = text[text.index("Where it is in its life") :]
     assert life.index("LaunchFailed") < life.index("Launched ") < life.index("Terminated")
 
 
 def test_an_abandoned_claim_and_the_claim_planned_again_for_its_pods() -> None:
     story, planned = field_case()
     name = planned.nodeclaim
-    story.claim_event(ev.NodeClaimLaunchFailed, name, at=11, producer="launcher-capi", instance_type="c3-8",
-                      reason="quota exceeded", retryable=False)
-    abandoned = story.claim_event(ev.NodeClaimAbandoned, name, at=12, producer="scheduler",
-                                  reason="no instance type could be launched: quota exceeded",
-                                  pods=("default/big",))
+    story.claim_event(
+        ev.NodeClaimLaunchFailed,
+        name,
+        at=11,
+        producer="launcher-capi",
+        instance_type="c3-8",
+        reason="quota exceeded",
+        retryable=False,
+    )
+    abandoned = story.claim_event(
+        ev.NodeClaimAbandoned,
+        name,
+        at=12,
+        producer="scheduler",
+        reason="no instance type could be launched: quota exceeded",
+        pods=("default/big",),
+    )
     assert isinstance(abandoned, ev.NodeClaimAbandoned)
     claims, _ = story.replan(abandoned, at=13)
     (again,) = claims
@@ -113,21 +165,41 @@ def test_disruption_decisions_that_chose_and_that_blocked_the_claim() -> None:
     story, planned = field_case()
     name = planned.nodeclaim
     assert "no disruption decision has named it" in explain_nodeclaim(name, story.log).text()
-    story.decision(at=100, reason="empty for 30s (consolidateAfter)", budget="default: nodes 10% = 1 node",
-                   blocked=(ev.BlockedCandidate(name, "worker-1", "pod default/big has karpenter.sh/do-not-disrupt"),))
-    decision = story.decision(at=200, reason="empty for 30s (consolidateAfter)", budget="default: nodes 10% = 1 node",
-                              candidates=(ev.DisruptionCandidate(name, "worker-1", "default", "no pods but DaemonSets"),
-                                          ev.DisruptionCandidate("default-other", "worker-2", "default", "empty")))
-    story.claim_event(ev.DisruptionRequested, name, at=201, producer="disruption", method="emptiness",
-                      reason="empty", node="worker-1", decision_id=decision.id)
+    story.decision(
+        at=100,
+        reason="empty for 30s (consolidateAfter)",
+        budget="default: nodes 10% = 1 node",
+        blocked=(ev.BlockedCandidate(name, "worker-1", "pod default/big has karpenter.sh/do-not-disrupt"),),
+    )
+    decision = story.decision(
+        at=200,
+        reason="empty for 30s (consolidateAfter)",
+        budget="default: nodes 10% = 1 node",
+        candidates=(
+            ev.DisruptionCandidate(name, "worker-1", "default", "no pods but DaemonSets"),
+            ev.DisruptionCandidate("default-other", "worker-2", "default", "empty"),
+        ),
+    )
+    story.claim_event(
+        ev.DisruptionRequested,
+        name,
+        at=201,
+        producer="disruption",
+        method="emptiness",
+        reason="empty",
+        node="worker-1",
+        decision_id=decision.id,
+    )
 
     explanation = explain_nodeclaim(name, story.log)
     roles = [(d.role, d.method) for d in explanation.disruptions]
     assert roles == [("blocked", "emptiness"), ("candidate", "emptiness")]  # the request is explained by #2
     text = explanation.text()
     assert "emptiness: considered but blocked: pod default/big has karpenter.sh/do-not-disrupt" in text
-    assert ("emptiness: chosen for disruption: empty for 30s (consolidateAfter): no pods but DaemonSets "
-            "(allowed by budget default: nodes 10% = 1 node)") in text
+    assert (
+        "emptiness: chosen for disruption: empty for 30s (consolidateAfter): no pods but DaemonSets "
+        "(allowed by budget default: nodes 10% = 1 node)"
+    ) in text
     assert explanation.phase == "Disrupting"
     # the other candidate's decision does not leak into a claim it does not name
     other = explain_nodeclaim("default-other", story.log)
@@ -136,13 +208,22 @@ def test_disruption_decisions_that_chose_and_that_blocked_the_claim() -> None:
 
 def test_json_output_carries_the_same_story() -> None:
     story, planned = field_case()
-    story.claim_event(ev.NodeClaimLaunched, planned.nodeclaim, at=12, producer="launcher-capi",
-                      instance_type="c3-8", provider_id="openstack:///m-1")
+    story.claim_event(
+        ev.NodeClaimLaunched,
+        planned.nodeclaim,
+        at=12,
+        producer="launcher-capi",
+        instance_type="c3-8",
+        provider_id="openstack:///m-1",
+    )
     body = json.loads(json.dumps(explain_nodeclaim(planned.nodeclaim, story.log).to_json()))
     assert body["found"] is True and body["phase"] == "Launched"
     assert body["choice"]["instanceType"] == "c3-8" and body["choice"]["pricePerHour"] == 0.1
     assert [(c["instanceType"], c["outcome"]) for c in body["considered"]] == [
-        ("c3-4", "lost"), ("c3-8", "chosen"), ("c3-16", "fallback")]
+        ("c3-4", "lost"),
+        ("c3-8", "chosen"),
+        ("c3-16", "fallback"),
+    ]
     assert body["origin"]["batchId"] == "batch-1" and body["pods"] == ["default/big"]
     assert [s["step"] for s in body["life"]] == ["Planned", "Launched"]
     assert body["life"][1]["sincePlannedSeconds"] == 1.5
@@ -153,7 +234,9 @@ def test_a_claim_not_in_the_log_says_how_much_was_searched() -> None:
     story, _ = field_case()
     explanation = explain_nodeclaim("default-nope", story.log)
     assert not explanation.found
-    assert explanation.text() == f"no NodeClaim named default-nope in the log (searched {len(story.log)} events)"
+    assert (
+        explanation.text() == f"no NodeClaim named default-nope in the log (searched {len(story.log)} events)"
+    )
     assert explanation.to_json()["found"] is False
     with pytest.raises(ValueError, match="name is empty"):
         explain_nodeclaim("", story.log)
@@ -161,7 +244,9 @@ def test_a_claim_not_in_the_log_says_how_much_was_searched() -> None:
 
 def test_a_claim_whose_plan_aged_out_still_tells_what_is_left() -> None:
     story = Story()
-    story.claim_event(ev.NodeClaimTerminated, "default-old", at=5, producer="disruption", reason="node deleted")
+    story.claim_event(
+        ev.NodeClaimTerminated, "default-old", at=5, producer="disruption", reason="node deleted"
+    )
     explanation = explain_nodeclaim("default-old", story.log)
     assert explanation.found and explanation.phase == "Terminated"
     assert "its NodeClaimPlanned is not in the log" in explanation.text()
@@ -170,8 +255,14 @@ def test_a_claim_whose_plan_aged_out_still_tells_what_is_left() -> None:
 def test_the_event_message_fits_a_kubernetes_event_and_keeps_the_point() -> None:
     story, planned = field_case()
     name = planned.nodeclaim
-    story.claim_event(ev.NodeClaimLaunched, name, at=12, producer="launcher-capi", instance_type="c3-8",
-                      provider_id="openstack:///m-1")
+    story.claim_event(
+        ev.NodeClaimLaunched,
+        name,
+        at=12,
+        producer="launcher-capi",
+        instance_type="c3-8",
+        provider_id="openstack:///m-1",
+    )
     message = nodeclaim_event_message(explain_nodeclaim(name, story.log))
     assert len(message) <= MAX_EVENT_MESSAGE
     assert "c3-8 won on price" in message and "c3-4 cheaper, but did not fit: too small" in message
@@ -179,11 +270,17 @@ def test_the_event_message_fits_a_kubernetes_event_and_keeps_the_point() -> None
 
     # a long story: a hundred blocked decisions still leave room for why the claim exists
     for i in range(100):
-        story.decision(at=100 + i, reason=f"empty for {30 + i}s",
-                       blocked=(ev.BlockedCandidate(name, "worker-1", f"budget nodes 0 in window {i}"),))
+        story.decision(
+            at=100 + i,
+            reason=f"empty for {30 + i}s",
+            blocked=(ev.BlockedCandidate(name, "worker-1", f"budget nodes 0 in window {i}"),),
+        )
     long_message = nodeclaim_event_message(explain_nodeclaim(name, story.log))
     assert len(long_message) <= MAX_EVENT_MESSAGE
-    assert "c3-8 won on price" in long_message and "Disruption: emptiness: considered but blocked" in long_message
+    assert (
+        "c3-8 won on price" in long_message
+        and "Disruption: emptiness: considered but blocked" in long_message
+    )
     assert "…" in long_message
 
 

@@ -16,8 +16,14 @@ def test_a_pod_that_got_a_new_claim_and_ended_bound_on_its_node() -> None:
     big = pending_pod("big", "3")
     batch = story.pending([big], at=10)
     (planned,), _ = story.plan(batch, at=11)
-    story.claim_event(ev.NodeClaimRegistered, planned.nodeclaim, at=60, producer="scheduler", node="worker-1",
-                      provider_id="openstack:///m-1")
+    story.claim_event(
+        ev.NodeClaimRegistered,
+        planned.nodeclaim,
+        at=60,
+        producer="scheduler",
+        node="worker-1",
+        provider_id="openstack:///m-1",
+    )
     story.bound(big, "worker-1", at=75)
 
     explanation = explain_pod("default/big", story.log)
@@ -26,7 +32,10 @@ def test_a_pod_that_got_a_new_claim_and_ended_bound_on_its_node() -> None:
     assert held.claim is not None and held.claim.phase == "Registered"
     assert explanation.bound_node == "worker-1"
     text = explanation.text()
-    assert f"batch batch-1 (#5 at 2026-11-29T10:00:10Z): a new claim {planned.nodeclaim}: c3-8 at $0.1000/h" in text
+    assert (
+        f"batch batch-1 (#5 at 2026-11-29T10:00:10Z): a new claim {planned.nodeclaim}: c3-8 at $0.1000/h"
+        in text
+    )
     assert "ended: bound to node worker-1, Running (#" in text
     # the claim's own explanation follows, with the price verdicts
     assert f"NodeClaim {planned.nodeclaim}: Registered" in text and "c3-8 won on price" in text
@@ -67,8 +76,14 @@ def test_a_pod_whose_claim_was_abandoned_shows_both_batches() -> None:
     story = Story()
     batch = story.pending([pending_pod("big", "3")], at=10)
     (first,), _ = story.plan(batch, at=11)
-    abandoned = story.claim_event(ev.NodeClaimAbandoned, first.nodeclaim, at=300, producer="scheduler",
-                                  reason="not registered within 5m", pods=("default/big",))
+    abandoned = story.claim_event(
+        ev.NodeClaimAbandoned,
+        first.nodeclaim,
+        at=300,
+        producer="scheduler",
+        reason="not registered within 5m",
+        pods=("default/big",),
+    )
     assert isinstance(abandoned, ev.NodeClaimAbandoned)
     (second,), _ = story.replan(abandoned, at=301)
 

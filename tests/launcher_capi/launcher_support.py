@@ -37,59 +37,95 @@ NODECLASS = "default"
 SIZES = {"c3-4": ("2", "4Gi", "0.048"), "c3-8": ("4", "8Gi", "0.096"), "c3-16": ("8", "16Gi", "0.192")}
 
 
-def machine_deployment(name: str, *, replicas: int = 0, max_size: int | None = None,
-                       annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def machine_deployment(
+    name: str, *, replicas: int = 0, max_size: int | None = None, annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
     cpu, memory, price = SIZES.get(name, ("4", "8Gi", "0.1"))
-    notes = {CAPACITY + "cpu": cpu, CAPACITY + "memory": memory, PRICE: price,
-             CAPACITY + "labels": f"node.kubernetes.io/instance-type={name}"}
+    notes = {
+        CAPACITY + "cpu": cpu,
+        CAPACITY + "memory": memory,
+        PRICE: price,
+        CAPACITY + "labels": f"node.kubernetes.io/instance-type={name}",
+    }
     if max_size is not None:
         notes[MAX_SIZE] = str(max_size)
     notes.update(annotations or {})
     return {
         "apiVersion": "cluster.x-k8s.io/v1beta1",
         "kind": "MachineDeployment",
-        "metadata": {"name": name, "namespace": "default",
-                     "labels": {"node.cluster.x-k8s.io/karpenter-member": "", "cluster.x-k8s.io/cluster-name": "demo"},
-                     "annotations": notes},
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "labels": {"node.cluster.x-k8s.io/karpenter-member": "", "cluster.x-k8s.io/cluster-name": "demo"},
+            "annotations": notes,
+        },
         "spec": {
             "clusterName": "demo",
             "replicas": replicas,
             "selector": {"matchLabels": {}},
-            "template": {"metadata": {"labels": {}},
-                         "spec": {"clusterName": "demo", "failureDomain": "zone-a",
-                                  "bootstrap": {"configRef": {"kind": "KubeadmConfigTemplate", "name": "b"}},
-                                  "infrastructureRef": {"kind": "OpenStackMachineTemplate", "name": name}}},
+            "template": {
+                "metadata": {"labels": {}},
+                "spec": {
+                    "clusterName": "demo",
+                    "failureDomain": "zone-a",
+                    "bootstrap": {"configRef": {"kind": "KubeadmConfigTemplate", "name": "b"}},
+                    "infrastructureRef": {"kind": "OpenStackMachineTemplate", "name": name},
+                },
+            },
         },
     }
 
 
 def nodeclass(name: str = NODECLASS) -> dict[str, Any]:
-    return {"apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1", "kind": "ClusterAPINodeClass",
-            "metadata": {"name": name},
-            "spec": {"scalableResourceSelector": {"matchLabels": {"cluster.x-k8s.io/cluster-name": "demo"}}}}
+    return {
+        "apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1",
+        "kind": "ClusterAPINodeClass",
+        "metadata": {"name": name},
+        "spec": {"scalableResourceSelector": {"matchLabels": {"cluster.x-k8s.io/cluster-name": "demo"}}},
+    }
 
 
 def choice(instance_type: str, zone: str | None = "zone-a") -> InstanceChoice:
-    return InstanceChoice(instance_type, zone, "on-demand", float(SIZES.get(instance_type, ("", "", "0.1"))[2]))
+    return InstanceChoice(
+        instance_type, zone, "on-demand", float(SIZES.get(instance_type, ("", "", "0.1"))[2])
+    )
 
 
 def planned(claim: str, instance_type: str, *fallbacks: str, node_class: str = NODECLASS) -> NodeClaimPlanned:
     return NodeClaimPlanned(
-        id=derive_id("scheduler", "NodeClaimPlanned", claim), decided_at=datetime.now(UTC), producer="scheduler",
-        correlation_id=claim, nodeclaim=claim, nodepool="default", node_class=node_class,
-        choice=choice(instance_type), fallbacks=tuple(choice(t) for t in fallbacks),
-        pods=("default/p-1",), requirements=(), labels={},
+        id=derive_id("scheduler", "NodeClaimPlanned", claim),
+        decided_at=datetime.now(UTC),
+        producer="scheduler",
+        correlation_id=claim,
+        nodeclaim=claim,
+        nodepool="default",
+        node_class=node_class,
+        choice=choice(instance_type),
+        fallbacks=tuple(choice(t) for t in fallbacks),
+        pods=("default/p-1",),
+        requirements=(),
+        labels={},
     )
 
 
 def abandoned(claim: str) -> NodeClaimAbandoned:
-    return NodeClaimAbandoned(id=derive_id("scheduler", "NodeClaimAbandoned", claim), decided_at=datetime.now(UTC),
-                              producer="scheduler", correlation_id=claim, nodeclaim=claim, reason="not registered")
+    return NodeClaimAbandoned(
+        id=derive_id("scheduler", "NodeClaimAbandoned", claim),
+        decided_at=datetime.now(UTC),
+        producer="scheduler",
+        correlation_id=claim,
+        nodeclaim=claim,
+        reason="not registered",
+    )
 
 
 async def publish_nodeclasses(event_log: EventLog, *objects: dict[str, Any]) -> None:
-    event = NodeClassesSnapshot(id=derive_id("pod-watcher", "NodeClassesSnapshot", *(str(o) for o in objects)),
-                                decided_at=datetime.now(UTC), producer="pod-watcher", nodeclasses=objects)
+    event = NodeClassesSnapshot(
+        id=derive_id("pod-watcher", "NodeClassesSnapshot", *(str(o) for o in objects)),
+        decided_at=datetime.now(UTC),
+        producer="pod-watcher",
+        nodeclasses=objects,
+    )
     await event_log.publish(subjects.NODECLASSES, event)
 
 
@@ -117,8 +153,12 @@ def machine_rt(store: Store) -> Any:
 
 def machines_of(store: Store, md: str, *, include_deleting: bool = True) -> list[dict[str, Any]]:
     items = store.list(machine_rt(store), "default")[0]
-    return [m for m in items if m["metadata"].get("labels", {}).get("cluster.x-k8s.io/deployment-name") == md
-            and (include_deleting or not m["metadata"].get("deletionTimestamp"))]
+    return [
+        m
+        for m in items
+        if m["metadata"].get("labels", {}).get("cluster.x-k8s.io/deployment-name") == md
+        and (include_deleting or not m["metadata"].get("deletionTimestamp"))
+    ]
 
 
 def replicas_of(store: Store, md: str) -> int:
@@ -140,8 +180,9 @@ async def wait_until(check: Callable[[], Any], *, timeout: float = 10.0, what: s
 
 
 @contextlib.asynccontextmanager
-async def running_launcher(event_log: EventLog, sandbox: SandboxHandle, **settings: Any
-                           ) -> AsyncIterator[CapiLauncher]:
+async def running_launcher(
+    event_log: EventLog, sandbox: SandboxHandle, **settings: Any
+) -> AsyncIterator[CapiLauncher]:
     """The launcher in this event loop against the sandbox's management cluster, stopped on exit."""
     management = await load_kube(str(sandbox.management_kubeconfig))
     options = {"resync_interval": 0.3, **settings}
@@ -149,8 +190,10 @@ async def running_launcher(event_log: EventLog, sandbox: SandboxHandle, **settin
     stopping = asyncio.Event()
     task = asyncio.create_task(launcher.run(stopping))
     try:
-        await wait_until(lambda: task.done() or (launcher.deployments.synced.is_set() and launcher.catalogs_published),
-                         what="launcher started")
+        await wait_until(
+            lambda: task.done() or (launcher.deployments.synced.is_set() and launcher.catalogs_published),
+            what="launcher started",
+        )
         if task.done():
             task.result()
         yield launcher

@@ -44,15 +44,20 @@ def test_every_member_becomes_an_exact_instance_type_and_a_broken_one_is_skipped
     assert "MachineDeployment default/c3-4" in content.skipped[0].reason
     assert CAPACITY + "cpu" in content.skipped[0].reason
     assert [md["metadata"]["name"] for md, _ in content.skipped_objects] == ["c3-4"]
-    assert content.targets == {("c3-16", "zone-a"): MachineDeploymentKey("default", "c3-16"),
-                               ("c3-8", "zone-a"): MachineDeploymentKey("default", "c3-8")}
+    assert content.targets == {
+        ("c3-16", "zone-a"): MachineDeploymentKey("default", "c3-16"),
+        ("c3-8", "zone-a"): MachineDeploymentKey("default", "c3-8"),
+    }
     entry = content.instance_types[0]
     assert entry["maxNew"] == 2
-    assert entry["offerings"] == [{"zone": "zone-a", "capacityType": "on-demand", "price": 0.192, "available": True}]
+    assert entry["offerings"] == [
+        {"zone": "zone-a", "capacityType": "on-demand", "price": 0.192, "available": True}
+    ]
     assert entry["machineDeployment"] == {"namespace": "default", "name": "c3-16"}
     # the entries are InstanceCatalog entries: the scheduler's parser reads them back to the same numbers
-    parsed = instance_types_from_catalog({"metadata": {"name": "x"}, "spec": {"instanceTypes": list(
-        content.instance_types)}})
+    parsed = instance_types_from_catalog(
+        {"metadata": {"name": "x"}, "spec": {"instanceTypes": list(content.instance_types)}}
+    )
     assert parsed[0].capacity["memory"] == int(15.5 * 2**30)
     assert parsed[0].capacity["cpu"] == 8000 and parsed[0].capacity["pods"] == 110
     assert [s["metadata"]["name"] for s in content.sources] == ["c3-16", "c3-4", "c3-8"]
@@ -89,7 +94,9 @@ def test_snapshot_ids_are_deterministic_but_a_return_to_old_content_gets_a_new_i
 
 
 def test_two_deployments_offering_the_same_type_and_zone_are_ambiguous() -> None:
-    twin = machine_deployment("c3-8-b", annotations={CAPACITY + "labels": "node.kubernetes.io/instance-type=c3-8"})
+    twin = machine_deployment(
+        "c3-8-b", annotations={CAPACITY + "labels": "node.kubernetes.io/instance-type=c3-8"}
+    )
     content = build_catalog(nodeclass(), [machine_deployment("c3-8"), twin])
     assert [t["name"] for t in content.instance_types] == ["c3-8"]
     assert content.skipped[0].name == "c3-8-b"
@@ -101,8 +108,9 @@ def test_openstack_flavors_fill_missing_capacity_and_a_bad_selector_names_the_fi
     for key in (CAPACITY + "cpu", CAPACITY + "memory", PRICE):
         del bare["metadata"]["annotations"][key]
     assert build_catalog(nodeclass(), [bare]).instance_types == ()
-    content = build_catalog(nodeclass(), [bare], flavors={"c3-8": Flavor("c3-8", 4, 8192, 80)},
-                            prices={"c3-8": 0.096})
+    content = build_catalog(
+        nodeclass(), [bare], flavors={"c3-8": Flavor("c3-8", 4, 8192, 80)}, prices={"c3-8": 0.096}
+    )
     entry = content.instance_types[0]
     assert entry["capacity"]["cpu"] == "4" and entry["capacity"]["memory"] == "8Gi"
     assert entry["offerings"][0]["price"] == 0.096 and entry["priceEstimated"] is False

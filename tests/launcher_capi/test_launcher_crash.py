@@ -40,14 +40,26 @@ REPO = Path(__file__).resolve().parents[2]
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
 
 
-async def start_launcher(nats: LocalNatsServer, sandbox: SandboxHandle, output: IO[bytes]
-                         ) -> asyncio.subprocess.Process:
+async def start_launcher(
+    nats: LocalNatsServer, sandbox: SandboxHandle, output: IO[bytes]
+) -> asyncio.subprocess.Process:
     env = {k: v for k, v in os.environ.items() if k not in PROXY_VARIABLES}
-    env.update({"TENON_NATS_URL": nats.url, "TENON_MANAGEMENT_KUBECONFIG": str(sandbox.management_kubeconfig),
-                "NO_PROXY": "127.0.0.1"})
+    env.update(
+        {
+            "TENON_NATS_URL": nats.url,
+            "TENON_MANAGEMENT_KUBECONFIG": str(sandbox.management_kubeconfig),
+            "NO_PROXY": "127.0.0.1",
+        }
+    )
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tenon.services.launcher_capi", env=env, stdout=output, stderr=output,
-        cwd=str(REPO))
+        sys.executable,
+        "-m",
+        "tenon.services.launcher_capi",
+        env=env,
+        stdout=output,
+        stderr=output,
+        cwd=str(REPO),
+    )
 
 
 @pytest.fixture
@@ -65,7 +77,10 @@ async def launched_claims(event_log: JetStreamEventLog, *claims: str) -> dict[st
 
 
 async def test_sigkill_after_scale_up_then_restart_creates_exactly_the_machines_owed(
-    nats_server: LocalNatsServer, jetstream_log: JetStreamEventLog, tmp_path: Path, launcher_output: IO[bytes],
+    nats_server: LocalNatsServer,
+    jetstream_log: JetStreamEventLog,
+    tmp_path: Path,
+    launcher_output: IO[bytes],
 ) -> None:
     async with running_sandbox(time_scale=10.0) as sb:
         store = sb.management_store

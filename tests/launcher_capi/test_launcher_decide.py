@@ -40,18 +40,39 @@ def claims(*names: str, fallbacks: tuple[str, ...] = ()) -> dict[str, ClaimState
     return out
 
 
-def md(replicas: int = 0, *, up: tuple[str, ...] = (), down: tuple[str, ...] = (), max_size: int | None = None,
-       key: MachineDeploymentKey = C38) -> MachineDeploymentView:
-    return MachineDeploymentView(key, replicas, "7", max_size=max_size, scaled_up_for=up, scaled_down_for=down)
+def md(
+    replicas: int = 0,
+    *,
+    up: tuple[str, ...] = (),
+    down: tuple[str, ...] = (),
+    max_size: int | None = None,
+    key: MachineDeploymentKey = C38,
+) -> MachineDeploymentView:
+    return MachineDeploymentView(
+        key, replicas, "7", max_size=max_size, scaled_up_for=up, scaled_down_for=down
+    )
 
 
-def machine(name: str, claim: str | None = None, *, provider_id: str | None = None, marked: bool = False,
-            deleting: bool = False, created: str = "2026-11-29T10:00:00Z", first_seen: float = 0.0) -> MachineView:
+def machine(
+    name: str,
+    claim: str | None = None,
+    *,
+    provider_id: str | None = None,
+    marked: bool = False,
+    deleting: bool = False,
+    created: str = "2026-11-29T10:00:00Z",
+    first_seen: float = 0.0,
+) -> MachineView:
     return MachineView("default", name, "c3-8", claim, provider_id, deleting, marked, created, first_seen)
 
 
-def state(claim_states: dict[str, ClaimState], *views: MachineDeploymentView, machines: tuple[MachineView, ...] = (),
-          now: float = 100.0, leak_grace: float = 600.0) -> LauncherState:
+def state(
+    claim_states: dict[str, ClaimState],
+    *views: MachineDeploymentView,
+    machines: tuple[MachineView, ...] = (),
+    now: float = 100.0,
+    leak_grace: float = 600.0,
+) -> LauncherState:
     deployments = {v.key: v for v in views} or {C38: md()}
     return LauncherState(claim_states, TARGETS, deployments, list(machines), now, leak_grace)
 
@@ -59,7 +80,8 @@ def state(claim_states: dict[str, ClaimState], *views: MachineDeploymentView, ma
 def test_a_planned_claim_scales_its_deployment_once_and_records_why() -> None:
     decision = decide(state(claims("a", "b")))
     assert [(s.key, s.replicas_from, s.replicas_to, s.scaled_up_for) for s in decision.scales] == [
-        (C38, 0, 2, ("a", "b"))]
+        (C38, 0, 2, ("a", "b"))
+    ]
     patch = decision.scales[0].patch()
     assert patch["metadata"]["resourceVersion"] == "7"
     assert patch["metadata"]["annotations"]["tenon.sh/scaled-up-for"] == "a,b"
@@ -74,7 +96,9 @@ def test_restart_between_the_scale_up_and_the_machine_does_not_scale_again() -> 
     assert [(s.replicas_to, s.scaled_up_for) for s in decision.scales] == [(1, ())]
     # bound, no providerID yet: nothing; with one: Launched on the claim's subject at its last sequence
     assert decide(state(claims("a"), md(1), machines=(machine("c3-8-x", "a"),))).empty
-    decision = decide(state(claims("a"), md(1), machines=(machine("c3-8-x", "a", provider_id="openstack:///1"),)))
+    decision = decide(
+        state(claims("a"), md(1), machines=(machine("c3-8-x", "a", provider_id="openstack:///1"),))
+    )
     [append] = decision.appends
     assert isinstance(append.event, NodeClaimLaunched) and append.expected_last_sequence == 10
     assert (append.event.provider_id, append.event.machine) == ("openstack:///1", "c3-8-x")
@@ -90,10 +114,19 @@ def test_machines_the_deployment_already_had_are_not_handed_to_new_claims() -> N
 def test_launched_claims_and_claims_of_other_node_classes_are_left_alone() -> None:
     projection = claims("a")
     apply_claim_event(projection, planned("ec2-claim", "m5.large", node_class="ec2-default"), 20)
-    launched = NodeClaimLaunched(id="x", decided_at=datetime.now(UTC), producer="launcher-capi", nodeclaim="a",
-                                 provider_id="openstack:///1", instance_type="c3-8", machine="c3-8-x")
+    launched = NodeClaimLaunched(
+        id="x",
+        decided_at=datetime.now(UTC),
+        producer="launcher-capi",
+        nodeclaim="a",
+        provider_id="openstack:///1",
+        instance_type="c3-8",
+        machine="c3-8-x",
+    )
     apply_claim_event(projection, launched, 30)
-    assert decide(state(projection, md(1), machines=(machine("c3-8-x", "a", provider_id="openstack:///1"),))).empty
+    assert decide(
+        state(projection, md(1), machines=(machine("c3-8-x", "a", provider_id="openstack:///1"),))
+    ).empty
 
 
 def test_max_size_fails_over_in_planning_order_and_the_last_choice_fails_for_good() -> None:
@@ -112,8 +145,13 @@ def test_max_size_fails_over_in_planning_order_and_the_last_choice_fails_for_goo
 
 
 def _abandon(projection: dict[str, ClaimState], name: str, sequence: int) -> None:
-    event = NodeClaimAbandoned(id=derive_id("t", name), decided_at=datetime.now(UTC), producer="scheduler",
-                               nodeclaim=name, reason="not registered in time")
+    event = NodeClaimAbandoned(
+        id=derive_id("t", name),
+        decided_at=datetime.now(UTC),
+        producer="scheduler",
+        nodeclaim=name,
+        reason="not registered in time",
+    )
     assert apply_claim_event(projection, event, sequence)
     assert not apply_claim_event(projection, event, sequence)  # folded in once
 
@@ -157,10 +195,19 @@ def test_a_claim_abandoned_before_its_machine_came_gets_that_machine_removed() -
 
 def test_a_drained_claim_loses_its_machine_then_is_terminated_once() -> None:
     projection = claims("a")
-    launched = NodeClaimLaunched(id="l", decided_at=datetime.now(UTC), producer="launcher-capi", nodeclaim="a",
-                                 provider_id="p1", instance_type="c3-8", machine="c3-8-a")
+    launched = NodeClaimLaunched(
+        id="l",
+        decided_at=datetime.now(UTC),
+        producer="launcher-capi",
+        nodeclaim="a",
+        provider_id="p1",
+        instance_type="c3-8",
+        machine="c3-8-a",
+    )
     apply_claim_event(projection, launched, 20)
-    drained = NodeClaimDrained(id="d", decided_at=datetime.now(UTC), producer="disruption", nodeclaim="a", node="n")
+    drained = NodeClaimDrained(
+        id="d", decided_at=datetime.now(UTC), producer="disruption", nodeclaim="a", node="n"
+    )
     apply_claim_event(projection, drained, 30)
     decision = decide(state(projection, md(1), machines=(machine("c3-8-a", "a", provider_id="p1"),)))
     assert [m.name for m in decision.marks] == ["c3-8-a"] and [s.replicas_to for s in decision.scales] == [0]
@@ -170,7 +217,11 @@ def test_a_drained_claim_loses_its_machine_then_is_terminated_once() -> None:
     decision = decide(state(projection, md(0, down=("c3-8-a",))))
     [append] = decision.appends
     assert isinstance(append.event, NodeClaimTerminated)
-    assert (append.event.machine, append.expected_last_sequence, append.event.causation_id) == ("c3-8-a", 30, "d")
+    assert (append.event.machine, append.expected_last_sequence, append.event.causation_id) == (
+        "c3-8-a",
+        30,
+        "d",
+    )
     apply_claim_event(projection, append.event, 31)
     assert decide(state(projection, md(0))).empty
 
@@ -191,8 +242,14 @@ async def test_rebuild_folds_each_claims_story_and_the_latest_node_classes_from_
     await append_claim_event(event_log, planned("a", "c3-8", "c3-16"))
     await publish_nodeclasses(event_log, nodeclass("old"))
     await append_claim_event(event_log, planned("b", "c3-8"))
-    failed = NodeClaimLaunchFailed(id="f", decided_at=datetime.now(UTC), producer="launcher-capi", nodeclaim="a",
-                                   instance_type="c3-8", reason="max size")
+    failed = NodeClaimLaunchFailed(
+        id="f",
+        decided_at=datetime.now(UTC),
+        producer="launcher-capi",
+        nodeclaim="a",
+        instance_type="c3-8",
+        reason="max size",
+    )
     await append_claim_event(event_log, failed)
     await publish_nodeclasses(event_log, nodeclass())
     launcher = CapiLauncher(event_log, cast(Kube, None))
@@ -200,4 +257,8 @@ async def test_rebuild_folds_each_claims_story_and_the_latest_node_classes_from_
     assert sorted(launcher.nodeclasses) == ["default"]
     assert sorted(launcher.claims) == ["a", "b"]
     a = launcher.claims["a"]
-    assert (a.failed_attempts, a.last_sequence, a.current_choice and a.current_choice.instance_type) == (1, 4, "c3-16")
+    assert (a.failed_attempts, a.last_sequence, a.current_choice and a.current_choice.instance_type) == (
+        1,
+        4,
+        "c3-16",
+    )

@@ -62,7 +62,11 @@ async def test_planned_claim_scales_binds_and_launches_once_even_when_redelivere
             assert machine["metadata"]["labels"]["karpenter.sh/nodepool"] == "default"
             assert launched.provider_id == machine["spec"]["providerID"]
             assert launched.machine == machine["metadata"]["name"]
-            assert (launched.instance_type, launched.zone, launched.capacity_type) == ("c3-8", "zone-a", "on-demand")
+            assert (launched.instance_type, launched.zone, launched.capacity_type) == (
+                "c3-8",
+                "zone-a",
+                "on-demand",
+            )
             assert replicas_of(store, "c3-4") == 0 and replicas_of(store, "c3-16") == 0
 
             # the same Planned record handled again (what a redelivery does), then a full reconcile
@@ -73,7 +77,10 @@ async def test_planned_claim_scales_binds_and_launches_once_even_when_redelivere
             await launcher.reconcile()
             assert replicas_of(store, "c3-8") == 1
             assert len(machines_of(store, "c3-8")) == 1
-            assert types_of(await claim_events(jetstream_log, "claim-a")) == ["NodeClaimPlanned", "NodeClaimLaunched"]
+            assert types_of(await claim_events(jetstream_log, "claim-a")) == [
+                "NodeClaimPlanned",
+                "NodeClaimLaunched",
+            ]
 
 
 async def _launched(event_log: JetStreamEventLog, claim: str) -> NodeClaimLaunched | None:
@@ -98,18 +105,21 @@ async def test_max_size_reached_fails_over_to_the_next_choice(jetstream_log: Jet
             assert "max size 1" in failed.reason and "default/c3-8" in failed.reason
             assert launched.instance_type == "c3-16"
             assert replicas_of(store, "c3-8") == 1 and replicas_of(store, "c3-16") == 1
-            assert [m["metadata"]["annotations"].get(CLAIM) for m in machines_of(store, "c3-16")] == ["claim-b"]
+            assert [m["metadata"]["annotations"].get(CLAIM) for m in machines_of(store, "c3-16")] == [
+                "claim-b"
+            ]
 
             # no fallback left: the failure is final
             await append_claim_event(jetstream_log, planned("claim-c", "c3-8"))
-            final = await wait_until(
-                lambda: _failed(jetstream_log, "claim-c"), what="claim-c LaunchFailed")
+            final = await wait_until(lambda: _failed(jetstream_log, "claim-c"), what="claim-c LaunchFailed")
             assert final.retryable is False
             assert replicas_of(store, "c3-8") == 1
 
 
 async def _failed(event_log: JetStreamEventLog, claim: str) -> NodeClaimLaunchFailed | None:
-    return next((e for e in await claim_events(event_log, claim) if isinstance(e, NodeClaimLaunchFailed)), None)
+    return next(
+        (e for e in await claim_events(event_log, claim) if isinstance(e, NodeClaimLaunchFailed)), None
+    )
 
 
 async def test_abandoned_claim_removes_exactly_its_machine(jetstream_log: JetStreamEventLog) -> None:
@@ -123,12 +133,16 @@ async def test_abandoned_claim_removes_exactly_its_machine(jetstream_log: JetStr
             for claim in ("claim-1", "claim-2", "claim-3"):
                 await wait_until(functools.partial(_launched, jetstream_log, claim), what=f"{claim} Launched")
             assert replicas_of(store, "c3-8") == 3
-            owner = {m["metadata"]["annotations"][CLAIM]: m["metadata"]["name"] for m in machines_of(store, "c3-8")}
+            owner = {
+                m["metadata"]["annotations"][CLAIM]: m["metadata"]["name"] for m in machines_of(store, "c3-8")
+            }
             assert sorted(owner) == ["claim-1", "claim-2", "claim-3"]
 
             await append_claim_event(jetstream_log, abandoned("claim-2"))
-            await wait_until(lambda: owner["claim-2"] not in {m["metadata"]["name"] for m in machines_of(store, "c3-8")},
-                             what="claim-2's machine gone")
+            await wait_until(
+                lambda: owner["claim-2"] not in {m["metadata"]["name"] for m in machines_of(store, "c3-8")},
+                what="claim-2's machine gone",
+            )
             assert replicas_of(store, "c3-8") == 2
             remaining = {m["metadata"]["name"]: m for m in machines_of(store, "c3-8")}
             assert sorted(remaining) == sorted([owner["claim-1"], owner["claim-3"]])
@@ -139,8 +153,9 @@ async def test_leaked_machine_is_removed_after_the_grace_period(jetstream_log: J
     async with running_sandbox() as sb:
         store = sb.management_store
         store.create(md_rt(store), machine_deployment("c3-8", replicas=2))
-        machines = await wait_until(lambda: len(machines_of(store, "c3-8")) == 2 and machines_of(store, "c3-8"),
-                                    what="two machines")
+        machines = await wait_until(
+            lambda: len(machines_of(store, "c3-8")) == 2 and machines_of(store, "c3-8"), what="two machines"
+        )
         leaked = machines[0]
         leaked["metadata"].setdefault("annotations", {})[CLAIM] = "claim-never-planned"
         store.update(store.resource("cluster.x-k8s.io/v1beta1", "Machine"), leaked)
@@ -149,8 +164,13 @@ async def test_leaked_machine_is_removed_after_the_grace_period(jetstream_log: J
             first = launcher.clock()
             await wait_until(lambda: replicas_of(store, "c3-8") == 1, what="leaked machine's replica removed")
             assert launcher.clock() - first >= 0.5
-            await wait_until(lambda: [m["metadata"]["name"] for m in machines_of(store, "c3-8")] ==
-                             [machines[1]["metadata"]["name"]], what="only the unbound machine left")
+            await wait_until(
+                lambda: (
+                    [m["metadata"]["name"] for m in machines_of(store, "c3-8")]
+                    == [machines[1]["metadata"]["name"]]
+                ),
+                what="only the unbound machine left",
+            )
 
 
 async def test_drained_claim_loses_its_machine_and_is_terminated(jetstream_log: JetStreamEventLog) -> None:
@@ -161,10 +181,17 @@ async def test_drained_claim_loses_its_machine_and_is_terminated(jetstream_log: 
         async with running_launcher(jetstream_log, sb):
             await append_claim_event(jetstream_log, planned("claim-d", "c3-8"))
             launched = await wait_until(lambda: _launched(jetstream_log, "claim-d"), what="claim-d Launched")
-            drained = NodeClaimDrained(id="drained-d", decided_at=datetime.now(UTC), producer="disruption",
-                                       nodeclaim="claim-d", node=launched.machine)
+            drained = NodeClaimDrained(
+                id="drained-d",
+                decided_at=datetime.now(UTC),
+                producer="disruption",
+                nodeclaim="claim-d",
+                node=launched.machine,
+            )
             await append_claim_event(jetstream_log, drained)
-            terminated = await wait_until(lambda: _terminated(jetstream_log, "claim-d"), what="claim-d Terminated")
+            terminated = await wait_until(
+                lambda: _terminated(jetstream_log, "claim-d"), what="claim-d Terminated"
+            )
             assert terminated.machine == launched.machine and terminated.producer == "launcher-capi"
             assert machines_of(store, "c3-8") == [] and replicas_of(store, "c3-8") == 0
 

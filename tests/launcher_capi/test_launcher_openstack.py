@@ -45,16 +45,24 @@ def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def cloud() -> Iterator[OpenStackStub]:
-    with OpenStackStub(flavors=[nova_flavor("c3-8", vcpus=4, ram_mib=8192, disk_gib=80),
-                                nova_flavor("c3-16", vcpus=8, ram_mib=16384, disk_gib=160)]) as stub:
+    with OpenStackStub(
+        flavors=[
+            nova_flavor("c3-8", vcpus=4, ram_mib=8192, disk_gib=80),
+            nova_flavor("c3-16", vcpus=8, ram_mib=16384, disk_gib=160),
+        ]
+    ) as stub:
         yield stub
 
 
 def openstack_nodeclass(name: str, auth_url: str, stub: OpenStackStub) -> dict[str, Any]:
     obj = nodeclass(name)
     obj["spec"]["openstack"] = {
-        "auth": {"authURL": auth_url, "username": stub.username, "password": stub.password,
-                 "projectName": stub.project_name},
+        "auth": {
+            "authURL": auth_url,
+            "username": stub.username,
+            "password": stub.password,
+            "projectName": stub.project_name,
+        },
         "timeoutSeconds": 2,
         "prices": {"c3-8": "0.096", "c3-16": "0.192"},
     }
@@ -75,31 +83,43 @@ async def snapshot_of(event_log: JetStreamEventLog, node_class: str) -> CatalogS
 
 
 async def test_flavors_fill_the_catalog_and_an_unreachable_cloud_is_noted(
-    jetstream_log: JetStreamEventLog, cloud: OpenStackStub,
+    jetstream_log: JetStreamEventLog,
+    cloud: OpenStackStub,
 ) -> None:
     async with running_sandbox() as sb:
         store = sb.management_store
         store.create(md_rt(store), bare("c3-8"))
         store.create(md_rt(store), bare("c3-16"))
         dead = f"http://127.0.0.1:{free_port()}/identity"
-        await publish_nodeclasses(jetstream_log, openstack_nodeclass("default", cloud.auth_url, cloud),
-                                  openstack_nodeclass("unreachable", dead, cloud))
+        await publish_nodeclasses(
+            jetstream_log,
+            openstack_nodeclass("default", cloud.auth_url, cloud),
+            openstack_nodeclass("unreachable", dead, cloud),
+        )
         async with running_launcher(jetstream_log, sb):
-            snapshot = await wait_until(lambda: snapshot_of(jetstream_log, "default"), what="the OpenStack catalog")
+            snapshot = await wait_until(
+                lambda: snapshot_of(jetstream_log, "default"), what="the OpenStack catalog"
+            )
             by_name = {t["name"]: t for t in snapshot.instance_types}
             assert sorted(by_name) == ["c3-16", "c3-8"]
-            assert by_name["c3-8"]["capacity"]["cpu"] == "4" and by_name["c3-8"]["capacity"]["memory"] == "8Gi"
+            assert (
+                by_name["c3-8"]["capacity"]["cpu"] == "4" and by_name["c3-8"]["capacity"]["memory"] == "8Gi"
+            )
             assert by_name["c3-8"]["capacity"]["ephemeral-storage"] == "80Gi"
             assert by_name["c3-16"]["offerings"][0]["price"] == 0.192
             assert any("OpenStack flavor 'c3-8'" in note for note in snapshot.notes)
 
-            broken = await wait_until(lambda: snapshot_of(jetstream_log, "unreachable"), what="the other catalog")
+            broken = await wait_until(
+                lambda: snapshot_of(jetstream_log, "unreachable"), what="the other catalog"
+            )
             assert broken.instance_types == ()
             assert any("OpenStack flavors not read" in note and dead in note for note in broken.notes)
             assert {s.name for s in broken.skipped} == {"c3-8", "c3-16"}
 
             await append_claim_event(jetstream_log, planned("claim-os", "c3-16"))
-            launched = await wait_until(lambda: _launched(jetstream_log, "claim-os"), what="claim-os Launched")
+            launched = await wait_until(
+                lambda: _launched(jetstream_log, "claim-os"), what="claim-os Launched"
+            )
             assert launched.instance_type == "c3-16" and replicas_of(store, "c3-16") == 1
 
 

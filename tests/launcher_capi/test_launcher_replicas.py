@@ -51,15 +51,24 @@ def messages(path: Path) -> list[str]:
     return [str(entry.get("msg")) for entry in read_log(path)]
 
 
-async def start(identity: str, nats: LocalNatsServer, sandbox: SandboxHandle, log_path: Path
-                ) -> asyncio.subprocess.Process:
+async def start(
+    identity: str, nats: LocalNatsServer, sandbox: SandboxHandle, log_path: Path
+) -> asyncio.subprocess.Process:
     env = {k: v for k, v in os.environ.items() if k not in PROXY_VARIABLES}
-    env.update({"TENON_NATS_URL": nats.url, "TENON_MANAGEMENT_KUBECONFIG": str(sandbox.management_kubeconfig),
-                "TENON_IDENTITY": identity, "TENON_LOG_FORMAT": "json", "NO_PROXY": "127.0.0.1"})
+    env.update(
+        {
+            "TENON_NATS_URL": nats.url,
+            "TENON_MANAGEMENT_KUBECONFIG": str(sandbox.management_kubeconfig),
+            "TENON_IDENTITY": identity,
+            "TENON_LOG_FORMAT": "json",
+            "NO_PROXY": "127.0.0.1",
+        }
+    )
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tenon.services.launcher_capi", env=env, stdout=fd, stderr=fd, cwd=str(REPO))
+            sys.executable, "-m", "tenon.services.launcher_capi", env=env, stdout=fd, stderr=fd, cwd=str(REPO)
+        )
     finally:
         os.close(fd)
 
@@ -80,7 +89,9 @@ async def launched(event_log: JetStreamEventLog, claim: str) -> int:
 
 
 async def test_two_replicas_act_once_and_the_standby_takes_over(
-    nats_server: LocalNatsServer, jetstream_log: JetStreamEventLog, tmp_path: Path,
+    nats_server: LocalNatsServer,
+    jetstream_log: JetStreamEventLog,
+    tmp_path: Path,
 ) -> None:
     logs = {name: tmp_path / f"{name}.log" for name in ("first", "second")}
     async with running_sandbox() as sb:
@@ -90,21 +101,31 @@ async def test_two_replicas_act_once_and_the_standby_takes_over(
         first = await start("launcher-first", nats_server, sb, logs["first"])
         second = None
         try:
-            await wait_until(lambda: catalog_events(jetstream_log), timeout=20, what="the first replica's catalog")
+            await wait_until(
+                lambda: catalog_events(jetstream_log), timeout=20, what="the first replica's catalog"
+            )
             second = await start("launcher-second", nats_server, sb, logs["second"])
-            await wait_until(lambda: "starting" in messages(logs["second"]), timeout=20, what="second replica up")
+            await wait_until(
+                lambda: "starting" in messages(logs["second"]), timeout=20, what="second replica up"
+            )
             await append_claim_event(jetstream_log, planned("claim-1", "c3-8"))
             await wait_until(lambda: launched(jetstream_log, "claim-1"), timeout=20, what="claim-1 Launched")
             assert "became leader" in messages(logs["first"])
             assert "became leader" not in messages(logs["second"])
 
             await stop(first)  # a clean stop releases the lease: the standby need not wait for it to expire
-            await wait_until(lambda: "became leader" in messages(logs["second"]), timeout=20,
-                             what="the second replica leads")
+            await wait_until(
+                lambda: "became leader" in messages(logs["second"]),
+                timeout=20,
+                what="the second replica leads",
+            )
             await append_claim_event(jetstream_log, planned("claim-2", "c3-8"))
             await wait_until(lambda: launched(jetstream_log, "claim-2"), timeout=20, what="claim-2 Launched")
             await asyncio.sleep(0.5)
-            assert (await launched(jetstream_log, "claim-1"), await launched(jetstream_log, "claim-2")) == (1, 1)
+            assert (await launched(jetstream_log, "claim-1"), await launched(jetstream_log, "claim-2")) == (
+                1,
+                1,
+            )
             assert replicas_of(store, "c3-8") == 2
             owners = sorted(m["metadata"]["annotations"][CLAIM] for m in machines_of(store, "c3-8"))
             assert owners == ["claim-1", "claim-2"]

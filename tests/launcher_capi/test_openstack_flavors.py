@@ -117,8 +117,9 @@ def test_flavors_from_openstack_fill_capacity_and_prices(cloud: OpenStackStub) -
     flavors = read_flavors(settings)
 
     assert set(flavors) == {"c3-4", "c3-8", "c3-16", "bfv-8"}, "disabled flavors cannot boot and are left out"
-    assert flavors["c3-4"] == Flavor("c3-4", vcpus=2, ram_mib=4096, disk_gib=40,
-                                     extra_specs={"hw:cpu_policy": "dedicated"})
+    assert flavors["c3-4"] == Flavor(
+        "c3-4", vcpus=2, ram_mib=4096, disk_gib=40, extra_specs={"hw:cpu_policy": "dedicated"}
+    )
     pages = [r for r in cloud.requests if r.path.endswith("/flavors/detail")]
     assert len(pages) == 3, "five flavors in pages of two"
     assert not any("os-extra_specs" in r.path for r in cloud.requests), "no request per flavor"
@@ -215,7 +216,9 @@ def test_missing_clouds_yaml_file_is_a_clear_error(tmp_path: Path) -> None:
 def test_cloud_from_a_clouds_yaml_secret(cloud: OpenStackStub) -> None:
     ref = SecretKeyRef(namespace="capo-system", name="cloud-config", key="clouds.yaml")
     settings = openstack_settings_from_nodeclass(
-        nodeclass({"cloud": "devstack", "cloudsSecretRef": {"namespace": "capo-system", "name": "cloud-config"}})
+        nodeclass(
+            {"cloud": "devstack", "cloudsSecretRef": {"namespace": "capo-system", "name": "cloud-config"}}
+        )
     )
     assert settings is not None
     assert settings.secret_refs() == [ref]
@@ -256,7 +259,9 @@ def test_wrong_user_project_or_domain_is_refused(cloud: OpenStackStub, field: st
 def test_wrong_password_in_clouds_yaml_secret_is_a_clear_error(cloud: OpenStackStub) -> None:
     ref = SecretKeyRef(namespace="capo-system", name="cloud-config", key="clouds.yaml")
     settings = openstack_settings_from_nodeclass(
-        nodeclass({"cloud": "devstack", "cloudsSecretRef": {"namespace": "capo-system", "name": "cloud-config"}})
+        nodeclass(
+            {"cloud": "devstack", "cloudsSecretRef": {"namespace": "capo-system", "name": "cloud-config"}}
+        )
     )
     assert settings is not None
     resolved = with_secrets(settings, {ref: yaml.safe_dump(cloud.clouds_yaml("devstack", password="nope"))})
@@ -322,7 +327,9 @@ def test_unread_secret_fails_before_any_request(cloud: OpenStackStub) -> None:
 
 
 def test_stub_rejects_compute_calls_without_a_valid_token(cloud: OpenStackStub) -> None:
-    request = urllib.request.Request(f"{cloud.compute_url}/flavors/detail", headers={"X-Auth-Token": "forged"})
+    request = urllib.request.Request(
+        f"{cloud.compute_url}/flavors/detail", headers={"X-Auth-Token": "forged"}
+    )
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(request, timeout=5)
     assert caught.value.code == 401
@@ -363,14 +370,26 @@ def test_empty_annotation_counts_as_missing() -> None:
 @pytest.mark.parametrize(
     ("name", "annotations", "expected_cpu", "source"),
     [
-        ("workers-a", {FLAVOR_ANNOTATION: "gpu-a", LABELS_ANNOTATION: "node.kubernetes.io/instance-type=c3-8"},
-         "16", "annotation tenon.sh/flavor"),
-        ("workers-a", {LABELS_ANNOTATION: "tier=web, node.kubernetes.io/instance-type=c3-8"}, "4",
-         "node.kubernetes.io/instance-type in annotation"),
+        (
+            "workers-a",
+            {FLAVOR_ANNOTATION: "gpu-a", LABELS_ANNOTATION: "node.kubernetes.io/instance-type=c3-8"},
+            "16",
+            "annotation tenon.sh/flavor",
+        ),
+        (
+            "workers-a",
+            {LABELS_ANNOTATION: "tier=web, node.kubernetes.io/instance-type=c3-8"},
+            "4",
+            "node.kubernetes.io/instance-type in annotation",
+        ),
         ("gpu-a", {LABELS_ANNOTATION: "tier=web"}, "16", "the MachineDeployment's name"),
         ("gpu-a", {"template-label": "c3-8"}, "4", "label node.kubernetes.io/instance-type in spec.template"),
-        ("workers-a", {"template-label": "c3-8", LABELS_ANNOTATION: "node.kubernetes.io/instance-type=gpu-a"},
-         "16", "node.kubernetes.io/instance-type in annotation"),
+        (
+            "workers-a",
+            {"template-label": "c3-8", LABELS_ANNOTATION: "node.kubernetes.io/instance-type=gpu-a"},
+            "16",
+            "node.kubernetes.io/instance-type in annotation",
+        ),
     ],
 )
 def test_which_flavor_a_machine_deployment_uses(
@@ -378,7 +397,9 @@ def test_which_flavor_a_machine_deployment_uses(
 ) -> None:
     md = machine_deployment(name, {k: v for k, v in annotations.items() if k != "template-label"})
     if "template-label" in annotations:
-        md["spec"]["template"] = {"metadata": {"labels": {"node.kubernetes.io/instance-type": annotations["template-label"]}}}
+        md["spec"]["template"] = {
+            "metadata": {"labels": {"node.kubernetes.io/instance-type": annotations["template-label"]}}
+        }
     [enriched], [note] = enrich_machine_deployments([md], FLAVORS, {})
     assert enriched["metadata"]["annotations"][CPU_ANNOTATION] == expected_cpu
     assert source in note
@@ -393,7 +414,9 @@ def test_unknown_flavor_leaves_machine_deployment_unchanged_and_says_so() -> Non
 
 
 def test_boot_from_volume_flavor_leaves_ephemeral_disk_unset() -> None:
-    [enriched], [note] = enrich_machine_deployments([machine_deployment("bfv-8")], FLAVORS, {"bfv-8": 0.00001})
+    [enriched], [note] = enrich_machine_deployments(
+        [machine_deployment("bfv-8")], FLAVORS, {"bfv-8": 0.00001}
+    )
     annotations = enriched["metadata"]["annotations"]
     assert EPHEMERAL_DISK_ANNOTATION not in annotations
     assert annotations[MEMORY_ANNOTATION] == "8192Mi"
@@ -418,7 +441,9 @@ def test_inputs_are_not_modified_and_odd_entries_pass_through() -> None:
 
 
 def test_nodeclass_without_openstack_gives_none() -> None:
-    assert openstack_settings_from_nodeclass({"kind": "ClusterAPINodeClass", "metadata": {"name": "x"}}) is None
+    assert (
+        openstack_settings_from_nodeclass({"kind": "ClusterAPINodeClass", "metadata": {"name": "x"}}) is None
+    )
     assert openstack_settings_from_nodeclass(nodeclass(None)) is None
 
 
@@ -451,7 +476,11 @@ AUTH = {
 @pytest.mark.parametrize(
     ("openstack", "field", "problem"),
     [
-        ({"cloud": "prod", "prices": {"c3-8": "ten"}}, 'spec.openstack.prices["c3-8"]', "non-negative number"),
+        (
+            {"cloud": "prod", "prices": {"c3-8": "ten"}},
+            'spec.openstack.prices["c3-8"]',
+            "non-negative number",
+        ),
         ({"cloud": "prod", "prices": {"c3-8": "-1"}}, 'spec.openstack.prices["c3-8"]', "non-negative number"),
         ({"cloud": "prod", "prices": {"c3-8": True}}, 'spec.openstack.prices["c3-8"]', "non-negative number"),
         ({"cloud": "prod", "prices": ["c3-8"]}, "spec.openstack.prices", "must be an object"),
@@ -461,14 +490,24 @@ AUTH = {
         ({"cloud": "prod", "auth": AUTH}, "spec.openstack.auth", "not both"),
         ({"cloud": "prod", "timeoutSeconds": 0}, "spec.openstack.timeoutSeconds", "(0, 300]"),
         ({"cloud": "prod", "timeoutSeconds": "10s"}, "spec.openstack.timeoutSeconds", "(0, 300]"),
-        ({"cloud": "p", "cloudsYAMLPath": "/a", "cloudsSecretRef": {"namespace": "n", "name": "s"}},
-         "spec.openstack.cloudsSecretRef", "not both"),
-        ({"cloud": "p", "cloudsSecretRef": {"name": "s"}}, "spec.openstack.cloudsSecretRef.namespace",
-         "is required"),
+        (
+            {"cloud": "p", "cloudsYAMLPath": "/a", "cloudsSecretRef": {"namespace": "n", "name": "s"}},
+            "spec.openstack.cloudsSecretRef",
+            "not both",
+        ),
+        (
+            {"cloud": "p", "cloudsSecretRef": {"name": "s"}},
+            "spec.openstack.cloudsSecretRef.namespace",
+            "is required",
+        ),
         ({"auth": {**AUTH, "projectName": None}}, "spec.openstack.auth.projectName", "is required"),
         ({"auth": {**AUTH, "authURL": "keystone:5000"}}, "spec.openstack.auth.authURL", "http(s) URL"),
         ({"auth": {**AUTH, "password": "pw"}}, "spec.openstack.auth.passwordSecretRef", "exactly one"),
-        ({"auth": {**AUTH, "passwordSecretRef": None}}, "spec.openstack.auth.passwordSecretRef", "exactly one"),
+        (
+            {"auth": {**AUTH, "passwordSecretRef": None}},
+            "spec.openstack.auth.passwordSecretRef",
+            "exactly one",
+        ),
         ({"auth": {**AUTH, "domain": "x"}}, "spec.openstack.auth.domain", "unknown field"),
         ("prod", "spec.openstack", "must be an object"),
     ],
@@ -484,7 +523,9 @@ def test_invalid_nodeclass_field_is_named(openstack: Any, field: str, problem: s
 
 def test_nodeclass_without_name_is_named_as_such() -> None:
     with pytest.raises(NodeClassError, match=r"metadata.name: is required"):
-        openstack_settings_from_nodeclass({"kind": "ClusterAPINodeClass", "spec": {"openstack": {"cloud": "a"}}})
+        openstack_settings_from_nodeclass(
+            {"kind": "ClusterAPINodeClass", "spec": {"openstack": {"cloud": "a"}}}
+        )
 
 
 def test_secret_problems_name_the_field() -> None:
@@ -494,9 +535,13 @@ def test_secret_problems_name_the_field() -> None:
     assert settings is not None
     [ref] = settings.secret_refs()
 
-    with pytest.raises(NodeClassError, match=r"spec.openstack.cloudsSecretRef: Secret capo-system/cloud-config"):
+    with pytest.raises(
+        NodeClassError, match=r"spec.openstack.cloudsSecretRef: Secret capo-system/cloud-config"
+    ):
         with_secrets(settings, {})
-    with pytest.raises(NodeClassError, match=r"spec.openstack.cloud: cloud 'prod' is not in .* \(clouds there: a, b\)"):
+    with pytest.raises(
+        NodeClassError, match=r"spec.openstack.cloud: cloud 'prod' is not in .* \(clouds there: a, b\)"
+    ):
         with_secrets(settings, {ref: "clouds: {a: {}, b: {}}"})
     with pytest.raises(NodeClassError, match=r"no top-level 'clouds' mapping"):
         with_secrets(settings, {ref: "- just a list"})
@@ -523,5 +568,9 @@ def test_unannotated_machine_deployments_become_priced_instance_types(cloud: Ope
     assert by_name["c3-8"].capacity["cpu"] == 4000
     assert by_name["c3-8"].capacity["memory"] == 8192 * 2**20
     assert by_name["c3-8"].capacity["ephemeral-storage"] == 80 * 2**30
-    assert {name: t.offerings[0].price for name, t in by_name.items()} == {"c3-4": 0.05, "c3-8": 0.1, "c3-16": 0.2}
+    assert {name: t.offerings[0].price for name, t in by_name.items()} == {
+        "c3-4": 0.05,
+        "c3-8": 0.1,
+        "c3-16": 0.2,
+    }
     assert not any(t.price_estimated for t in types)

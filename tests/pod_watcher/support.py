@@ -19,14 +19,17 @@ E = TypeVar("E", bound=Event)
 
 
 @contextlib.asynccontextmanager
-async def running_watcher(sandbox: SandboxHandle, event_log: EventLog, *, kube_class: type[Kube] = Kube,
-                          **settings: Any) -> AsyncIterator[PodWatcher]:
+async def running_watcher(
+    sandbox: SandboxHandle, event_log: EventLog, *, kube_class: type[Kube] = Kube, **settings: Any
+) -> AsyncIterator[PodWatcher]:
     """One leadership term of the pod-watcher against the sandbox's workload cluster (stopped on exit)."""
     kube = await load_kube(str(sandbox.workload_kubeconfig))
     if kube_class is not Kube:
         kube = kube_class(kube.api)
     values: dict[str, Any] = {"batch_idle_seconds": 0.5, "batch_max_seconds": 5.0, **settings}
-    watcher = PodWatcher(kube, event_log, PodWatcherSettings(kubeconfig=str(sandbox.workload_kubeconfig), **values))
+    watcher = PodWatcher(
+        kube, event_log, PodWatcherSettings(kubeconfig=str(sandbox.workload_kubeconfig), **values)
+    )
     stopping = asyncio.Event()
     task = asyncio.create_task(watcher.run(stopping))
     try:
@@ -44,8 +47,14 @@ async def logged(event_log: EventLog, event_type: type[E]) -> list[E]:
     return [e async for r in event_log.read(subjects.ALL_EVENTS) if isinstance(e := r.event, event_type)]
 
 
-async def wait_for_events(event_log: EventLog, event_type: type[E], check: Callable[[list[E]], bool], *,
-                          timeout: float = 10.0, what: str = "events") -> list[E]:
+async def wait_for_events(
+    event_log: EventLog,
+    event_type: type[E],
+    check: Callable[[list[E]], bool],
+    *,
+    timeout: float = 10.0,
+    what: str = "events",
+) -> list[E]:
     """Poll the log until the events of ``event_type`` satisfy ``check``."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
@@ -53,8 +62,10 @@ async def wait_for_events(event_log: EventLog, event_type: type[E], check: Calla
         if check(events):
             return events
         if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; have {len(events)}: "
-                                 f"{[summary(e) for e in events]}")
+            raise AssertionError(
+                f"timed out after {timeout}s waiting for {what}; have {len(events)}: "
+                f"{[summary(e) for e in events]}"
+            )
         await asyncio.sleep(0.1)
 
 

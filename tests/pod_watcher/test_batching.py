@@ -21,11 +21,15 @@ class FakeClock:
 
 
 def pod(uid: str, version: int = 1) -> dict[str, Any]:
-    return {"kind": "Pod", "metadata": {"uid": uid, "name": f"p-{uid}", "namespace": "default",
-                                        "resourceVersion": str(version)}}
+    return {
+        "kind": "Pod",
+        "metadata": {"uid": uid, "name": f"p-{uid}", "namespace": "default", "resourceVersion": str(version)},
+    }
 
 
-def batcher(clock: FakeClock, idle: float = 1.0, max_duration: float = 10.0, rebatch: float = 30.0) -> PendingBatcher:
+def batcher(
+    clock: FakeClock, idle: float = 1.0, max_duration: float = 10.0, rebatch: float = 30.0
+) -> PendingBatcher:
     return PendingBatcher(idle=idle, max_duration=max_duration, rebatch=rebatch, clock=clock)
 
 
@@ -151,12 +155,16 @@ def test_flush_closes_the_open_window_as_shutdown() -> None:
     assert batch is not None and batch.closed_by == "shutdown" and batch.uids == ("a",)
 
 
-@pytest.mark.parametrize(("idle", "max_duration", "rebatch", "message"), [
-    (0.0, 10.0, 30.0, "idle must be a positive"),
-    (1.0, float("nan"), 30.0, "max_duration must be a positive"),
-    (5.0, 2.0, 30.0, "must not be shorter than idle"),
-])
-def test_bad_settings_are_refused_with_the_setting_named(idle: float, max_duration: float, rebatch: float,
-                                                         message: str) -> None:
+@pytest.mark.parametrize(
+    ("idle", "max_duration", "rebatch", "message"),
+    [
+        (0.0, 10.0, 30.0, "idle must be a positive"),
+        (1.0, float("nan"), 30.0, "max_duration must be a positive"),
+        (5.0, 2.0, 30.0, "must not be shorter than idle"),
+    ],
+)
+def test_bad_settings_are_refused_with_the_setting_named(
+    idle: float, max_duration: float, rebatch: float, message: str
+) -> None:
     with pytest.raises(ValueError, match=message):
         PendingBatcher(idle=idle, max_duration=max_duration, rebatch=rebatch, clock=FakeClock())

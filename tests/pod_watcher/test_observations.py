@@ -13,23 +13,41 @@ from tenon.services.pod_watcher import observations as obs
 
 def unschedulable_pod(name: str = "web-1", uid: str = "u-web-1", **spec: Any) -> dict[str, Any]:
     return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "uid": uid, "resourceVersion": "10",
-                     "managedFields": [{"manager": "kube-controller-manager", "fieldsV1": {"f:spec": {}}}]},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": uid,
+            "resourceVersion": "10",
+            "managedFields": [{"manager": "kube-controller-manager", "fieldsV1": {"f:spec": {}}}],
+        },
         "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "1"}}}], **spec},
-        "status": {"phase": "Pending", "conditions": [
-            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-             "message": "0/0 nodes are available"}]},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/0 nodes are available",
+                }
+            ],
+        },
     }
 
 
 def node(name: str = "n1", uid: str = "u-n1", rv: str = "5", **labels: str) -> dict[str, Any]:
     return {
-        "apiVersion": "v1", "kind": "Node",
+        "apiVersion": "v1",
+        "kind": "Node",
         "metadata": {"name": name, "uid": uid, "resourceVersion": rv, "labels": {"zone": "a", **labels}},
         "spec": {"providerID": f"openstack:///{name}"},
-        "status": {"allocatable": {"cpu": "4"}, "capacity": {"cpu": "4"}, "conditions": [
-            {"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-01-01T00:00:00Z"}]},
+        "status": {
+            "allocatable": {"cpu": "4"},
+            "capacity": {"cpu": "4"},
+            "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-01-01T00:00:00Z"}],
+        },
     }
 
 
@@ -37,15 +55,21 @@ def test_an_unschedulable_pod_is_pending() -> None:
     assert obs.is_pending(unschedulable_pod())
 
 
-@pytest.mark.parametrize(("change", "why"), [
-    (lambda p: p["metadata"].update(ownerReferences=[{"kind": "DaemonSet", "name": "agent"}]), "DaemonSet"),
-    (lambda p: p["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z"), "being deleted"),
-    (lambda p: p["spec"].update(schedulerName="volcano"), "volcano"),
-    (lambda p: p["spec"].update(nodeName="n1"), "bound"),
-    (lambda p: p["status"]["conditions"][0].update(reason="SchedulingGated"), "Unschedulable"),
-    (lambda p: p["status"].update(conditions=[]), "Unschedulable"),
-    (lambda p: p["status"].update(phase="Failed"), "finished"),
-])
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (
+            lambda p: p["metadata"].update(ownerReferences=[{"kind": "DaemonSet", "name": "agent"}]),
+            "DaemonSet",
+        ),
+        (lambda p: p["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z"), "being deleted"),
+        (lambda p: p["spec"].update(schedulerName="volcano"), "volcano"),
+        (lambda p: p["spec"].update(nodeName="n1"), "bound"),
+        (lambda p: p["status"]["conditions"][0].update(reason="SchedulingGated"), "Unschedulable"),
+        (lambda p: p["status"].update(conditions=[]), "Unschedulable"),
+        (lambda p: p["status"].update(phase="Failed"), "finished"),
+    ],
+)
 def test_pods_tenon_must_not_find_room_for(change: Any, why: str) -> None:
     pod = unschedulable_pod()
     change(pod)
@@ -97,13 +121,16 @@ def test_node_added_changed_heartbeat_ignored_and_removed() -> None:
     assert tracker.forget(not_ready) is None
 
 
-@pytest.mark.parametrize("edit", [
-    lambda n: n["spec"].update(taints=[{"key": "k", "effect": "NoSchedule"}]),
-    lambda n: n["spec"].update(unschedulable=True),
-    lambda n: n["status"]["allocatable"].update(cpu="3"),
-    lambda n: n["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z"),
-    lambda n: n["spec"].update(providerID="openstack:///other"),
-])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda n: n["spec"].update(taints=[{"key": "k", "effect": "NoSchedule"}]),
+        lambda n: n["spec"].update(unschedulable=True),
+        lambda n: n["status"]["allocatable"].update(cpu="3"),
+        lambda n: n["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z"),
+        lambda n: n["spec"].update(providerID="openstack:///other"),
+    ],
+)
 def test_node_changes_that_matter(edit: Any) -> None:
     tracker = obs.node_tracker()
     tracker.observe(node())
@@ -119,7 +146,9 @@ def test_relist_reports_what_vanished_during_the_gap_and_nothing_for_unchanged_o
     tracker.observe(node("n2", "u2"))
     events = tracker.relisted([node("n1", "u1"), node("n3", "u3")])
     assert sorted((e.change, e.node["metadata"]["name"]) for e in events) == [  # type: ignore[attr-defined]
-        ("added", "n3"), ("removed", "n2")]
+        ("added", "n3"),
+        ("removed", "n2"),
+    ]
 
 
 def test_a_restored_tracker_derives_nothing_for_what_was_already_published() -> None:
@@ -161,10 +190,13 @@ def test_observation_ids_follow_uid_resource_version_and_change() -> None:
 
 
 def nodepool(name: str, cpu_limit: str = "100", in_use: str = "0") -> dict[str, Any]:
-    return {"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-            "metadata": {"name": name, "uid": f"u-{name}", "resourceVersion": "1"},
-            "spec": {"limits": {"cpu": cpu_limit}, "template": {"spec": {"requirements": []}}},
-            "status": {"resources": {"cpu": in_use}}}
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": name, "uid": f"u-{name}", "resourceVersion": "1"},
+        "spec": {"limits": {"cpu": cpu_limit}, "template": {"spec": {"requirements": []}}},
+        "status": {"resources": {"cpu": in_use}},
+    }
 
 
 def test_snapshots_go_out_on_content_change_only() -> None:
@@ -194,9 +226,13 @@ def test_two_replicas_deciding_the_same_snapshot_step_derive_the_same_id() -> No
 
 def test_daemonset_status_is_not_content() -> None:
     state = obs.SnapshotState(obs.DAEMONSETS)
-    ds = {"apiVersion": "apps/v1", "kind": "DaemonSet",
-          "metadata": {"name": "agent", "namespace": "kube-system", "uid": "u-ds"},
-          "spec": {"template": {"spec": {"containers": [{"name": "a"}]}}}, "status": {"numberReady": 1}}
+    ds = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "agent", "namespace": "kube-system", "uid": "u-ds"},
+        "spec": {"template": {"spec": {"containers": [{"name": "a"}]}}},
+        "status": {"numberReady": 1},
+    }
     first = state.decide([ds])
     assert first is not None
     state.published(first, 3)
@@ -205,10 +241,15 @@ def test_daemonset_status_is_not_content() -> None:
 
 def test_pending_batch_event_ids_batch_id_and_whole_trimmed_pods() -> None:
     pods = [unschedulable_pod("b", "u-b"), unschedulable_pod("a", "u-a")]
-    event = obs.pending_batch_event(pods, opened_at=1_700_000_000.0, closed_at=1_700_000_001.0, closed_by="idle")
-    same = obs.pending_batch_event(list(reversed(pods)), opened_at=1_700_000_000.0, closed_at=1_700_000_002.0,
-                                   closed_by="idle")
-    later = obs.pending_batch_event(pods, opened_at=1_700_000_005.0, closed_at=1_700_000_006.0, closed_by="idle")
+    event = obs.pending_batch_event(
+        pods, opened_at=1_700_000_000.0, closed_at=1_700_000_001.0, closed_by="idle"
+    )
+    same = obs.pending_batch_event(
+        list(reversed(pods)), opened_at=1_700_000_000.0, closed_at=1_700_000_002.0, closed_by="idle"
+    )
+    later = obs.pending_batch_event(
+        pods, opened_at=1_700_000_005.0, closed_at=1_700_000_006.0, closed_by="idle"
+    )
     assert isinstance(event, PendingBatch)
     assert event.batch_id == event.id == event.correlation_id
     assert event.id == same.id != later.id
@@ -237,4 +278,6 @@ def test_an_object_recreated_under_the_same_name_during_a_gap_ends_added() -> No
     tracker.observe(node("n1", "old-uid"))
     events = tracker.relisted([node("n1", "new-uid", rv="40")])
     assert [(e.change, e.node["metadata"]["uid"]) for e in events] == [  # type: ignore[attr-defined]
-        ("removed", "old-uid"), ("added", "new-uid")]
+        ("removed", "old-uid"),
+        ("added", "new-uid"),
+    ]

@@ -22,29 +22,50 @@ def unschedulable(p: dict[str, Any] | None) -> bool:
 
 
 async def test_a_deployment_of_8_pods_is_one_batch_without_daemonset_or_deleted_pods(
-        jetstream_log: JetStreamEventLog) -> None:
+    jetstream_log: JetStreamEventLog,
+) -> None:
     async with running_sandbox("fast") as sandbox:
         store = sandbox.workload_store
         pods_rt = store.resource("v1", "Pod")
         # a node too small for anything, so the DaemonSet makes a pod that is Unschedulable too
         store.create(store.resource("v1", "Node"), node("tiny", cpu="500m"))
-        store.create(store.resource("apps/v1", "DaemonSet"), {
-            "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent", "namespace": "default"},
-            "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": {
-                "metadata": {"labels": {"app": "agent"}},
-                "spec": {"containers": [{"name": "a", "image": "a:1", "resources": {"requests": {"cpu": "1"}}}]}}}})
-        await wait_until(lambda: any(unschedulable(p) for p in store.list(pods_rt, "default")[0]),
-                         what="the DaemonSet pod Unschedulable")
+        store.create(
+            store.resource("apps/v1", "DaemonSet"),
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "metadata": {"name": "agent", "namespace": "default"},
+                "spec": {
+                    "selector": {"matchLabels": {"app": "agent"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "agent"}},
+                        "spec": {
+                            "containers": [
+                                {"name": "a", "image": "a:1", "resources": {"requests": {"cpu": "1"}}}
+                            ]
+                        },
+                    },
+                },
+            },
+        )
+        await wait_until(
+            lambda: any(unschedulable(p) for p in store.list(pods_rt, "default")[0]),
+            what="the DaemonSet pod Unschedulable",
+        )
 
         async with running_watcher(sandbox, jetstream_log, batch_idle_seconds=1.0):
             doomed = pod("doomed", cpu="1", labels={"app": "doomed"})
             doomed["metadata"]["finalizers"] = ["tests.tenon.dev/hold"]
             store.create(pods_rt, doomed)
             store.create(store.resource("apps/v1", "Deployment"), deployment("inflate", 8, cpu="1"))
-            await wait_until(lambda: unschedulable(store.get(pods_rt, "doomed", "default")), what="doomed pending")
+            await wait_until(
+                lambda: unschedulable(store.get(pods_rt, "doomed", "default")), what="doomed pending"
+            )
             store.delete(pods_rt, "doomed", "default")  # held by its finalizer: being deleted, still there
 
-            batches = await wait_for_events(jetstream_log, PendingBatch, lambda b: len(b) >= 1, what="a batch")
+            batches = await wait_for_events(
+                jetstream_log, PendingBatch, lambda b: len(b) >= 1, what="a batch"
+            )
             await asyncio.sleep(1.5)  # longer than the idle window: a second batch would have closed by now
             batches = await logged(jetstream_log, PendingBatch)
             assert len(batches) == 1
@@ -60,19 +81,25 @@ async def test_a_deployment_of_8_pods_is_one_batch_without_daemonset_or_deleted_
                 assert p["metadata"]["uid"]
 
             store.create(pods_rt, pod("late", cpu="1"))
-            batches = await wait_for_events(jetstream_log, PendingBatch, lambda b: len(b) >= 2, what="the next batch")
+            batches = await wait_for_events(
+                jetstream_log, PendingBatch, lambda b: len(b) >= 2, what="the next batch"
+            )
             assert [p["metadata"]["name"] for p in batches[1].pods] == ["late"]
             assert batches[1].id != batches[0].id
 
 
-async def test_pods_still_pending_are_offered_again_after_the_rebatch_delay(jetstream_log: JetStreamEventLog) -> None:
+async def test_pods_still_pending_are_offered_again_after_the_rebatch_delay(
+    jetstream_log: JetStreamEventLog,
+) -> None:
     async with running_sandbox("fast") as sandbox:
         store = sandbox.workload_store
-        async with running_watcher(sandbox, jetstream_log, batch_idle_seconds=0.2, batch_max_seconds=1.0,
-                                   rebatch_seconds=1.0):
+        async with running_watcher(
+            sandbox, jetstream_log, batch_idle_seconds=0.2, batch_max_seconds=1.0, rebatch_seconds=1.0
+        ):
             store.create(store.resource("v1", "Pod"), pod("stuck", cpu="1"))
-            batches = await wait_for_events(jetstream_log, PendingBatch, lambda b: len(b) >= 2, timeout=5,
-                                            what="the pod batched twice")
+            batches = await wait_for_events(
+                jetstream_log, PendingBatch, lambda b: len(b) >= 2, timeout=5, what="the pod batched twice"
+            )
             assert [[p["metadata"]["name"] for p in b.pods] for b in batches[:2]] == [["stuck"], ["stuck"]]
             gap = (batches[1].decided_at - batches[0].decided_at).total_seconds()
             assert gap >= 1.0
@@ -83,8 +110,12 @@ async def test_a_window_larger_than_one_message_goes_out_in_parts(jetstream_log:
         store = sandbox.workload_store
         async with running_watcher(sandbox, jetstream_log, batch_idle_seconds=0.3, batch_max_bytes=16_384):
             store.create(store.resource("apps/v1", "Deployment"), deployment("wide", 30, cpu="1"))
-            batches = await wait_for_events(jetstream_log, PendingBatch, lambda b: sum(len(x.pods) for x in b) >= 30,
-                                            what="all 30 pods batched")
+            batches = await wait_for_events(
+                jetstream_log,
+                PendingBatch,
+                lambda b: sum(len(x.pods) for x in b) >= 30,
+                what="all 30 pods batched",
+            )
             names = [p["metadata"]["name"] for b in batches for p in b.pods]
             assert sorted(names) == sorted(set(names)) and len(names) == 30
             assert len(batches) > 1 and len({b.window_opened_at for b in batches}) == 1

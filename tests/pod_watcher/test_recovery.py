@@ -18,14 +18,21 @@ from tenon.services.pod_watcher.service import PodWatcher, PodWatcherSettings
 
 
 def node(name: str, uid: str, rv: int, **labels: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": uid, "resourceVersion": str(rv),
-                                                             "labels": labels}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "uid": uid, "resourceVersion": str(rv), "labels": labels},
+    }
 
 
 def bound_pod(name: str, rv: int) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "uid": f"u-{name}",
-                                                            "resourceVersion": str(rv)},
-            "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": f"u-{name}", "resourceVersion": str(rv)},
+        "spec": {"nodeName": "n1"},
+        "status": {"phase": "Running"},
+    }
 
 
 async def publish_history(event_log: EventLog) -> None:
@@ -33,21 +40,33 @@ async def publish_history(event_log: EventLog) -> None:
     nodes = obs.node_tracker()
     pods = obs.bound_pod_tracker()
     history = [
-        nodes.observe(node("n1", "u1", 1)), nodes.observe(node("n2", "u2", 2)), nodes.observe(node("n3", "u3a", 3)),
-        nodes.observe(node("n1", "u1", 4, team="blue")), nodes.forget(node("n2", "u2", 5)),
-        nodes.forget(node("n3", "u3a", 6)), nodes.observe(node("n3", "u3b", 7)),
+        nodes.observe(node("n1", "u1", 1)),
+        nodes.observe(node("n2", "u2", 2)),
+        nodes.observe(node("n3", "u3a", 3)),
+        nodes.observe(node("n1", "u1", 4, team="blue")),
+        nodes.forget(node("n2", "u2", 5)),
+        nodes.forget(node("n3", "u3a", 6)),
+        nodes.observe(node("n3", "u3b", 7)),
         pods.observe(bound_pod("web", 8)),
     ]
     for event in history:
         assert event is not None
-        subject = obs.node_subject(event) if type(event).__name__ == "NodeObserved" else obs.bound_pod_subject(event)
+        subject = (
+            obs.node_subject(event)
+            if type(event).__name__ == "NodeObserved"
+            else obs.bound_pod_subject(event)
+        )
         await event_log.publish(subject, event)
     snapshots = obs.SnapshotState(obs.NODEPOOLS)
     snapshot = snapshots.decide([{"kind": "NodePool", "metadata": {"name": "general", "uid": "u-np"}}])
     assert snapshot is not None
     await event_log.publish(subjects.NODEPOOLS, snapshot)
-    batch = obs.pending_batch_event([{"kind": "Pod", "metadata": {"name": "p", "namespace": "default", "uid": "u-p"}}],
-                                    opened_at=time.time() - 2, closed_at=time.time() - 1, closed_by="idle")
+    batch = obs.pending_batch_event(
+        [{"kind": "Pod", "metadata": {"name": "p", "namespace": "default", "uid": "u-p"}}],
+        opened_at=time.time() - 2,
+        closed_at=time.time() - 1,
+        closed_by="idle",
+    )
     await event_log.publish(subjects.PENDING, batch)
 
 
@@ -65,12 +84,17 @@ async def test_jetstream_and_in_memory_logs_recover_the_same_view(jetstream_log:
     views = []
     for event_log in (jetstream_log, memory_log):
         watcher = await recovered(event_log)
-        views.append((
-            {uid: (n["metadata"]["name"], n["metadata"]["resourceVersion"]) for uid, n in watcher.nodes.known.items()},
-            sorted(watcher.bound_pods.known),
-            watcher.snapshots["nodepools"].state.fingerprint is not None,
-            watcher.snapshots["daemonsets"].state.fingerprint,
-        ))
+        views.append(
+            (
+                {
+                    uid: (n["metadata"]["name"], n["metadata"]["resourceVersion"])
+                    for uid, n in watcher.nodes.known.items()
+                },
+                sorted(watcher.bound_pods.known),
+                watcher.snapshots["nodepools"].state.fingerprint is not None,
+                watcher.snapshots["daemonsets"].state.fingerprint,
+            )
+        )
         # the recently batched pod is not offered again before its re-batch time
         watcher.batcher.pod_pending("u-p", {"metadata": {"uid": "u-p"}})
         assert watcher.batcher.window_size == 0

@@ -28,7 +28,9 @@ def observation_keys(events: list[Event]) -> list[tuple[str, str, str, str]]:
     for e in events:
         if isinstance(e, NodeObserved | BoundPodObserved):
             obj = e.node if isinstance(e, NodeObserved) else e.pod
-            out.append((type(e).__name__, obj["metadata"]["uid"], obj["metadata"]["resourceVersion"], e.change))
+            out.append(
+                (type(e).__name__, obj["metadata"]["uid"], obj["metadata"]["resourceVersion"], e.change)
+            )
     return out
 
 
@@ -37,11 +39,16 @@ async def all_events(event_log: JetStreamEventLog) -> list[Event]:
 
 
 async def test_two_replicas_one_leader_takeover_repeats_nothing(
-        nats_settings: ConnectionSettings, jetstream_log: JetStreamEventLog) -> None:
+    nats_settings: ConnectionSettings, jetstream_log: JetStreamEventLog
+) -> None:
     async with running_sandbox("fast") as sandbox:
         store = sandbox.workload_store
-        settings = PodWatcherSettings(kubeconfig=str(sandbox.workload_kubeconfig), batch_idle_seconds=0.3,
-                                      batch_max_seconds=3.0, rebatch_seconds=30.0)
+        settings = PodWatcherSettings(
+            kubeconfig=str(sandbox.workload_kubeconfig),
+            batch_idle_seconds=0.3,
+            batch_max_seconds=3.0,
+            rebatch_seconds=30.0,
+        )
         contexts: dict[str, ServiceContext] = {}
         work = make_work(settings)
 
@@ -49,21 +56,40 @@ async def test_two_replicas_one_leader_takeover_repeats_nothing(
             contexts[ctx.identity] = ctx
             await work(ctx)
 
-        replicas = {identity: asyncio.create_task(serve(SERVICE_NAME, recorded_work, connection=nats_settings,
-                                                        lease_ttl=1.5, identity=identity))
-                    for identity in ("replica-a", "replica-b")}
+        replicas = {
+            identity: asyncio.create_task(
+                serve(SERVICE_NAME, recorded_work, connection=nats_settings, lease_ttl=1.5, identity=identity)
+            )
+            for identity in ("replica-a", "replica-b")
+        }
         try:
             store.create(store.resource("v1", "Node"), node("small", cpu="500m"))  # too small for the pods
             store.create(store.resource("apps/v1", "Deployment"), deployment("inflate", 3, cpu="1"))
-            store.create(store.resource("karpenter.sh/v1", "NodePool"), {
-                "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "general"},
-                "spec": {"template": {"spec": {"requirements": []}}}})
-            await wait_for_events(jetstream_log, PendingBatch, lambda b: sum(len(x.pods) for x in b) == 3,
-                                  what="the 3 pods batched")
-            await wait_for_events(jetstream_log, NodePoolsSnapshot, lambda s: len(s) >= 1, what="a NodePool snapshot")
-            await wait_until(lambda: any(c.get("type") == "Ready" and c.get("status") == "True" for c in
-                                         store.get(store.resource("v1", "Node"), "small")["status"]["conditions"]),
-                             what="the node Ready (so the kubelet changes nothing during the takeover)")
+            store.create(
+                store.resource("karpenter.sh/v1", "NodePool"),
+                {
+                    "apiVersion": "karpenter.sh/v1",
+                    "kind": "NodePool",
+                    "metadata": {"name": "general"},
+                    "spec": {"template": {"spec": {"requirements": []}}},
+                },
+            )
+            await wait_for_events(
+                jetstream_log,
+                PendingBatch,
+                lambda b: sum(len(x.pods) for x in b) == 3,
+                what="the 3 pods batched",
+            )
+            await wait_for_events(
+                jetstream_log, NodePoolsSnapshot, lambda s: len(s) >= 1, what="a NodePool snapshot"
+            )
+            await wait_until(
+                lambda: any(
+                    c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in store.get(store.resource("v1", "Node"), "small")["status"]["conditions"]
+                ),
+                what="the node Ready (so the kubelet changes nothing during the takeover)",
+            )
             await asyncio.sleep(0.5)
             assert len(contexts) == 1  # only the leader ever worked
             (leader,) = contexts
@@ -72,25 +98,38 @@ async def test_two_replicas_one_leader_takeover_repeats_nothing(
             stopped_at = asyncio.get_running_loop().time()
             contexts[leader].stopping.set()
             await asyncio.wait_for(replicas[leader], 10)
-            follower = await wait_until(lambda: next((i for i in contexts if i != leader), None), timeout=5,
-                                        what="the other replica taking over")
+            follower = await wait_until(
+                lambda: next((i for i in contexts if i != leader), None),
+                timeout=5,
+                what="the other replica taking over",
+            )
             took_over = asyncio.get_running_loop().time() - stopped_at
             assert took_over < 3.0
 
             await asyncio.sleep(1.5)  # the new leader recovered, listed everything and settled
             after_takeover = await all_events(jetstream_log)
-            assert [type(e).__name__ for e in after_takeover[len(before):]] == []
+            assert [type(e).__name__ for e in after_takeover[len(before) :]] == []
 
-            store.patch(store.resource("v1", "Node"), "small", None, {"metadata": {"labels": {"team": "blue"}}},
-                        "application/merge-patch+json")
-            await wait_for_events(jetstream_log, NodeObserved,
-                                  lambda e: any(x.node["metadata"]["labels"].get("team") == "blue" for x in e),
-                                  what="the new leader publishing a change made after the takeover")
+            store.patch(
+                store.resource("v1", "Node"),
+                "small",
+                None,
+                {"metadata": {"labels": {"team": "blue"}}},
+                "application/merge-patch+json",
+            )
+            await wait_for_events(
+                jetstream_log,
+                NodeObserved,
+                lambda e: any(x.node["metadata"]["labels"].get("team") == "blue" for x in e),
+                what="the new leader publishing a change made after the takeover",
+            )
 
             everything = await all_events(jetstream_log)
             keys = observation_keys(everything)
             assert len(keys) == len(set(keys))  # no observation twice
-            batched = Counter(p["metadata"]["uid"] for b in await logged(jetstream_log, PendingBatch) for p in b.pods)
+            batched = Counter(
+                p["metadata"]["uid"] for b in await logged(jetstream_log, PendingBatch) for p in b.pods
+            )
             assert set(batched.values()) == {1}  # no pod batched twice (the re-batch delay has not passed)
             assert len(await logged(jetstream_log, NodePoolsSnapshot)) == 1
             assert follower != leader

@@ -26,8 +26,9 @@ KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 
 @pytest.fixture
 async def api_sandbox() -> AsyncIterator[SandboxHandle]:
-    async with running_sandbox(controllers=False, history_size=64, watch_max_seconds=30.0,
-                               bookmark_interval=0.2) as sandbox:
+    async with running_sandbox(
+        controllers=False, history_size=64, watch_max_seconds=30.0, bookmark_interval=0.2
+    ) as sandbox:
         yield sandbox
 
 
@@ -48,33 +49,64 @@ KubectlRunner = Callable[..., Awaitable[KubectlResult]]
 def kubectl(api_sandbox: SandboxHandle, tmp_path: Path) -> KubectlRunner:
     if not os.access(KUBECTL, os.X_OK):
         pytest.skip("kubectl is not installed on this machine")
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
-           "KUBECACHEDIR": str(tmp_path / "cache"), "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path),
+        "KUBECACHEDIR": str(tmp_path / "cache"),
+        "NO_PROXY": "127.0.0.1",
+        "no_proxy": "127.0.0.1",
+    }
 
     async def run(*args: str, stdin: str | None = None, limit_seconds: float = 30.0) -> KubectlResult:
         process = await asyncio.create_subprocess_exec(
-            KUBECTL, "--kubeconfig", str(api_sandbox.workload_kubeconfig), "--cache-dir", str(tmp_path / "cache"),
-            *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=env)
-        out, err = await asyncio.wait_for(process.communicate(stdin.encode() if stdin else None), limit_seconds)
+            KUBECTL,
+            "--kubeconfig",
+            str(api_sandbox.workload_kubeconfig),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            *args,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        out, err = await asyncio.wait_for(
+            process.communicate(stdin.encode() if stdin else None), limit_seconds
+        )
         return KubectlResult(process.returncode or 0, out.decode(), err.decode())
 
     return run
 
 
-def pod_manifest(name: str, *, namespace: str = "default", labels: dict[str, str] | None = None,
-                 node: str | None = None, grace: int | None = None) -> dict[str, Any]:
+def pod_manifest(
+    name: str,
+    *,
+    namespace: str = "default",
+    labels: dict[str, str] | None = None,
+    node: str | None = None,
+    grace: int | None = None,
+) -> dict[str, Any]:
     spec: dict[str, Any] = {"containers": [{"name": "app", "image": "registry.example/app:1"}]}
     if node:
         spec["nodeName"] = node
     if grace is not None:
         spec["terminationGracePeriodSeconds"] = grace
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels or {}}, "spec": spec}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "spec": spec,
+    }
 
 
 def node_manifest(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
-            "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}],
-                                   "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "spec": {},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+        },
+    }

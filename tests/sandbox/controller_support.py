@@ -40,8 +40,15 @@ async def wait_for(check: Callable[[], Any], timeout: float = 5.0, what: str = "
         await asyncio.sleep(0.02)
 
 
-def node(name: str, cpu: str = "4", memory: str = "16Gi", pods: str = "110", labels: dict[str, str] | None = None,
-         taints: list[dict[str, Any]] | None = None, ready: bool = False) -> dict[str, Any]:
+def node(
+    name: str,
+    cpu: str = "4",
+    memory: str = "16Gi",
+    pods: str = "110",
+    labels: dict[str, str] | None = None,
+    taints: list[dict[str, Any]] | None = None,
+    ready: bool = False,
+) -> dict[str, Any]:
     """A Node; ``ready=False`` leaves it for the simulated kubelet to register and make Ready."""
     obj: dict[str, Any] = {
         "apiVersion": "v1",
@@ -55,21 +62,30 @@ def node(name: str, cpu: str = "4", memory: str = "16Gi", pods: str = "110", lab
     return obj
 
 
-def pod(name: str, cpu: str = "100m", memory: str = "64Mi", labels: dict[str, str] | None = None,
-        namespace: str = "default", **spec: Any) -> dict[str, Any]:
+def pod(
+    name: str,
+    cpu: str = "100m",
+    memory: str = "64Mi",
+    labels: dict[str, str] | None = None,
+    namespace: str = "default",
+    **spec: Any,
+) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
         "spec": {
-            "containers": [{"name": "app", "image": "app:1", "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+            "containers": [
+                {"name": "app", "image": "app:1", "resources": {"requests": {"cpu": cpu, "memory": memory}}}
+            ],
             **spec,
         },
     }
 
 
-def deployment(name: str, replicas: int, cpu: str = "1", labels: dict[str, str] | None = None,
-               **pod_spec: Any) -> dict[str, Any]:
+def deployment(
+    name: str, replicas: int, cpu: str = "1", labels: dict[str, str] | None = None, **pod_spec: Any
+) -> dict[str, Any]:
     labels = labels or {"app": name}
     return {
         "apiVersion": "apps/v1",
@@ -81,7 +97,9 @@ def deployment(name: str, replicas: int, cpu: str = "1", labels: dict[str, str] 
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
-                    "containers": [{"name": "app", "image": "app:1", "resources": {"requests": {"cpu": cpu}}}],
+                    "containers": [
+                        {"name": "app", "image": "app:1", "resources": {"requests": {"cpu": cpu}}}
+                    ],
                     **pod_spec,
                 },
             },

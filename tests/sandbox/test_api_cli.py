@@ -19,16 +19,31 @@ REPO = Path(__file__).resolve().parents[2]
 async def _serve_and_stop(tmp_path: Path, signum: int) -> None:
     workload, management = tmp_path / f"w{signum}.kubeconfig", tmp_path / f"m{signum}.kubeconfig"
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "devtools.sandbox", "--port", "0", "--management-port", "0",
-        "--kubeconfig", str(workload), "--management-kubeconfig", str(management), "--no-controllers",
-        cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "devtools.sandbox",
+        "--port",
+        "0",
+        "--management-port",
+        "0",
+        "--kubeconfig",
+        str(workload),
+        "--management-kubeconfig",
+        str(management),
+        "--no-controllers",
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
         async with asyncio.timeout(20):
             # the child writes the files; there is no event to wait on but the file system
             while not (workload.exists() and management.exists()):  # noqa: ASYNC110
                 await asyncio.sleep(0.05)
-        urls = [yaml.safe_load(path.read_text())["clusters"][0]["cluster"]["server"]
-                for path in (workload, management)]
+        urls = [
+            yaml.safe_load(path.read_text())["clusters"][0]["cluster"]["server"]
+            for path in (workload, management)
+        ]
         assert urls[0] != urls[1] and all(u.startswith("http://127.0.0.1:") for u in urls)
         async with aiohttp.ClientSession() as session:
             for url in urls:
@@ -56,9 +71,11 @@ async def test_stops_cleanly_on_sigint_and_sigterm(tmp_path: Path) -> None:
 
 
 def test_bad_options_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
-    for argv, complaint in ((["sandbox", "--time-scale", "-1"], "--time-scale: must be a positive"),
-                            (["sandbox", "--profile", "slow"], "invalid choice: 'slow'"),
-                            (["sandbox", "--port", "70000"], "port: 70000 is outside")):
+    for argv, complaint in (
+        (["sandbox", "--time-scale", "-1"], "--time-scale: must be a positive"),
+        (["sandbox", "--profile", "slow"], "invalid choice: 'slow'"),
+        (["sandbox", "--port", "70000"], "port: 70000 is outside"),
+    ):
         with pytest.raises(SystemExit) as exited:
             tenon_main(argv)
         assert exited.value.code == 2

@@ -60,7 +60,9 @@ async def test_get_apply_scale_delete(api_sandbox: SandboxHandle, kubectl: Kubec
     assert pool.code == 0 and "nodepool.karpenter.sh/general created" in pool.stdout, pool.stderr
     pool_again = await kubectl("apply", "-f", "-", stdin=NODEPOOL.replace('"100"', '"200"'))
     assert "configured" in pool_again.stdout, pool_again.stderr
-    assert store.get(store.resource("karpenter.sh/v1", "NodePool"), "general")["spec"]["limits"]["cpu"] == "200"
+    assert (
+        store.get(store.resource("karpenter.sh/v1", "NodePool"), "general")["spec"]["limits"]["cpu"] == "200"
+    )
 
     scaled = await kubectl("scale", "deployment/web", "--replicas=8")
     assert scaled.code == 0, scaled.stderr
@@ -80,23 +82,56 @@ async def test_cordon_and_drain_respect_budgets(api_sandbox: SandboxHandle, kube
     store = api_sandbox.workload_store
     pods, pdbs = store.resource("v1", "Pod"), store.resource("policy/v1", "PodDisruptionBudget")
     store.create(store.resource("v1", "Node"), node_manifest("node-a"))
-    rs = store.create(store.resource("apps/v1", "ReplicaSet"), {"metadata": {"name": "web", "namespace": "default"},
-                                                                "spec": {"selector": {"matchLabels": {"app": "web"}}}})
-    ds = store.create(store.resource("apps/v1", "DaemonSet"), {"metadata": {"name": "agent", "namespace": "default"},
-                                                               "spec": {"selector": {"matchLabels": {"app": "agent"}}}})
+    rs = store.create(
+        store.resource("apps/v1", "ReplicaSet"),
+        {
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}},
+        },
+    )
+    ds = store.create(
+        store.resource("apps/v1", "DaemonSet"),
+        {
+            "metadata": {"name": "agent", "namespace": "default"},
+            "spec": {"selector": {"matchLabels": {"app": "agent"}}},
+        },
+    )
     for name, owner in (("web-1", rs), ("web-2", rs), ("agent-1", ds)):
         pod = pod_manifest(name, labels={"app": owner["metadata"]["name"]})
-        pod["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner["kind"], "controller": True,
-                                               "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"]}]
+        pod["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": owner["kind"],
+                "controller": True,
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+            }
+        ]
         store.create(pods, pod)
         store.bind(name, "default", "node-a")
         pod = store.get(pods, name, "default")
         store.update(pods, {**pod, "status": {**pod["status"], "phase": "Running"}}, subresource="status")
-    pdb = store.create(pdbs, {"metadata": {"name": "web", "namespace": "default"},
-                              "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}})
-    pdb = store.update(pdbs, {**pdb, "status": {"observedGeneration": 1, "disruptionsAllowed": 0,
-                                                "currentHealthy": 2, "desiredHealthy": 2, "expectedPods": 2}},
-                       subresource="status")
+    pdb = store.create(
+        pdbs,
+        {
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}},
+        },
+    )
+    pdb = store.update(
+        pdbs,
+        {
+            **pdb,
+            "status": {
+                "observedGeneration": 1,
+                "disruptionsAllowed": 0,
+                "currentHealthy": 2,
+                "desiredHealthy": 2,
+                "expectedPods": 2,
+            },
+        },
+        subresource="status",
+    )
 
     cordoned = await kubectl("cordon", "node-a")
     assert cordoned.code == 0 and "cordoned" in cordoned.stdout, cordoned.stderr
@@ -109,7 +144,9 @@ async def test_cordon_and_drain_respect_budgets(api_sandbox: SandboxHandle, kube
 
     # What the PDB controller reports once the budget is relaxed; the next drain evicts both web pods.
     current = store.get(pdbs, "web", "default")
-    store.update(pdbs, {**current, "status": {**current["status"], "disruptionsAllowed": 2}}, subresource="status")
+    store.update(
+        pdbs, {**current, "status": {**current["status"], "disruptionsAllowed": 2}}, subresource="status"
+    )
     drained = await kubectl("drain", "node-a", "--ignore-daemonsets", "--timeout=20s", "--grace-period=0")
     assert drained.code == 0, drained.stderr
     assert "drained" in drained.stdout
@@ -126,9 +163,15 @@ async def test_get_prints_the_usual_columns(api_sandbox: SandboxHandle, kubectl:
     store.create(pods, pod_manifest("bound"))
     store.bind("bound", "default", "node-a")
     store.create(pods, pod_manifest("waiting"))
-    store.create(store.resource("karpenter.sh/v1", "NodeClaim"), {
-        "metadata": {"name": "general-x1", "labels": {"node.kubernetes.io/instance-type": "m5.large"}},
-        "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}})
+    store.create(
+        store.resource("karpenter.sh/v1", "NodeClaim"),
+        {
+            "metadata": {"name": "general-x1", "labels": {"node.kubernetes.io/instance-type": "m5.large"}},
+            "spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
+            },
+        },
+    )
     wide = await kubectl("get", "pods", "-o", "wide")
     assert wide.code == 0, wide.stderr
     header, *rows = [line.split() for line in wide.stdout.strip().splitlines()]
@@ -144,10 +187,12 @@ async def test_get_prints_the_usual_columns(api_sandbox: SandboxHandle, kubectl:
 
 async def test_create_generators_send_protobuf(api_sandbox: SandboxHandle, kubectl: KubectlRunner) -> None:
     # kubectl create namespace|deployment|pdb POST application/vnd.kubernetes.protobuf, not JSON
-    for args in (("create", "namespace", "team"),
-                 ("-n", "team", "create", "deployment", "web", "--image=nginx:1.27", "--replicas=8", "--port=80"),
-                 ("-n", "team", "create", "pdb", "web", "--selector=app=web", "--min-available=50%"),
-                 ("-n", "team", "create", "deployment", "idle", "--image=x", "--replicas=0")):
+    for args in (
+        ("create", "namespace", "team"),
+        ("-n", "team", "create", "deployment", "web", "--image=nginx:1.27", "--replicas=8", "--port=80"),
+        ("-n", "team", "create", "pdb", "web", "--selector=app=web", "--min-available=50%"),
+        ("-n", "team", "create", "deployment", "idle", "--image=x", "--replicas=0"),
+    ):
         result = await kubectl(*args)
         assert result.code == 0, result.stderr
     store = api_sandbox.workload_store
@@ -155,13 +200,18 @@ async def test_create_generators_send_protobuf(api_sandbox: SandboxHandle, kubec
     assert deployment["spec"]["replicas"] == 8
     assert deployment["spec"]["selector"] == {"matchLabels": {"app": "web"}}
     container = deployment["spec"]["template"]["spec"]["containers"][0]
-    assert (container["name"], container["image"], container["ports"]) == ("nginx", "nginx:1.27",
-                                                                          [{"containerPort": 80}])
+    assert (container["name"], container["image"], container["ports"]) == (
+        "nginx",
+        "nginx:1.27",
+        [{"containerPort": 80}],
+    )
     assert store.get(store.resource("apps/v1", "Deployment"), "idle", "team")["spec"]["replicas"] == 0
     pdb = store.get(store.resource("policy/v1", "PodDisruptionBudget"), "web", "team")
     assert pdb["spec"] == {"minAvailable": "50%", "selector": {"matchLabels": {"app": "web"}}}
     unsupported = await kubectl("create", "configmap", "settings")  # not a kind the sandbox serves
-    assert unsupported.code != 0 and '"configmaps" is not served in v1' in unsupported.stderr, unsupported.stderr
+    assert unsupported.code != 0 and '"configmaps" is not served in v1' in unsupported.stderr, (
+        unsupported.stderr
+    )
 
 
 async def test_server_side_dry_run_and_diff(api_sandbox: SandboxHandle, kubectl: KubectlRunner) -> None:

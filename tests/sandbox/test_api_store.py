@@ -32,7 +32,9 @@ def store() -> Store:
 
 def test_create_assigns_identity_and_generate_name(store: Store) -> None:
     pods = store.resource("v1", "Pod")
-    created = store.create(pods, {**pod_manifest(""), "metadata": {"generateName": "web-", "namespace": "default"}})
+    created = store.create(
+        pods, {**pod_manifest(""), "metadata": {"generateName": "web-", "namespace": "default"}}
+    )
     meta = created["metadata"]
     assert meta["name"].startswith("web-") and len(meta["name"]) == len("web-") + 5
     assert meta["uid"] and meta["creationTimestamp"].endswith("Z")
@@ -64,15 +66,24 @@ def test_invalid_objects_are_rejected_naming_the_field(store: Store) -> None:
         store.create(nodes, node_manifest("n2", {"zone": "eu west"}))
     with pytest.raises(Invalid, match=r"metadata\.labels\[-bad\]"):
         store.create(nodes, node_manifest("n2", {"-bad": "x"}))
-    assert store.create(nodes, node_manifest("n2", {"topology.kubernetes.io/zone": "eu-west-1a",
-                                                    "node-role.kubernetes.io/worker": ""}))
+    assert store.create(
+        nodes,
+        node_manifest(
+            "n2", {"topology.kubernetes.io/zone": "eu-west-1a", "node-role.kubernetes.io/worker": ""}
+        ),
+    )
 
 
 def test_stale_update_conflicts_and_status_is_a_separate_subresource(store: Store) -> None:
     deployments = store.resource("apps/v1", "Deployment")
-    created = store.create(deployments, {"metadata": {"name": "web", "namespace": "default"},
-                                         "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}},
-                                         "status": {"replicas": 99}})
+    created = store.create(
+        deployments,
+        {
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}},
+            "status": {"replicas": 99},
+        },
+    )
     assert "status" not in created and created["metadata"]["generation"] == 1
     with_status = dict(created, status={"replicas": 2})
     updated = store.update(deployments, with_status, subresource="status")
@@ -108,34 +119,81 @@ def test_strategic_merge_patch_uses_merge_keys(store: Store) -> None:
     pod["spec"]["containers"].append({"name": "sidecar", "image": "side:1"})
     pod["metadata"]["finalizers"] = ["a/one"]
     store.create(pods, pod)
-    patched = store.patch(pods, "p", "default", {
-        "metadata": {"finalizers": ["b/two"], "ownerReferences": [
-            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u1"}]},
-        "spec": {"containers": [{"name": "sidecar", "image": "side:2"}]}}, SMP)
-    assert [(c["name"], c["image"]) for c in patched["spec"]["containers"]] == \
-        [("app", "registry.example/app:1"), ("sidecar", "side:2")]
+    patched = store.patch(
+        pods,
+        "p",
+        "default",
+        {
+            "metadata": {
+                "finalizers": ["b/two"],
+                "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u1"}
+                ],
+            },
+            "spec": {"containers": [{"name": "sidecar", "image": "side:2"}]},
+        },
+        SMP,
+    )
+    assert [(c["name"], c["image"]) for c in patched["spec"]["containers"]] == [
+        ("app", "registry.example/app:1"),
+        ("sidecar", "side:2"),
+    ]
     assert patched["metadata"]["finalizers"] == ["a/one", "b/two"]  # set union, not replacement
-    patched = store.patch(pods, "p", "default", {"metadata": {"ownerReferences": [
-        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs2", "uid": "u2"}]}}, SMP)
+    patched = store.patch(
+        pods,
+        "p",
+        "default",
+        {
+            "metadata": {
+                "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs2", "uid": "u2"}
+                ]
+            }
+        },
+        SMP,
+    )
     assert [r["uid"] for r in patched["metadata"]["ownerReferences"]] == ["u1", "u2"]
-    patched = store.patch(pods, "p", "default", {"metadata": {"$deleteFromPrimitiveList/finalizers": ["a/one"]}},
-                          SMP)
+    patched = store.patch(
+        pods, "p", "default", {"metadata": {"$deleteFromPrimitiveList/finalizers": ["a/one"]}}, SMP
+    )
     assert patched["metadata"]["finalizers"] == ["b/two"]
     deployments = store.resource("apps/v1", "Deployment")
-    store.create(deployments, {"metadata": {"name": "d", "namespace": "default"},
-                               "spec": {"template": {"spec": {"containers": pod["spec"]["containers"]}}}})
-    trimmed = store.patch(deployments, "d", "default", {"spec": {"template": {"spec": {"containers": [
-        {"name": "sidecar", "$patch": "delete"}]}}}}, SMP)
+    store.create(
+        deployments,
+        {
+            "metadata": {"name": "d", "namespace": "default"},
+            "spec": {"template": {"spec": {"containers": pod["spec"]["containers"]}}},
+        },
+    )
+    trimmed = store.patch(
+        deployments,
+        "d",
+        "default",
+        {"spec": {"template": {"spec": {"containers": [{"name": "sidecar", "$patch": "delete"}]}}}},
+        SMP,
+    )
     assert [c["name"] for c in trimmed["spec"]["template"]["spec"]["containers"]] == ["app"]
 
     node = node_manifest("n1")
     node["spec"]["taints"] = [{"key": "a", "effect": "NoSchedule"}]
     store.create(nodes, node)
-    node_after = store.patch(nodes, "n1", None, {"spec": {"taints": [{"key": "b", "effect": "NoExecute"}]}}, SMP)
+    node_after = store.patch(
+        nodes, "n1", None, {"spec": {"taints": [{"key": "b", "effect": "NoExecute"}]}}, SMP
+    )
     assert node_after["spec"]["taints"] == [{"key": "b", "effect": "NoExecute"}]  # taints: atomic list
-    status_after = store.patch(nodes, "n1", None, {"status": {
-        "conditions": [{"type": "DiskPressure", "status": "False"}],
-        "addresses": [{"type": "Hostname", "address": "n1"}]}}, SMP, subresource="status")
+    status_after = store.patch(
+        nodes,
+        "n1",
+        None,
+        {
+            "status": {
+                "conditions": [{"type": "DiskPressure", "status": "False"}],
+                "addresses": [{"type": "Hostname", "address": "n1"}],
+            }
+        },
+        SMP,
+        subresource="status",
+    )
     assert [c["type"] for c in status_after["status"]["conditions"]] == ["Ready", "DiskPressure"]
     assert [a["type"] for a in status_after["status"]["addresses"]] == ["InternalIP", "Hostname"]
 
@@ -145,15 +203,30 @@ def test_merge_patch_replaces_lists_and_json_patch_applies_operations(store: Sto
     store.create(nodes, node_manifest("n1", {"zone": "a"}))
     merged = store.patch(nodes, "n1", None, {"metadata": {"labels": {"zone": None, "team": "x"}}}, MERGE)
     assert merged["metadata"]["labels"] == {"kubernetes.io/hostname": "n1", "team": "x"}
-    merged = store.patch(nodes, "n1", None, {"status": {"addresses": [{"type": "Hostname", "address": "h"}]}},
-                         MERGE, subresource="status")
+    merged = store.patch(
+        nodes,
+        "n1",
+        None,
+        {"status": {"addresses": [{"type": "Hostname", "address": "h"}]}},
+        MERGE,
+        subresource="status",
+    )
     assert merged["status"]["addresses"] == [{"type": "Hostname", "address": "h"}]
-    patched = store.patch(nodes, "n1", None, [{"op": "add", "path": "/spec/unschedulable", "value": True},
-                                              {"op": "test", "path": "/metadata/labels/team", "value": "x"}],
-                          JSON_PATCH)
+    patched = store.patch(
+        nodes,
+        "n1",
+        None,
+        [
+            {"op": "add", "path": "/spec/unschedulable", "value": True},
+            {"op": "test", "path": "/metadata/labels/team", "value": "x"},
+        ],
+        JSON_PATCH,
+    )
     assert patched["spec"]["unschedulable"] is True
     with pytest.raises(Invalid):
-        store.patch(nodes, "n1", None, [{"op": "test", "path": "/metadata/labels/team", "value": "y"}], JSON_PATCH)
+        store.patch(
+            nodes, "n1", None, [{"op": "test", "path": "/metadata/labels/team", "value": "y"}], JSON_PATCH
+        )
     with pytest.raises(BadRequest, match="list of operations"):
         store.patch(nodes, "n1", None, {"spec": {"unschedulable": False}}, JSON_PATCH)
     stale = {"metadata": {"resourceVersion": "1"}, "spec": {"unschedulable": False}}
@@ -197,8 +270,13 @@ def test_label_and_field_selectors(store: Store) -> None:
 def test_limit_and_continue_page_through_everything_once(store: Store) -> None:
     events = store.resource("v1", "Event")
     for i in range(7):
-        store.create(events, {"metadata": {"name": f"e{i}", "namespace": "default"},
-                              "involvedObject": {"kind": "Pod", "name": "p"}})
+        store.create(
+            events,
+            {
+                "metadata": {"name": f"e{i}", "namespace": "default"},
+                "involvedObject": {"kind": "Pod", "name": "p"},
+            },
+        )
     seen, token, pages = [], None, 0
     while True:
         page = store.list_page(events, "default", limit=3, continue_token=token)
@@ -228,7 +306,9 @@ def test_expired_continue_token_is_410() -> None:
 
 def test_finalizers_hold_deletion_until_removed(store: Store) -> None:
     nodeclaims = store.resource("karpenter.sh/v1", "NodeClaim")
-    store.create(nodeclaims, {"metadata": {"name": "nc", "finalizers": ["karpenter.sh/termination"]}, "spec": {}})
+    store.create(
+        nodeclaims, {"metadata": {"name": "nc", "finalizers": ["karpenter.sh/termination"]}, "spec": {}}
+    )
     remaining = store.delete(nodeclaims, "nc")
     assert remaining is not None and remaining["metadata"]["deletionTimestamp"]
     assert store.get(nodeclaims, "nc")["metadata"]["deletionTimestamp"]
@@ -251,10 +331,20 @@ def test_graceful_pod_deletion_and_immediate_for_unbound(store: Store) -> None:
 
 async def test_owner_references_are_garbage_collected_in_the_background(store: Store) -> None:
     replicasets, pods = store.resource("apps/v1", "ReplicaSet"), store.resource("v1", "Pod")
-    rs = store.create(replicasets, {"metadata": {"name": "rs", "namespace": "default"},
-                                    "spec": {"selector": {"matchLabels": {"a": "b"}}}})
-    ref = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": rs["metadata"]["uid"],
-           "controller": True}
+    rs = store.create(
+        replicasets,
+        {
+            "metadata": {"name": "rs", "namespace": "default"},
+            "spec": {"selector": {"matchLabels": {"a": "b"}}},
+        },
+    )
+    ref = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "name": "rs",
+        "uid": rs["metadata"]["uid"],
+        "controller": True,
+    }
     for name in ("p1", "p2"):
         pod = pod_manifest(name)
         pod["metadata"]["ownerReferences"] = [ref]
@@ -281,20 +371,41 @@ def test_eviction_honours_pod_disruption_budgets(store: Store) -> None:
         store.bind(name, "default", "n1")
         pod = store.get(pods, name, "default")
         store.update(pods, {**pod, "status": {**pod["status"], "phase": "Running"}}, subresource="status")
-    pdb = store.create(pdbs, {"metadata": {"name": "web", "namespace": "default"},
-                              "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}})
-    pdb = store.update(pdbs, {**pdb, "status": {"observedGeneration": 1, "disruptionsAllowed": 0,
-                                                "currentHealthy": 2, "desiredHealthy": 2, "expectedPods": 2}},
-                       subresource="status")
+    pdb = store.create(
+        pdbs,
+        {
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}},
+        },
+    )
+    pdb = store.update(
+        pdbs,
+        {
+            **pdb,
+            "status": {
+                "observedGeneration": 1,
+                "disruptionsAllowed": 0,
+                "currentHealthy": 2,
+                "desiredHealthy": 2,
+                "expectedPods": 2,
+            },
+        },
+        subresource="status",
+    )
     with pytest.raises(TooManyRequests) as blocked:
         store.evict("a", "default")
     assert blocked.value.code == 429
-    assert "needs 2 healthy pods and has 2 currently" in blocked.value.to_status()["details"]["causes"][0]["message"]
+    assert (
+        "needs 2 healthy pods and has 2 currently"
+        in blocked.value.to_status()["details"]["causes"][0]["message"]
+    )
     assert not store.get(pods, "a", "default")["metadata"].get("deletionTimestamp")
 
     store.update(pdbs, {**pdb, "status": {**pdb["status"], "disruptionsAllowed": 1}}, subresource="status")
     assert store.evict("a", "default")["status"] == "Success"
-    assert store.get(pods, "a", "default")["metadata"]["deletionTimestamp"]  # graceful: the kubelet finishes it
+    assert store.get(pods, "a", "default")["metadata"][
+        "deletionTimestamp"
+    ]  # graceful: the kubelet finishes it
     after = store.get(pdbs, "web", "default")["status"]
     assert after["disruptionsAllowed"] == 0 and "a" in after["disruptedPods"]
     with pytest.raises(TooManyRequests):
@@ -330,7 +441,9 @@ async def test_watch_replays_from_a_resource_version_and_expires_when_too_old(st
 async def test_watch_with_selector_reports_objects_leaving_and_entering(store: Store) -> None:
     pods = store.resource("v1", "Pod")
     store.create(pods, pod_manifest("a", labels={"app": "web"}))
-    watch = store.watch(pods, "default", label_selector="app=web", allow_bookmarks=True, bookmark_interval=0.05)
+    watch = store.watch(
+        pods, "default", label_selector="app=web", allow_bookmarks=True, bookmark_interval=0.05
+    )
     first = await asyncio.wait_for(watch.__anext__(), 1)
     assert (first.type, first.object["metadata"]["name"]) == ("ADDED", "a")  # synthetic initial event
     store.patch(pods, "a", "default", {"metadata": {"labels": {"app": "db"}}}, MERGE)
@@ -355,21 +468,38 @@ async def test_a_watcher_too_far_behind_is_ended_not_buffered_forever() -> None:
     received = [event.object["metadata"]["name"] async for event in watch]
     assert received == ["p0", "p1", "p2"] and watch.overflowed
     assert store.watcher_count(pods) == 0
-    resumed = store.watch(pods, resource_version=store.get(pods, "p2", "default")["metadata"]["resourceVersion"])
+    resumed = store.watch(
+        pods, resource_version=store.get(pods, "p2", "default")["metadata"]["resourceVersion"]
+    )
     assert [(await resumed.__anext__()).object["metadata"]["name"] for _ in range(2)] == ["p3", "p4"]
 
 
 async def test_foreground_deletion_keeps_the_owner_until_dependents_are_gone(store: Store) -> None:
-    deployments, replicasets = store.resource("apps/v1", "Deployment"), store.resource("apps/v1", "ReplicaSet")
+    deployments, replicasets = (
+        store.resource("apps/v1", "Deployment"),
+        store.resource("apps/v1", "ReplicaSet"),
+    )
     pods = store.resource("v1", "Pod")
     deployment = store.create(deployments, {"metadata": {"name": "web", "namespace": "default"}, "spec": {}})
 
     def ref(owner: dict[str, Any]) -> list[dict[str, Any]]:
-        return [{"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
-                 "uid": owner["metadata"]["uid"], "blockOwnerDeletion": True}]
+        return [
+            {
+                "apiVersion": owner["apiVersion"],
+                "kind": owner["kind"],
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+                "blockOwnerDeletion": True,
+            }
+        ]
 
-    rs = store.create(replicasets, {"metadata": {"name": "web-1", "namespace": "default",
-                                                 "ownerReferences": ref(deployment)}, "spec": {}})
+    rs = store.create(
+        replicasets,
+        {
+            "metadata": {"name": "web-1", "namespace": "default", "ownerReferences": ref(deployment)},
+            "spec": {},
+        },
+    )
     pod = pod_manifest("web-1-a", grace=30)
     pod["metadata"]["ownerReferences"] = ref(rs)
     store.create(pods, pod)

@@ -13,8 +13,14 @@ from tests.sandbox.controller_support import condition, rt, running_controllers,
 CAPACITY = "capacity.cluster-autoscaler.kubernetes.io/"
 
 
-def machine_deployment(name: str, replicas: int, *, karpenter: bool = True, version: str = "v1beta2",
-                       annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def machine_deployment(
+    name: str,
+    replicas: int,
+    *,
+    karpenter: bool = True,
+    version: str = "v1beta2",
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
     labels = {"node.cluster.x-k8s.io/karpenter-member": ""} if karpenter else {}
     return {
         "apiVersion": f"cluster.x-k8s.io/{version}",
@@ -85,12 +91,22 @@ async def test_machine_deployment_scale_up_phases_and_nodes() -> None:
         assert node["status"]["allocatable"] == node["status"]["capacity"]
         taint_keys = {t["key"] for t in node["spec"]["taints"]}
         assert {"dedicated", "startup", "karpenter.sh/unregistered"} <= taint_keys
-        ready = await wait_for(lambda: (n := store.get(nodes_rt, node["metadata"]["name"])) and
-                               (condition(n, "Ready") or {}).get("status") == "True" and n, what="node Ready")
+        ready = await wait_for(
+            lambda: (
+                (n := store.get(nodes_rt, node["metadata"]["name"]))
+                and (condition(n, "Ready") or {}).get("status") == "True"
+                and n
+            ),
+            what="node Ready",
+        )
         assert "node.kubernetes.io/not-ready" not in {t["key"] for t in ready["spec"]["taints"]}
         assert "karpenter.sh/unregistered" in {t["key"] for t in ready["spec"]["taints"]}  # Karpenter's job
-        status = await wait_for(lambda: (s := store.get(md_rt, "c3-8", "default").get("status") or {})
-                                .get("readyReplicas") == 2 and s, what="MD readyReplicas 2")
+        status = await wait_for(
+            lambda: (
+                (s := store.get(md_rt, "c3-8", "default").get("status") or {}).get("readyReplicas") == 2 and s
+            ),
+            what="MD readyReplicas 2",
+        )
         assert status["replicas"] == 2 and status["phase"] == "Running"
 
 
@@ -109,14 +125,24 @@ async def test_scale_down_removes_the_marked_machine_and_its_node() -> None:
         md = store.get(md_rt, "pool", "default")
         md["spec"]["replicas"] = 2
         store.update(md_rt, md)
-        deleting = await wait_for(lambda: [m for m in store.list(machine_rt)[0] if m["metadata"].get(
-            "deletionTimestamp")], what="a machine deleting")
+        deleting = await wait_for(
+            lambda: [m for m in store.list(machine_rt)[0] if m["metadata"].get("deletionTimestamp")],
+            what="a machine deleting",
+        )
         assert [m["metadata"]["name"] for m in deleting] == [target]
-        await wait_for(lambda: sorted(m["metadata"]["name"] for m in store.list(machine_rt)[0]) ==
-                       [n for n in names if n != target], what="marked machine gone")
-        assert sorted(n["metadata"]["name"] for n in store.list(nodes_rt)[0]) == [n for n in names if n != target]
+        await wait_for(
+            lambda: (
+                sorted(m["metadata"]["name"] for m in store.list(machine_rt)[0])
+                == [n for n in names if n != target]
+            ),
+            what="marked machine gone",
+        )
+        assert sorted(n["metadata"]["name"] for n in store.list(nodes_rt)[0]) == [
+            n for n in names if n != target
+        ]
         assert "karpenter.sh/unregistered" not in {
-            t["key"] for n in store.list(nodes_rt)[0] for t in n["spec"].get("taints") or []}
+            t["key"] for n in store.list(nodes_rt)[0] for t in n["spec"].get("taints") or []
+        }
 
 
 async def test_deleting_a_node_keeps_the_machine_and_deleting_a_machine_removes_its_node() -> None:
@@ -128,24 +154,42 @@ async def test_deleting_a_node_keeps_the_machine_and_deleting_a_machine_removes_
         await wait_for(lambda: len(store.list(nodes_rt)[0]) == 2, what="2 nodes")
         first, second = sorted(m["metadata"]["name"] for m in store.list(machine_rt)[0])
         store.delete(nodes_rt, first)
-        await wait_for(lambda: (condition(store.get(machine_rt, first, "default"), "NodeHealthy") or {})
-                       .get("reason") == "NodeNotFound", what="machine notices its node is gone")
+        await wait_for(
+            lambda: (
+                (condition(store.get(machine_rt, first, "default"), "NodeHealthy") or {}).get("reason")
+                == "NodeNotFound"
+            ),
+            what="machine notices its node is gone",
+        )
         assert len(store.list(machine_rt)[0]) == 2
         assert [n["metadata"]["name"] for n in store.list(nodes_rt)[0]] == [second]
         store.delete(machine_rt, second, "default")  # the MD replaces it; its node must go
-        await wait_for(lambda: second not in {n["metadata"]["name"] for n in store.list(nodes_rt)[0]}
-                       and second not in {m["metadata"]["name"] for m in store.list(machine_rt)[0]},
-                       what="machine and node removed")
-        await wait_for(lambda: len([m for m in store.list(machine_rt)[0]
-                                    if not m["metadata"].get("deletionTimestamp")]) == 2, what="replacement machine")
+        await wait_for(
+            lambda: (
+                second not in {n["metadata"]["name"] for n in store.list(nodes_rt)[0]}
+                and second not in {m["metadata"]["name"] for m in store.list(machine_rt)[0]}
+            ),
+            what="machine and node removed",
+        )
+        await wait_for(
+            lambda: (
+                len([m for m in store.list(machine_rt)[0] if not m["metadata"].get("deletionTimestamp")]) == 2
+            ),
+            what="replacement machine",
+        )
 
 
 async def test_bad_capacity_annotation_is_reported_on_the_machine() -> None:
     async with running_controllers() as store:
         md_rt = rt(store, "cluster.x-k8s.io/v1beta2", "MachineDeployment")
         store.create(md_rt, machine_deployment("broken", 1, annotations={CAPACITY + "cpu": "four"}))
-        event = await wait_for(lambda: next((e for e in store.list(rt(store, "v1", "Event"))[0]
-                                             if e["reason"] == "NodeCreationFailed"), None), what="warning event")
+        event = await wait_for(
+            lambda: next(
+                (e for e in store.list(rt(store, "v1", "Event"))[0] if e["reason"] == "NodeCreationFailed"),
+                None,
+            ),
+            what="warning event",
+        )
         assert "machinedeployment default/broken" in event["message"]
         assert CAPACITY + "cpu" in event["message"]
         assert event["involvedObject"]["kind"] == "Machine"
@@ -159,18 +203,36 @@ def test_deletion_order_follows_cluster_api_priorities() -> None:
             meta["annotations"] = {"cluster.x-k8s.io/delete-machine": ""}
         return {"metadata": meta, "status": {"nodeRef": {"name": name}} if node else {}}
 
-    machines = [machine("old", "2026-01-01T00:00:00Z"), machine("new", "2026-06-01T00:00:00Z"),
-                machine("booting", "2026-03-01T00:00:00Z", node=False),
-                machine("marked", "2026-02-01T00:00:00Z", marked=True)]
-    assert [m["metadata"]["name"] for m in deletion_order(machines, "Oldest")] == ["marked", "booting", "old", "new"]
-    assert [m["metadata"]["name"] for m in deletion_order(machines, "Newest")] == ["marked", "booting", "new", "old"]
+    machines = [
+        machine("old", "2026-01-01T00:00:00Z"),
+        machine("new", "2026-06-01T00:00:00Z"),
+        machine("booting", "2026-03-01T00:00:00Z", node=False),
+        machine("marked", "2026-02-01T00:00:00Z", marked=True),
+    ]
+    assert [m["metadata"]["name"] for m in deletion_order(machines, "Oldest")] == [
+        "marked",
+        "booting",
+        "old",
+        "new",
+    ]
+    assert [m["metadata"]["name"] for m in deletion_order(machines, "Newest")] == [
+        "marked",
+        "booting",
+        "new",
+        "old",
+    ]
     assert [m["metadata"]["name"] for m in deletion_order(machines, "Random")][:2] == ["marked", "booting"]
 
 
 def test_bad_taint_annotation_names_the_machine_deployment() -> None:
     md = machine_deployment("pool", 1, annotations={CAPACITY + "taints": "no-effect"})
-    machine = {"metadata": {"name": "pool-abcde", "namespace": "default"}, "spec": {"providerID": "openstack:///x"}}
-    with pytest.raises(ValueError, match=r"machinedeployment default/pool: annotation .*taints: expected key=value:Effect"):
+    machine = {
+        "metadata": {"name": "pool-abcde", "namespace": "default"},
+        "spec": {"providerID": "openstack:///x"},
+    }
+    with pytest.raises(
+        ValueError, match=r"machinedeployment default/pool: annotation .*taints: expected key=value:Effect"
+    ):
         node_for_machine(machine, md)
 
 
@@ -181,7 +243,9 @@ async def test_field_profile_keeps_the_measured_order_and_spacing() -> None:
         machine_rt = rt(store, "cluster.x-k8s.io/v1beta2", "Machine")
         nodes_rt = rt(store, "v1", "Node")
         start = loop.time()
-        store.create(rt(store, "cluster.x-k8s.io/v1beta2", "MachineDeployment"), machine_deployment("pool", 1))
+        store.create(
+            rt(store, "cluster.x-k8s.io/v1beta2", "MachineDeployment"), machine_deployment("pool", 1)
+        )
         seen: dict[str, float] = {}
 
         def progress() -> bool:

@@ -50,23 +50,53 @@ async def test_unschedulable_pods_run_once_cluster_api_nodes_join() -> None:
             async def unschedulable() -> bool:
                 pods = (await core.list_namespaced_pod("default", label_selector="app=web")).items
                 return len(pods) == 8 and all(
-                    any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in p.status.conditions or [])
-                    for p in pods)
+                    any(
+                        c.type == "PodScheduled" and c.reason == "Unschedulable"
+                        for c in p.status.conditions or []
+                    )
+                    for p in pods
+                )
 
             await poll(unschedulable, what="8 Unschedulable pods")
 
-            await capi.create_namespaced_custom_object(GROUP, VERSION, "default", "machinedeployments", {
-                "apiVersion": f"{GROUP}/{VERSION}", "kind": "MachineDeployment",
-                "metadata": {"name": "c3-16", "annotations": {
-                    "capacity.cluster-autoscaler.kubernetes.io/cpu": "8",
-                    "capacity.cluster-autoscaler.kubernetes.io/memory": "30Gi"}},
-                "spec": {"clusterName": "ovh", "replicas": 0, "selector": {"matchLabels": {}},
-                         "template": {"spec": {"clusterName": "ovh", "bootstrap": {},
-                                               "infrastructureRef": {"kind": "OpenStackMachineTemplate",
-                                                                     "name": "c3-16"}}}}})
+            await capi.create_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                "default",
+                "machinedeployments",
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "MachineDeployment",
+                    "metadata": {
+                        "name": "c3-16",
+                        "annotations": {
+                            "capacity.cluster-autoscaler.kubernetes.io/cpu": "8",
+                            "capacity.cluster-autoscaler.kubernetes.io/memory": "30Gi",
+                        },
+                    },
+                    "spec": {
+                        "clusterName": "ovh",
+                        "replicas": 0,
+                        "selector": {"matchLabels": {}},
+                        "template": {
+                            "spec": {
+                                "clusterName": "ovh",
+                                "bootstrap": {},
+                                "infrastructureRef": {"kind": "OpenStackMachineTemplate", "name": "c3-16"},
+                            }
+                        },
+                    },
+                },
+            )
             await capi.patch_namespaced_custom_object(
-                GROUP, VERSION, "default", "machinedeployments", "c3-16", {"spec": {"replicas": 2}},
-                _content_type="application/merge-patch+json")
+                GROUP,
+                VERSION,
+                "default",
+                "machinedeployments",
+                "c3-16",
+                {"spec": {"replicas": 2}},
+                _content_type="application/merge-patch+json",
+            )
 
             async def all_running() -> bool:
                 pods = (await core.list_namespaced_pod("default", label_selector="app=web")).items
@@ -77,20 +107,37 @@ async def test_unschedulable_pods_run_once_cluster_api_nodes_join() -> None:
             assert len(nodes) == 2
             assert all(n.metadata.labels["node.kubernetes.io/instance-type"] == "c3-16" for n in nodes)
 
-            machines = (await capi.list_namespaced_custom_object(GROUP, VERSION, "default", "machines"))["items"]
+            machines = (await capi.list_namespaced_custom_object(GROUP, VERSION, "default", "machines"))[
+                "items"
+            ]
             assert {m["status"]["phase"] for m in machines} == {"Running"}
             target = machines[0]["metadata"]["name"]
             await capi.patch_namespaced_custom_object(
-                GROUP, VERSION, "default", "machines", target,
+                GROUP,
+                VERSION,
+                "default",
+                "machines",
+                target,
                 {"metadata": {"annotations": {"cluster.x-k8s.io/delete-machine": "yes"}}},
-                _content_type="application/merge-patch+json")
+                _content_type="application/merge-patch+json",
+            )
             await capi.patch_namespaced_custom_object(
-                GROUP, VERSION, "default", "machinedeployments", "c3-16", {"spec": {"replicas": 1}},
-                _content_type="application/merge-patch+json")
+                GROUP,
+                VERSION,
+                "default",
+                "machinedeployments",
+                "c3-16",
+                {"spec": {"replicas": 1}},
+                _content_type="application/merge-patch+json",
+            )
 
             async def marked_gone() -> bool:
-                names = {m["metadata"]["name"] for m in (await capi.list_namespaced_custom_object(
-                    GROUP, VERSION, "default", "machines"))["items"]}
+                names = {
+                    m["metadata"]["name"]
+                    for m in (
+                        await capi.list_namespaced_custom_object(GROUP, VERSION, "default", "machines")
+                    )["items"]
+                }
                 node_names = {n.metadata.name for n in (await core.list_node()).items}
                 return target not in names and target not in node_names and len(names) == 1
 
@@ -100,8 +147,16 @@ async def test_unschedulable_pods_run_once_cluster_api_nodes_join() -> None:
 async def kubectl(kubeconfig: Any, home: Any, *args: str) -> tuple[int, str, str]:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "NO_PROXY": "127.0.0.1"}
     process = await asyncio.create_subprocess_exec(
-        KUBECTL, "--kubeconfig", str(kubeconfig), "--cache-dir", str(home / "cache"), *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
+        KUBECTL,
+        "--kubeconfig",
+        str(kubeconfig),
+        "--cache-dir",
+        str(home / "cache"),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
     out, err = await asyncio.wait_for(process.communicate(), 60)
     return process.returncode or 0, out.decode(), err.decode()
 
@@ -113,21 +168,29 @@ async def test_kubectl_drain_moves_pods_while_the_budget_holds(tmp_path: Any) ->
         for name in ("a", "b"):
             store.create(store.resource("v1", "Node"), node(name, cpu="4"))
         store.create(store.resource("apps/v1", "Deployment"), deployment("web", 3, cpu="1"))
-        store.create(store.resource("policy/v1", "PodDisruptionBudget"), {
-            "metadata": {"name": "web", "namespace": "default"},
-            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}})
+        store.create(
+            store.resource("policy/v1", "PodDisruptionBudget"),
+            {
+                "metadata": {"name": "web", "namespace": "default"},
+                "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}},
+            },
+        )
 
         def running_on() -> list[str]:
             pods = store.list(store.resource("v1", "Pod"), label_selector="app=web")[0]
-            return sorted(p["spec"]["nodeName"] for p in pods
-                          if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp"))
+            return sorted(
+                p["spec"]["nodeName"]
+                for p in pods
+                if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+            )
 
         async def settled() -> bool:
             return len(running_on()) == 3
 
         await poll(settled, what="3 pods running")
-        code, out, err = await kubectl(sandbox.workload_kubeconfig, tmp_path, "drain", "a",
-                                       "--ignore-daemonsets", "--timeout=30s")
+        code, out, err = await kubectl(
+            sandbox.workload_kubeconfig, tmp_path, "drain", "a", "--ignore-daemonsets", "--timeout=30s"
+        )
         assert code == 0, err
         assert "node/a cordoned" in out + err and "drained" in out + err
         # two of the three pods were on a (least-allocated spreading: a, b, a); evicting both at once would

@@ -66,7 +66,9 @@ def test_pod_requests_take_init_container_max_sidecars_and_overhead() -> None:
 
 def test_bad_request_names_the_pod_and_field() -> None:
     item = pod("web-1", cpu="lots")
-    with pytest.raises(QuantityError, match=r"pod default/web-1: spec.containers\[0\].resources.requests.cpu"):
+    with pytest.raises(
+        QuantityError, match=r"pod default/web-1: spec.containers\[0\].resources.requests.cpu"
+    ):
         pod_requests(item)
 
 
@@ -156,18 +158,35 @@ def test_cordoned_node_is_skipped() -> None:
 
 def test_required_node_affinity_terms_are_ored_and_expressions_anded() -> None:
     state = cluster(node("a", labels={"tier": "1", "gen": "3"}), node("b", labels={"tier": "2", "gen": "9"}))
-    candidate = pod("p", affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["2"]},
-                                  {"key": "gen", "operator": "Gt", "values": ["5"]}]},
-            {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["7"]}]},
-        ]}}})
+    candidate = pod(
+        "p",
+        affinity={
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "tier", "operator": "In", "values": ["2"]},
+                                {"key": "gen", "operator": "Gt", "values": ["5"]},
+                            ]
+                        },
+                        {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["7"]}]},
+                    ]
+                }
+            }
+        },
+    )
     assert decide(state, candidate).node_name == "b"
 
 
 def test_hostname_anti_affinity_spreads_one_pod_per_node() -> None:
-    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    anti = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}
+            ]
+        }
+    }
     state = cluster(node("a"), node("b"))
     placed = []
     for i in range(3):
@@ -185,8 +204,14 @@ def test_hostname_anti_affinity_spreads_one_pod_per_node() -> None:
 
 
 def test_zone_topology_spread_do_not_schedule() -> None:
-    spread = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
-               "labelSelector": {"matchLabels": {"app": "web"}}}]
+    spread = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "web"}},
+        }
+    ]
     state = cluster(
         node("a1", labels={"topology.kubernetes.io/zone": "a"}),
         node("b1", labels={"topology.kubernetes.io/zone": "b"}),
@@ -196,14 +221,24 @@ def test_zone_topology_spread_do_not_schedule() -> None:
     decision = decide(state, pod("w1", labels={"app": "web"}, topologySpreadConstraints=spread))
     assert decision.node_name == "b1"  # a would make skew 2
     # with zone b unusable (node affinity), zone a would exceed the skew... but b is no longer a domain
-    only_a = pod("w1", labels={"app": "web"}, topologySpreadConstraints=spread,
-                 nodeSelector={"topology.kubernetes.io/zone": "a"})
+    only_a = pod(
+        "w1",
+        labels={"app": "web"},
+        topologySpreadConstraints=spread,
+        nodeSelector={"topology.kubernetes.io/zone": "a"},
+    )
     assert decide(state, only_a).node_name == "a1"
 
 
 def test_spread_rejects_nodes_missing_the_topology_key() -> None:
-    spread = [{"maxSkew": 1, "topologyKey": "rack", "whenUnsatisfiable": "DoNotSchedule",
-               "labelSelector": {"matchLabels": {"app": "web"}}}]
+    spread = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "rack",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "web"}},
+        }
+    ]
     state = cluster(node("n"))
     decision = decide(state, pod("w", labels={"app": "web"}, topologySpreadConstraints=spread))
     assert decision.message == (
@@ -212,25 +247,51 @@ def test_spread_rejects_nodes_missing_the_topology_key() -> None:
 
 
 def test_self_affinity_lets_the_first_pod_land_then_follows_it() -> None:
-    affinity = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "topology.kubernetes.io/zone"}]}}
-    state = cluster(node("a1", labels={"topology.kubernetes.io/zone": "a"}),
-                    node("b1", labels={"topology.kubernetes.io/zone": "b"}))
+    affinity = {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {"app": "cache"}},
+                    "topologyKey": "topology.kubernetes.io/zone",
+                }
+            ]
+        }
+    }
+    state = cluster(
+        node("a1", labels={"topology.kubernetes.io/zone": "a"}),
+        node("b1", labels={"topology.kubernetes.io/zone": "b"}),
+    )
     first = decide(state, pod("c0", labels={"app": "cache"}, affinity=affinity))
     assert first.node_name is not None
     state.upsert_pod(bound("c0", first.node_name, labels={"app": "cache"}))
     for i in range(1, 4):
-        assert decide(state, pod(f"c{i}", labels={"app": "cache"}, affinity=affinity)).node_name == first.node_name
-    stranger = pod("s", labels={"app": "other"}, affinity={"podAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": [
-            {"labelSelector": {"matchLabels": {"app": "nothing"}}, "topologyKey": "kubernetes.io/hostname"}]}})
+        assert (
+            decide(state, pod(f"c{i}", labels={"app": "cache"}, affinity=affinity)).node_name
+            == first.node_name
+        )
+    stranger = pod(
+        "s",
+        labels={"app": "other"},
+        affinity={
+            "podAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {"matchLabels": {"app": "nothing"}},
+                        "topologyKey": "kubernetes.io/hostname",
+                    }
+                ]
+            }
+        },
+    )
     assert "didn't match pod affinity rules" in decide(state, stranger).message
 
 
 def test_host_ports_cannot_be_shared_on_a_node() -> None:
     def with_port(name: str, port: int, protocol: str = "TCP") -> dict[str, Any]:
         item = pod(name)
-        item["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": port, "protocol": protocol}]
+        item["spec"]["containers"][0]["ports"] = [
+            {"containerPort": 80, "hostPort": port, "protocol": protocol}
+        ]
         return item
 
     taken = with_port("taken", 8080)
@@ -253,8 +314,16 @@ def test_least_allocated_node_wins_ties_by_name() -> None:
 def test_named_node_and_bad_operator() -> None:
     state = cluster(node("a"), node("b"))
     assert decide(state, pod("p", nodeName="")).scheduled
-    bad = pod("p", affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [{"key": "x", "operator": "Near"}]}]}}})
+    bad = pod(
+        "p",
+        affinity={
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "x", "operator": "Near"}]}]
+                }
+            }
+        },
+    )
     with pytest.raises(ValueError, match=r"nodeSelectorTerms\[0\].matchExpressions\[0\].operator"):
         decide(state, bad)
 
@@ -279,12 +348,24 @@ def test_profile_errors_are_clear() -> None:
 
 
 def test_pods_booked_in_the_same_cycle_count_for_spread_and_anti_affinity() -> None:
-    spread = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
-               "labelSelector": {"matchLabels": {"app": "web"}}}]
-    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]}}
-    state = cluster(*(node(f"{zone}{i}", labels={"topology.kubernetes.io/zone": zone})
-                      for zone in "ab" for i in range(2)))
+    spread = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "web"}},
+        }
+    ]
+    anti = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
+            ]
+        }
+    }
+    state = cluster(
+        *(node(f"{zone}{i}", labels={"topology.kubernetes.io/zone": zone}) for zone in "ab" for i in range(2))
+    )
     placed: list[str] = []
     for i in range(5):
         candidate = pod(f"w{i}", labels={"app": "web"}, topologySpreadConstraints=spread, affinity=anti)

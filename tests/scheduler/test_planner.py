@@ -25,25 +25,42 @@ def docs(name: str) -> list[dict[str, Any]]:
 
 
 def pod(name: str, cpu: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
-            "spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": cpu}}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": cpu}}}]},
+    }
 
 
 def demo_projection() -> ClusterProjection:
     projection = ClusterProjection()
     objects = docs("nodepool.yaml")
-    projection.apply(ev.NodePoolsSnapshot(**envelope("np"), nodepools=tuple(o for o in objects if o["kind"] == "NodePool")))
-    projection.apply(ev.NodeClassesSnapshot(**envelope("nc"), nodeclasses=tuple(
-        o for o in objects if o["kind"] == "ClusterAPINodeClass")))
+    projection.apply(
+        ev.NodePoolsSnapshot(**envelope("np"), nodepools=tuple(o for o in objects if o["kind"] == "NodePool"))
+    )
+    projection.apply(
+        ev.NodeClassesSnapshot(
+            **envelope("nc"), nodeclasses=tuple(o for o in objects if o["kind"] == "ClusterAPINodeClass")
+        )
+    )
     projection.apply(ev.DaemonSetsSnapshot(**envelope("ds"), daemonsets=tuple(docs("daemonset.yaml"))))
-    projection.apply(ev.CatalogSnapshot(**envelope("cat"), provider="cluster-api", node_class="default",
-                                        instance_types=(), sources=tuple(docs("machinedeployments.yaml"))))
+    projection.apply(
+        ev.CatalogSnapshot(
+            **envelope("cat"),
+            provider="cluster-api",
+            node_class="default",
+            instance_types=(),
+            sources=tuple(docs("machinedeployments.yaml")),
+        )
+    )
     return projection
 
 
 def batch(batch_id: str, *pods: dict[str, Any]) -> ev.PendingBatch:
-    return ev.PendingBatch(**envelope(batch_id), batch_id=batch_id, pods=pods, window_opened_at=T0,
-                           window_closed_by="idle")
+    return ev.PendingBatch(
+        **envelope(batch_id), batch_id=batch_id, pods=pods, window_opened_at=T0, window_closed_by="idle"
+    )
 
 
 def planned(events: list[ev.Event]) -> list[ev.NodeClaimPlanned]:
@@ -58,16 +75,33 @@ def test_pods_offered_again_while_their_node_boots_buy_nothing() -> None:
         projection.apply(event)
     assert planned(plan_batch(projection, batch("b2", pod("big-0", "3"))).events) == []  # in flight: planned
 
-    projection.apply(ev.NodeClaimLaunched(**envelope("l"), nodeclaim=claim.nodeclaim, provider_id="p://1",
-                                          instance_type="c3-8"))
-    projection.apply(ev.NodeClaimRegistered(**envelope("r"), nodeclaim=claim.nodeclaim, node="n1",
-                                            provider_id="p://1"))
-    projection.apply(ev.NodeObserved(**envelope("n"), change="added", node={
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": "n1", "labels": dict(claim.labels)},
-        "spec": {"providerID": "p://1", "taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]},
-        "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
-                   "conditions": [{"type": "Ready", "status": "False"}]}}))
+    projection.apply(
+        ev.NodeClaimLaunched(
+            **envelope("l"), nodeclaim=claim.nodeclaim, provider_id="p://1", instance_type="c3-8"
+        )
+    )
+    projection.apply(
+        ev.NodeClaimRegistered(**envelope("r"), nodeclaim=claim.nodeclaim, node="n1", provider_id="p://1")
+    )
+    projection.apply(
+        ev.NodeObserved(
+            **envelope("n"),
+            change="added",
+            node={
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": "n1", "labels": dict(claim.labels)},
+                "spec": {
+                    "providerID": "p://1",
+                    "taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}],
+                },
+                "status": {
+                    "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": "False"}],
+                },
+            },
+        )
+    )
     again = plan_batch(projection, batch("b3", pod("big-0", "3"))).events
     assert planned(again) == []  # registered, still booting: its room is still the pod's
     [answer] = [e for e in again if isinstance(e, ev.BatchPlanned)]
@@ -76,10 +110,19 @@ def test_pods_offered_again_while_their_node_boots_buy_nothing() -> None:
 
 def test_a_node_that_is_not_tenons_keeps_its_taints() -> None:
     projection = demo_projection()
-    projection.apply(ev.NodeObserved(**envelope("n"), change="added", node={
-        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "other", "labels": {}},
-        "spec": {"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]},
-        "status": {"allocatable": {"cpu": "16", "memory": "32Gi", "pods": "110"}}}))
+    projection.apply(
+        ev.NodeObserved(
+            **envelope("n"),
+            change="added",
+            node={
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": "other", "labels": {}},
+                "spec": {"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]},
+                "status": {"allocatable": {"cpu": "16", "memory": "32Gi", "pods": "110"}},
+            },
+        )
+    )
     [claim] = planned(plan_batch(projection, batch("b1", pod("big-0", "3"))).events)
     assert claim.choice.instance_type == "c3-8"
 
@@ -116,13 +159,27 @@ def test_a_pod_deleted_before_it_landed_stops_holding_room() -> None:
     for event in (offered, *plan_batch(projection, offered).events):
         projection.apply(event)
     # a-0 is never offered again (deleted while pending); two minutes later its claim's room is free again
-    later = ev.PendingBatch(id="b2", decided_at=T0 + timedelta(minutes=2), producer="test", batch_id="b2",
-                            pods=(pod("c-0", "3"),), window_opened_at=T0, window_closed_by="idle")
+    later = ev.PendingBatch(
+        id="b2",
+        decided_at=T0 + timedelta(minutes=2),
+        producer="test",
+        batch_id="b2",
+        pods=(pod("c-0", "3"),),
+        window_opened_at=T0,
+        window_closed_by="idle",
+    )
     projection.apply(later)
     assert planned(plan_batch(projection, later).events) == []
     # while it is still being offered, it keeps its room
-    soon = ev.PendingBatch(id="b3", decided_at=T0 + timedelta(seconds=10), producer="test", batch_id="b3",
-                           pods=(pod("d-0", "3"),), window_opened_at=T0, window_closed_by="idle")
+    soon = ev.PendingBatch(
+        id="b3",
+        decided_at=T0 + timedelta(seconds=10),
+        producer="test",
+        batch_id="b3",
+        pods=(pod("d-0", "3"),),
+        window_opened_at=T0,
+        window_closed_by="idle",
+    )
     fresh = demo_projection()
     for event in (offered, *plan_batch(fresh, offered).events, soon):
         fresh.apply(event)

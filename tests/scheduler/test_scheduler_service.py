@@ -37,8 +37,10 @@ def pod(name: str, cpu: str) -> dict[str, Any]:
         "kind": "Pod",
         "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}", "labels": {"app": "x"}},
         "spec": {"containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}]},
-        "status": {"phase": "Pending", "conditions": [
-            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        },
     }
 
 
@@ -79,15 +81,25 @@ async def seed(event_log: JetStreamEventLog, kube: Kube, nodepools: list[dict[st
     nodeclasses = [d for d in demo_objects("nodepool.yaml") if d["kind"] == "ClusterAPINodeClass"]
     for nodepool in nodepools:
         await kube.create(NODEPOOLS, nodepool)
-    await event_log.publish(subjects.NODEPOOLS, observed(ev.NodePoolsSnapshot, ("np", len(nodepools)),
-                                                          nodepools=tuple(nodepools)))
-    await event_log.publish(subjects.NODECLASSES, observed(ev.NodeClassesSnapshot, ("nc",),
-                                                            nodeclasses=tuple(nodeclasses)))
-    await event_log.publish(subjects.DAEMONSETS, observed(ev.DaemonSetsSnapshot, ("ds",),
-                                                           daemonsets=tuple(demo_objects("daemonset.yaml"))))
-    catalog = make_event(ev.CatalogSnapshot, producer="launcher-capi", key=("catalog",), provider="cluster-api",
-                         node_class="default", instance_types=(),
-                         sources=tuple(demo_objects("machinedeployments.yaml")))
+    await event_log.publish(
+        subjects.NODEPOOLS, observed(ev.NodePoolsSnapshot, ("np", len(nodepools)), nodepools=tuple(nodepools))
+    )
+    await event_log.publish(
+        subjects.NODECLASSES, observed(ev.NodeClassesSnapshot, ("nc",), nodeclasses=tuple(nodeclasses))
+    )
+    await event_log.publish(
+        subjects.DAEMONSETS,
+        observed(ev.DaemonSetsSnapshot, ("ds",), daemonsets=tuple(demo_objects("daemonset.yaml"))),
+    )
+    catalog = make_event(
+        ev.CatalogSnapshot,
+        producer="launcher-capi",
+        key=("catalog",),
+        provider="cluster-api",
+        node_class="default",
+        instance_types=(),
+        sources=tuple(demo_objects("machinedeployments.yaml")),
+    )
     await event_log.publish(subjects.catalog("default"), catalog)
 
 
@@ -98,7 +110,9 @@ async def running(jetstream_log: JetStreamEventLog, kube: Kube) -> AsyncIterator
     nodepools = [d for d in demo_objects("nodepool.yaml") if d["kind"] == "NodePool"]
     broken = copy.deepcopy(nodepools[0])
     broken["metadata"]["name"] = "broken"
-    broken["spec"]["template"]["spec"]["requirements"] = [{"key": "karpenter.sh/capacity-type", "operator": "Sideways"}]
+    broken["spec"]["template"]["spec"]["requirements"] = [
+        {"key": "karpenter.sh/capacity-type", "operator": "Sideways"}
+    ]
     await seed(jetstream_log, kube, [*nodepools, broken])
     task = asyncio.create_task(service.run())
     yield service
@@ -109,8 +123,14 @@ async def running(jetstream_log: JetStreamEventLog, kube: Kube) -> AsyncIterator
 async def test_a_3_vcpu_pod_gets_one_c3_8_and_a_nodeclaim_object(
     running: SchedulerService, jetstream_log: JetStreamEventLog, kube: Kube
 ) -> None:
-    batch = observed(ev.PendingBatch, ("b1",), batch_id="b1", pods=(pod("big-0", "3"),),
-                     window_opened_at=datetime.now(UTC), window_closed_by="idle")
+    batch = observed(
+        ev.PendingBatch,
+        ("b1",),
+        batch_id="b1",
+        pods=(pod("big-0", "3"),),
+        window_opened_at=datetime.now(UTC),
+        window_closed_by="idle",
+    )
     await jetstream_log.publish(subjects.PENDING, batch)
     planned = await wait_for(lambda: [c.planned for c in running.projection.claims.values() if c.planned])
     [claim] = planned
@@ -137,7 +157,9 @@ async def test_a_3_vcpu_pod_gets_one_c3_8_and_a_nodeclaim_object(
     assert [d.nodeclaims for d in decisions] == [(claim.nodeclaim,)]
 
     # the same batch delivered again (past the broker's duplicate window) plans nothing more
-    await jetstream_log.publish_raw(subjects.PENDING, encode(batch), headers={"Nats-Msg-Id": "another-message-id"})
+    await jetstream_log.publish_raw(
+        subjects.PENDING, encode(batch), headers={"Nats-Msg-Id": "another-message-id"}
+    )
     await asyncio.sleep(1.0)
     assert len([c for c in running.projection.claims.values() if c.planned]) == 1
 
@@ -159,9 +181,16 @@ async def test_invalid_nodepool_gets_a_condition_and_the_others_still_work(
     good = await kube.get(NODEPOOLS, "default")
     assert {c["type"]: c["status"] for c in good["status"]["conditions"]}["ValidationSucceeded"] == "True"
 
-    batch = observed(ev.PendingBatch, ("b2",), batch_id="b2", pods=tuple(pod(f"w-{i}", "1") for i in range(8)),
-                     window_opened_at=datetime.now(UTC), window_closed_by="idle")
+    batch = observed(
+        ev.PendingBatch,
+        ("b2",),
+        batch_id="b2",
+        pods=tuple(pod(f"w-{i}", "1") for i in range(8)),
+        window_opened_at=datetime.now(UTC),
+        window_closed_by="idle",
+    )
     await jetstream_log.publish(subjects.PENDING, batch)
+
     def planned() -> list[str]:
         return sorted(c.planned.choice.instance_type for c in running.projection.claims.values() if c.planned)
 
@@ -173,32 +202,58 @@ async def test_invalid_nodepool_gets_a_condition_and_the_others_still_work(
 async def test_registration_and_initialization_sync_the_node(
     running: SchedulerService, jetstream_log: JetStreamEventLog, kube: Kube
 ) -> None:
-    await jetstream_log.publish(subjects.PENDING, observed(
-        ev.PendingBatch, ("b3",), batch_id="b3", pods=(pod("big-0", "3"),),
-        window_opened_at=datetime.now(UTC), window_closed_by="idle"))
+    await jetstream_log.publish(
+        subjects.PENDING,
+        observed(
+            ev.PendingBatch,
+            ("b3",),
+            batch_id="b3",
+            pods=(pod("big-0", "3"),),
+            window_opened_at=datetime.now(UTC),
+            window_closed_by="idle",
+        ),
+    )
     [claim] = await wait_for(lambda: [c for c in running.projection.claims.values() if c.planned])
     name = claim.name
-    await jetstream_log.append(subjects.nodeclaim(name), make_event(
-        ev.NodeClaimLaunched, producer="launcher-capi", key=(name,), nodeclaim=name,
-        provider_id="openstack:///abc", instance_type="c3-8"), expected_last_sequence=claim.last_sequence)
+    await jetstream_log.append(
+        subjects.nodeclaim(name),
+        make_event(
+            ev.NodeClaimLaunched,
+            producer="launcher-capi",
+            key=(name,),
+            nodeclaim=name,
+            provider_id="openstack:///abc",
+            instance_type="c3-8",
+        ),
+        expected_last_sequence=claim.last_sequence,
+    )
     node = {
-        "apiVersion": "v1", "kind": "Node",
+        "apiVersion": "v1",
+        "kind": "Node",
         "metadata": {"name": "c3-8-abc", "labels": {"node.kubernetes.io/instance-type": "c3-8"}},
-        "spec": {"providerID": "openstack:///abc",
-                 "taints": [{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]},
-        "status": {"capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
-                   "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
-                   "conditions": [{"type": "Ready", "status": "False"}]},
+        "spec": {
+            "providerID": "openstack:///abc",
+            "taints": [{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}],
+        },
+        "status": {
+            "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+            "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "False"}],
+        },
     }
     created = await kube.create(NODES, node)
-    await jetstream_log.publish(subjects.node("c3-8-abc"), observed(ev.NodeObserved, ("n", 1), change="added", node=created))
+    await jetstream_log.publish(
+        subjects.node("c3-8-abc"), observed(ev.NodeObserved, ("n", 1), change="added", node=created)
+    )
     await wait_for(lambda: running.projection.claims[name].registered)
     patched = await kube.get(NODES, "c3-8-abc")
     assert patched["metadata"]["labels"]["karpenter.sh/nodepool"] == "default"
     assert not any(t["key"] == "karpenter.sh/unregistered" for t in patched["spec"].get("taints", []))
 
     patched["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
-    await jetstream_log.publish(subjects.node("c3-8-abc"), observed(ev.NodeObserved, ("n", 2), change="changed", node=patched))
+    await jetstream_log.publish(
+        subjects.node("c3-8-abc"), observed(ev.NodeObserved, ("n", 2), change="changed", node=patched)
+    )
     await wait_for(lambda: running.projection.claims[name].initialized)
 
     async def conditions() -> dict[str, str]:
@@ -221,14 +276,23 @@ async def test_registration_and_initialization_sync_the_node(
 async def test_a_claim_never_launched_is_abandoned_and_its_pods_planned_again(
     running: SchedulerService, jetstream_log: JetStreamEventLog, kube: Kube
 ) -> None:
-    await jetstream_log.publish(subjects.PENDING, observed(
-        ev.PendingBatch, ("b4",), batch_id="b4", pods=(pod("big-0", "3"),),
-        window_opened_at=datetime.now(UTC), window_closed_by="idle"))
+    await jetstream_log.publish(
+        subjects.PENDING,
+        observed(
+            ev.PendingBatch,
+            ("b4",),
+            batch_id="b4",
+            pods=(pod("big-0", "3"),),
+            window_opened_at=datetime.now(UTC),
+            window_closed_by="idle",
+        ),
+    )
     [first] = await wait_for(lambda: [c for c in running.projection.claims.values() if c.planned])
     abandoned = await wait_for(lambda: running.projection.claims[first.name].abandoned, timeout=20)
     assert "not launched within" in abandoned.reason
-    second = await wait_for(lambda: [c for c in running.projection.claims.values()
-                                     if c.planned and c.name != first.name])
+    second = await wait_for(
+        lambda: [c for c in running.projection.claims.values() if c.planned and c.name != first.name]
+    )
     assert second[0].planned.pods == ("default/big-0",)
     deadline = asyncio.get_running_loop().time() + 5
     while await kube.get_or_none(NODECLAIMS, first.name) is not None:  # the abandoned claim's object goes
@@ -248,17 +312,33 @@ async def test_a_restarted_scheduler_answers_what_came_while_it_was_down_and_not
         return ctx, service, asyncio.create_task(service.run())
 
     ctx, first, task = start()
-    await jetstream_log.publish(subjects.PENDING, observed(
-        ev.PendingBatch, ("before",), batch_id="before", pods=(pod("a-0", "3"),),
-        window_opened_at=datetime.now(UTC), window_closed_by="idle"))
+    await jetstream_log.publish(
+        subjects.PENDING,
+        observed(
+            ev.PendingBatch,
+            ("before",),
+            batch_id="before",
+            pods=(pod("a-0", "3"),),
+            window_opened_at=datetime.now(UTC),
+            window_closed_by="idle",
+        ),
+    )
     await wait_for(lambda: [c for c in first.projection.claims.values() if c.planned])
     ctx.stopping.set()
     await asyncio.wait_for(task, 20)
 
     # while no scheduler runs, another batch arrives
-    await jetstream_log.publish(subjects.PENDING, observed(
-        ev.PendingBatch, ("while-down",), batch_id="while-down", pods=(pod("b-0", "3"),),
-        window_opened_at=datetime.now(UTC), window_closed_by="idle"))
+    await jetstream_log.publish(
+        subjects.PENDING,
+        observed(
+            ev.PendingBatch,
+            ("while-down",),
+            batch_id="while-down",
+            pods=(pod("b-0", "3"),),
+            window_opened_at=datetime.now(UTC),
+            window_closed_by="idle",
+        ),
+    )
     ctx, second, task = start()
     await wait_for(lambda: len([c for c in second.projection.claims.values() if c.planned]) == 2)
     await asyncio.sleep(0.5)

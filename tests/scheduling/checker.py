@@ -31,7 +31,9 @@ def violations(docs: list[dict[str, Any]], out: dict[str, Any]) -> list[str]:
     pools = [d for d in docs if d["kind"] == "NodePool"]
     types = {t["name"]: t for d in docs if d["kind"] == "InstanceCatalog" for t in d["spec"]["instanceTypes"]}
     daemons = [d for d in docs if d["kind"] == "DaemonSet"]
-    all_pods = {f"{d['metadata']['namespace']}/{d['metadata']['name']}": d for d in docs if d["kind"] == "Pod"}
+    all_pods = {
+        f"{d['metadata']['namespace']}/{d['metadata']['name']}": d for d in docs if d["kind"] == "Pod"
+    }
     pods = {k: d for k, d in all_pods.items() if not d["spec"].get("nodeName")}
     nodes = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Node"}
 
@@ -65,8 +67,10 @@ def violations(docs: list[dict[str, Any]], out: dict[str, Any]) -> list[str]:
                 if labels.get(k) != v:
                     problems.append(f"{key}: nodeSelector {k}={v} but node {e['name']} has {labels.get(k)}")
             for taint in n["spec"].get("taints", []):
-                if not any(tol.get("key") == taint["key"] and tol.get("value", "") == taint.get("value", "")
-                           for tol in spec.get("tolerations", [])):
+                if not any(
+                    tol.get("key") == taint["key"] and tol.get("value", "") == taint.get("value", "")
+                    for tol in spec.get("tolerations", [])
+                ):
                     problems.append(f"{key}: taint {taint['key']} of node {e['name']} not tolerated")
             if "topology.kubernetes.io/zone" in labels:
                 zone_of[key] = labels["topology.kubernetes.io/zone"]
@@ -74,7 +78,9 @@ def violations(docs: list[dict[str, Any]], out: dict[str, Any]) -> list[str]:
     for key, d in all_pods.items():
         if d["spec"].get("nodeName") in nodes:
             node_of[key] = d["spec"]["nodeName"]
-            zone = nodes[d["spec"]["nodeName"]]["metadata"].get("labels", {}).get("topology.kubernetes.io/zone")
+            zone = (
+                nodes[d["spec"]["nodeName"]]["metadata"].get("labels", {}).get("topology.kubernetes.io/zone")
+            )
             if zone:
                 zone_of[key] = zone
     for i, nc in enumerate(out["nodeClaims"]):
@@ -82,14 +88,22 @@ def violations(docs: list[dict[str, Any]], out: dict[str, Any]) -> list[str]:
         if t is None:
             problems.append(f"node {i}: unknown instance type {nc['instanceType']}")
             continue
-        offers = [o for o in t["offerings"] if o["zone"] == nc["zone"] and o["capacityType"] == nc["capacityType"]]
+        offers = [
+            o for o in t["offerings"] if o["zone"] == nc["zone"] and o["capacityType"] == nc["capacityType"]
+        ]
         if not offers or abs(offers[0]["price"] - nc["pricePerHour"]) > 1e-6:
-            problems.append(f"node {i}: no offering {nc['zone']}/{nc['capacityType']} at {nc['pricePerHour']}")
+            problems.append(
+                f"node {i}: no offering {nc['zone']}/{nc['capacityType']} at {nc['pricePerHour']}"
+            )
         pool = next(p for p in pools if p["metadata"]["name"] == nc["nodePool"])
         pspec = pool["spec"]["template"]["spec"]
-        labels = {**t.get("labels", {}), **pool["spec"]["template"].get("metadata", {}).get("labels", {}),
-                  "topology.kubernetes.io/zone": nc["zone"], "karpenter.sh/capacity-type": nc["capacityType"],
-                  "node.kubernetes.io/instance-type": t["name"]}
+        labels = {
+            **t.get("labels", {}),
+            **pool["spec"]["template"].get("metadata", {}).get("labels", {}),
+            "topology.kubernetes.io/zone": nc["zone"],
+            "karpenter.sh/capacity-type": nc["capacityType"],
+            "node.kubernetes.io/instance-type": t["name"],
+        }
         cpu = _milli(t["capacity"]["cpu"]) - _milli(t.get("overhead", {}).get("cpu", "0"))
         mem = _mib(t["capacity"]["memory"]) - _mib(t.get("overhead", {}).get("memory", "0"))
         room_pods = int(t["capacity"]["pods"])
@@ -108,14 +122,18 @@ def violations(docs: list[dict[str, Any]], out: dict[str, Any]) -> list[str]:
                 if labels.get(k) != v:
                     problems.append(f"{key}: nodeSelector {k}={v} but node {i} has {labels.get(k)}")
             for taint in pspec.get("taints", []):
-                if not any(tol.get("key") == taint["key"] and tol.get("value", "") == taint.get("value", "")
-                           for tol in p["spec"].get("tolerations", [])):
+                if not any(
+                    tol.get("key") == taint["key"] and tol.get("value", "") == taint.get("value", "")
+                    for tol in p["spec"].get("tolerations", [])
+                ):
                     problems.append(f"{key}: taint {taint['key']} not tolerated on node {i}")
             zone_of[key] = nc["zone"]
             node_of[key] = i
         if used_cpu > cpu or used_mem > mem or len(nc["pods"]) > room_pods:
-            problems.append(f"node {i} ({t['name']}): {used_cpu}m/{used_mem}Mi/{len(nc['pods'])} pods "
-                            f"over {cpu}m/{mem}Mi/{room_pods}")
+            problems.append(
+                f"node {i} ({t['name']}): {used_cpu}m/{used_mem}Mi/{len(nc['pods'])} pods "
+                f"over {cpu}m/{mem}Mi/{room_pods}"
+            )
 
     def matches(sel: dict[str, str], key: str) -> bool:
         labels = all_pods[key]["metadata"].get("labels", {})
@@ -124,22 +142,33 @@ def violations(docs: list[dict[str, Any]], out: dict[str, Any]) -> list[str]:
     by_node: dict[int | str, list[str]] = defaultdict(list)
     for key, where in node_of.items():
         by_node[where].append(key)
+
     def domains(key: str) -> set[str]:
         """Zones a spread counts for this pod: nodes (existing or launchable) matching its nodeSelector,
         taints ignored (Kubernetes' default nodeAffinityPolicy Honor, nodeTaintsPolicy Ignore)."""
         selector = all_pods[key]["spec"].get("nodeSelector", {})
-        found = {o["zone"] for t in types.values() for o in t["offerings"]
-                 if all(t.get("labels", {}).get(k) == v for k, v in selector.items())}
+        found = {
+            o["zone"]
+            for t in types.values()
+            for o in t["offerings"]
+            if all(t.get("labels", {}).get(k) == v for k, v in selector.items())
+        }
         for n in nodes.values():
             labels = n["metadata"].get("labels", {})
-            if all(labels.get(k) == v for k, v in selector.items()) and "topology.kubernetes.io/zone" in labels:
+            if (
+                all(labels.get(k) == v for k, v in selector.items())
+                and "topology.kubernetes.io/zone" in labels
+            ):
                 found.add(labels["topology.kubernetes.io/zone"])
         return found
 
     for key, where in node_of.items():
         spec = all_pods[key]["spec"]
-        for term in spec.get("affinity", {}).get("podAntiAffinity", {}).get(
-                "requiredDuringSchedulingIgnoredDuringExecution", []):
+        for term in (
+            spec.get("affinity", {})
+            .get("podAntiAffinity", {})
+            .get("requiredDuringSchedulingIgnoredDuringExecution", [])
+        ):
             sel = term["labelSelector"]["matchLabels"]
             if term["topologyKey"] == "kubernetes.io/hostname":
                 others = [o for o in by_node[where] if o != key and matches(sel, o)]

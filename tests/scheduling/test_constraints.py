@@ -23,7 +23,9 @@ ARCH = "kubernetes.io/arch"
 
 
 def two_arch_catalog():
-    return catalog(itype("amd", 2, 4, 0.10, labels={ARCH: "amd64"}), itype("arm", 2, 4, 0.05, labels={ARCH: "arm64"}))
+    return catalog(
+        itype("amd", 2, 4, 0.10, labels={ARCH: "amd64"}), itype("arm", 2, 4, 0.05, labels={ARCH: "arm64"})
+    )
 
 
 def test_node_selector_keeps_pod_off_other_arch():
@@ -34,25 +36,67 @@ def test_node_selector_keeps_pod_off_other_arch():
 
 
 def test_required_node_affinity_not_in():
-    aff = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "node.kubernetes.io/instance-type", "operator": "NotIn", "values": ["arm"]}]}]}}}
+    aff = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": "node.kubernetes.io/instance-type",
+                                "operator": "NotIn",
+                                "values": ["arm"],
+                            }
+                        ]
+                    }
+                ]
+            }
+        }
+    }
     plan = plan_for(node_pool(), two_arch_catalog(), pod("a", affinity=aff))
     assert [nc.instance_type for nc in plan.node_claims] == ["amd"]
 
 
 def test_required_node_affinity_terms_are_ored():
-    aff = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": ARCH, "operator": "In", "values": ["s390x"]}]},
-        {"matchExpressions": [{"key": ARCH, "operator": "In", "values": ["amd64"]}]}]}}}
+    aff = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": ARCH, "operator": "In", "values": ["s390x"]}]},
+                    {"matchExpressions": [{"key": ARCH, "operator": "In", "values": ["amd64"]}]},
+                ]
+            }
+        }
+    }
     plan = plan_for(node_pool(), two_arch_catalog(), pod("a", affinity=aff))
     assert [nc.instance_type for nc in plan.node_claims] == ["amd"]
 
 
 def test_preferred_node_affinity_honoured_when_possible_relaxed_when_not():
-    prefer_amd = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 10, "preference": {"matchExpressions": [{"key": ARCH, "operator": "In", "values": ["amd64"]}]}}]}}
-    prefer_none = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 10, "preference": {"matchExpressions": [{"key": ARCH, "operator": "In", "values": ["s390x"]}]}}]}}
+    prefer_amd = {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 10,
+                    "preference": {
+                        "matchExpressions": [{"key": ARCH, "operator": "In", "values": ["amd64"]}]
+                    },
+                }
+            ]
+        }
+    }
+    prefer_none = {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 10,
+                    "preference": {
+                        "matchExpressions": [{"key": ARCH, "operator": "In", "values": ["s390x"]}]
+                    },
+                }
+            ]
+        }
+    }
     plan = plan_for(node_pool(), two_arch_catalog(), pod("a", affinity=prefer_amd))
     assert [nc.instance_type for nc in plan.node_claims] == ["amd"]  # honoured although arm is cheaper
     plan = plan_for(node_pool(), two_arch_catalog(), pod("a", affinity=prefer_none))
@@ -78,8 +122,10 @@ def test_hostname_anti_affinity_one_per_node():
 
 def test_zone_anti_affinity_distinct_zones_and_excess_unschedulable():
     cat = catalog(itype("t", 2, 4, 0.1, zones=ZONES))
-    pods = [pod(f"z{i}", labels={"app": "z"}, affinity=anti_affinity({"app": "z"}, "topology.kubernetes.io/zone"))
-            for i in range(4)]
+    pods = [
+        pod(f"z{i}", labels={"app": "z"}, affinity=anti_affinity({"app": "z"}, "topology.kubernetes.io/zone"))
+        for i in range(4)
+    ]
     plan = plan_for(node_pool(), cat, *pods)
     zones = [str(nc.zone) for nc in plan.node_claims for _ in nc.pods]
     assert sorted(zones) == list(ZONES)
@@ -88,25 +134,41 @@ def test_zone_anti_affinity_distinct_zones_and_excess_unschedulable():
 
 def test_hostname_pod_affinity_shares_the_node():
     cat = catalog(itype("small", 1, 2, 0.01), itype("big", 4, 8, 0.05))
-    plan = plan_for(node_pool(), cat, pod("db", "500m", labels={"app": "db"}),
-                    pod("cache", "500m", affinity=affinity({"app": "db"}, "kubernetes.io/hostname")))
+    plan = plan_for(
+        node_pool(),
+        cat,
+        pod("db", "500m", labels={"app": "db"}),
+        pod("cache", "500m", affinity=affinity({"app": "db"}, "kubernetes.io/hostname")),
+    )
     placed = where(plan)
     assert placed["default/db"] == placed["default/cache"]
 
 
 def test_zone_pod_affinity_keeps_group_in_one_zone():
     cat = catalog(itype("t", 1, 2, 0.1, zones=ZONES))
-    pods = [pod(f"g{i}", "600m", labels={"grp": "g"}, affinity=affinity({"grp": "g"}, "topology.kubernetes.io/zone"))
-            for i in range(4)]
+    pods = [
+        pod(
+            f"g{i}",
+            "600m",
+            labels={"grp": "g"},
+            affinity=affinity({"grp": "g"}, "topology.kubernetes.io/zone"),
+        )
+        for i in range(4)
+    ]
     plan = plan_for(node_pool(), cat, *pods)
     assert len(plan.node_claims) == 4 and len({nc.zone for nc in plan.node_claims}) == 1
 
 
 def test_zone_spread_balances():
     cat = catalog(itype("t", 8, 16, 0.1, zones=ZONES))
-    pods = [pod(f"s{i}", labels={"app": "s"}, topologySpreadConstraints=spread({"app": "s"},
-                                                                                "topology.kubernetes.io/zone"))
-            for i in range(6)]
+    pods = [
+        pod(
+            f"s{i}",
+            labels={"app": "s"},
+            topologySpreadConstraints=spread({"app": "s"}, "topology.kubernetes.io/zone"),
+        )
+        for i in range(6)
+    ]
     plan = plan_for(node_pool(), cat, *pods)
     per_zone = Counter(nc.zone for nc in plan.node_claims for _ in nc.pods)
     assert per_zone == {"z1": 2, "z2": 2, "z3": 2}
@@ -116,33 +178,56 @@ def test_zone_spread_counts_running_pods():
     cat = catalog(itype("t", 8, 16, 0.1, zones=ZONES))
     existing = node("n1", "1", "1Gi", labels={"topology.kubernetes.io/zone": "z1"})
     running = pod("old", labels={"app": "s"}, nodeName="n1")
-    pods = [pod(f"s{i}", labels={"app": "s"}, topologySpreadConstraints=spread({"app": "s"},
-                                                                                "topology.kubernetes.io/zone"))
-            for i in range(2)]
+    pods = [
+        pod(
+            f"s{i}",
+            labels={"app": "s"},
+            topologySpreadConstraints=spread({"app": "s"}, "topology.kubernetes.io/zone"),
+        )
+        for i in range(2)
+    ]
     plan = plan_for(node_pool(), cat, existing, running, *pods)
     assert sorted(str(nc.zone) for nc in plan.node_claims for _ in nc.pods) == ["z2", "z3"]
 
 
 def test_hostname_spread_limits_pods_per_node():
-    pods = [pod(f"h{i}", labels={"app": "h"}, topologySpreadConstraints=spread({"app": "h"}, "kubernetes.io/hostname",
-                                                                                max_skew=2))
-            for i in range(5)]
+    pods = [
+        pod(
+            f"h{i}",
+            labels={"app": "h"},
+            topologySpreadConstraints=spread({"app": "h"}, "kubernetes.io/hostname", max_skew=2),
+        )
+        for i in range(5)
+    ]
     plan = plan_for(node_pool(), two_arch_catalog(), *pods)
     assert max(len(nc.pods) for nc in plan.node_claims) <= 2 and len(plan.node_claims) == 3
 
 
 def test_capacity_type_spread():
     cat = catalog(itype("t", 8, 16, 0.1, capacity_types=("on-demand", "spot")))
-    pods = [pod(f"c{i}", labels={"app": "c"}, topologySpreadConstraints=spread({"app": "c"},
-                                                                                "karpenter.sh/capacity-type"))
-            for i in range(4)]
+    pods = [
+        pod(
+            f"c{i}",
+            labels={"app": "c"},
+            topologySpreadConstraints=spread({"app": "c"}, "karpenter.sh/capacity-type"),
+        )
+        for i in range(4)
+    ]
     plan = plan_for(node_pool(), cat, *pods)
-    assert Counter(nc.capacity_type for nc in plan.node_claims for _ in nc.pods) == {"on-demand": 2, "spot": 2}
+    assert Counter(nc.capacity_type for nc in plan.node_claims for _ in nc.pods) == {
+        "on-demand": 2,
+        "spot": 2,
+    }
 
 
 def test_host_ports_never_share_a_node():
-    ports = [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}],
-              "resources": {"requests": {"cpu": "100m"}}}]
+    ports = [
+        {
+            "name": "c",
+            "ports": [{"containerPort": 80, "hostPort": 8080}],
+            "resources": {"requests": {"cpu": "100m"}},
+        }
+    ]
     plan = plan_for(node_pool(), two_arch_catalog(), *(pod(f"p{i}", containers=ports) for i in range(2)))
     assert len(plan.node_claims) == 2
 
@@ -154,13 +239,21 @@ def test_daemonset_overhead_counts_against_new_nodes():
     assert [nc.instance_type for nc in plan.node_claims] == ["four"]
     assert plan.node_claims[0].requests["cpu"] == "2100m"
     elsewhere = daemon_set("200m", nodeSelector={ARCH: "arm64"})  # would not land on these amd64 nodes
-    assert [nc.instance_type for nc in plan_for(node_pool(), cat, elsewhere, pod("a", "1900m")).node_claims] == ["two"]
+    assert [
+        nc.instance_type for nc in plan_for(node_pool(), cat, elsewhere, pod("a", "1900m")).node_claims
+    ] == ["two"]
 
 
 def test_existing_room_used_before_buying():
     n = node("n1", "2", "4Gi")
-    plan = plan_for(node_pool(), two_arch_catalog(), n, pod("bound", "1500m", nodeName="n1"), pod("a", "400m"),
-                    pod("b", "400m"))
+    plan = plan_for(
+        node_pool(),
+        two_arch_catalog(),
+        n,
+        pod("bound", "1500m", nodeName="n1"),
+        pod("a", "400m"),
+        pod("b", "400m"),
+    )
     assert [(e.name, e.pods) for e in plan.existing] == [("n1", ("default/a",))]
     assert [nc.pods for nc in plan.node_claims] == [("default/b",)]
 
@@ -172,13 +265,25 @@ def test_existing_node_taint_respected():
 
 
 def test_in_flight_node_claim_room_is_used_and_its_pods_not_rebought():
-    claim = {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-             "metadata": {"name": "default-abc", "annotations": {"tenon.sh/nominated-pods": "default/first"},
-                          "labels": {"karpenter.sh/nodepool": "default", "node.kubernetes.io/instance-type": "amd",
-                                     "topology.kubernetes.io/zone": "z1", "karpenter.sh/capacity-type": "on-demand"}}}
+    claim = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {
+            "name": "default-abc",
+            "annotations": {"tenon.sh/nominated-pods": "default/first"},
+            "labels": {
+                "karpenter.sh/nodepool": "default",
+                "node.kubernetes.io/instance-type": "amd",
+                "topology.kubernetes.io/zone": "z1",
+                "karpenter.sh/capacity-type": "on-demand",
+            },
+        },
+    }
     plan = plan_for(node_pool(), two_arch_catalog(), claim, pod("first", "1"), pod("second", "500m"))
     assert plan.node_claims == ()
-    assert [(e.kind, e.name, e.pods) for e in plan.existing] == [("NodeClaim", "default-abc", ("default/second",))]
+    assert [(e.kind, e.name, e.pods) for e in plan.existing] == [
+        ("NodeClaim", "default-abc", ("default/second",))
+    ]
 
 
 def test_nodepool_limit_stops_buying_with_reason():
@@ -212,8 +317,10 @@ def test_too_big_pod_reason_names_the_resource():
 
 def test_nodepool_requirement_filters_types_and_offerings():
     cat = catalog(itype("t", 2, 4, 0.1, zones=ZONES, capacity_types=("on-demand", "spot")))
-    req = [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z2"]},
-           {"key": "karpenter.sh/capacity-type", "operator": "NotIn", "values": ["spot"]}]
+    req = [
+        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z2"]},
+        {"key": "karpenter.sh/capacity-type", "operator": "NotIn", "values": ["spot"]},
+    ]
     plan = plan_for(node_pool(requirements=req), cat, pod("a"))
     nc = plan.node_claims[0]
     assert (nc.zone, nc.capacity_type) == ("z2", "on-demand")

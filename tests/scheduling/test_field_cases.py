@@ -45,7 +45,9 @@ def test_without_prices_the_3_vcpu_pod_still_gets_c3_8_and_says_the_price_is_est
 
 def test_explanation_names_the_losers_and_why():
     plan = solve(parse_objects(demo_docs(*CLUSTER, "workload-one-3cpu.yaml")))
-    considered = {c["instanceType"]: c["verdict"] for c in plan.to_json()["nodeClaims"][0]["explanation"]["considered"]}
+    considered = {
+        c["instanceType"]: c["verdict"] for c in plan.to_json()["nodeClaims"][0]["explanation"]["considered"]
+    }
     assert considered["c3-8"].startswith("chosen")
     assert considered["c3-4"].startswith("too small: needs cpu=3, has 1900m")
     assert considered["c3-16"].startswith("fallback")

@@ -33,37 +33,67 @@ def scenarios(draw: st.DrawFn) -> list[dict[str, Any]]:
         gib = cpu * draw(st.sampled_from([1, 2, 4]))
         arch = draw(st.sampled_from(["amd64", "arm64"]))
         price = round(draw(st.floats(0.01, 1.0)), 4)
-        types.append(itype(f"t{i}", cpu, gib, price, zones=ZONES, capacity_types=("on-demand", "spot"),
-                           labels={"kubernetes.io/arch": arch}, overhead_cpu="100m"))
+        types.append(
+            itype(
+                f"t{i}",
+                cpu,
+                gib,
+                price,
+                zones=ZONES,
+                capacity_types=("on-demand", "spot"),
+                labels={"kubernetes.io/arch": arch},
+                overhead_cpu="100m",
+            )
+        )
     tainted = draw(st.booleans())
     docs: list[dict[str, Any]] = [
         node_pool(taints=[{"key": "dedicated", "value": "x", "effect": "NoSchedule"}] if tainted else None),
-        catalog(*types)]
+        catalog(*types),
+    ]
     for n in range(draw(st.integers(0, 2))):
         zone = draw(st.sampled_from(ZONES))
         taints = [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}] if draw(st.booleans()) else []
-        docs.append(node(f"n{n}", draw(st.sampled_from(["1", "2", "4"])), draw(st.sampled_from(["2Gi", "4Gi"])),
-                         labels={"topology.kubernetes.io/zone": zone, "kubernetes.io/arch": "amd64"}, taints=taints))
+        docs.append(
+            node(
+                f"n{n}",
+                draw(st.sampled_from(["1", "2", "4"])),
+                draw(st.sampled_from(["2Gi", "4Gi"])),
+                labels={"topology.kubernetes.io/zone": zone, "kubernetes.io/arch": "amd64"},
+                taints=taints,
+            )
+        )
         for b in range(draw(st.integers(0, 2))):
-            docs.append(pod(f"bound-{n}-{b}", "250m", "256Mi", {"app": draw(st.sampled_from(["a", "b"]))},
-                            nodeName=f"n{n}"))
+            docs.append(
+                pod(
+                    f"bound-{n}-{b}",
+                    "250m",
+                    "256Mi",
+                    {"app": draw(st.sampled_from(["a", "b"]))},
+                    nodeName=f"n{n}",
+                )
+            )
     if draw(st.booleans()):
-        docs.append(daemon_set(draw(st.sampled_from(["50m", "200m"])), "64Mi", tolerations=[{"operator": "Exists"}]))
+        docs.append(
+            daemon_set(draw(st.sampled_from(["50m", "200m"])), "64Mi", tolerations=[{"operator": "Exists"}])
+        )
     for i in range(draw(st.integers(1, 14))):
         spec: dict[str, Any] = {}
         labels = {"app": draw(st.sampled_from(["a", "b"]))}
         if draw(st.integers(0, 4)) == 0:
             spec["nodeSelector"] = {"kubernetes.io/arch": draw(st.sampled_from(["amd64", "arm64"]))}
         if draw(st.booleans()):
-            spec["tolerations"] = [{"key": "dedicated", "operator": "Equal", "value": "x", "effect": "NoSchedule"}]
+            spec["tolerations"] = [
+                {"key": "dedicated", "operator": "Equal", "value": "x", "effect": "NoSchedule"}
+            ]
         kind = draw(st.integers(0, 5))
         if kind == 0:
             spec["affinity"] = anti_affinity({"app": labels["app"]})
         elif kind == 1:
             spec["topologySpreadConstraints"] = spread({"app": labels["app"]}, "topology.kubernetes.io/zone")
         elif kind == 2:
-            spec["topologySpreadConstraints"] = spread({"app": labels["app"]}, "kubernetes.io/hostname",
-                                                       max_skew=draw(st.integers(1, 2)))
+            spec["topologySpreadConstraints"] = spread(
+                {"app": labels["app"]}, "kubernetes.io/hostname", max_skew=draw(st.integers(1, 2))
+            )
         request = draw(st.sampled_from(["100m", "250m", "500m", "1000m", "1500m", "3000m"]))
         mem = draw(st.sampled_from(["64Mi", "256Mi", "1024Mi", "3072Mi"]))
         docs.append(pod(f"p{i}", request, mem, labels, **spec))

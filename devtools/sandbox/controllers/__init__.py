@@ -62,7 +62,9 @@ def build_controllers(
 ) -> list[Any]:
     """Every controller, constructed but not started (each has ``async run()``), sharing informers."""
     wl = workload_informers or InformerFactory(workload, profile.resync_period)
-    mg = management_informers or (wl if management is workload else InformerFactory(management, profile.resync_period))
+    mg = management_informers or (
+        wl if management is workload else InformerFactory(management, profile.resync_period)
+    )
     return [
         Scheduler(workload, profile, wl),
         Kubelet(workload, profile, wl),

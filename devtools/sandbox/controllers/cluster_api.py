@@ -94,7 +94,11 @@ def machine_from_template(md: dict[str, Any]) -> dict[str, Any]:
     machine_spec = template.get("spec") or {}
     cluster = spec.get("clusterName") or machine_spec.get("clusterName") or ""
     machine_spec["clusterName"] = cluster
-    labels = {**(template_meta.get("labels") or {}), DEPLOYMENT_NAME_LABEL: meta["name"], CLUSTER_NAME_LABEL: cluster}
+    labels = {
+        **(template_meta.get("labels") or {}),
+        DEPLOYMENT_NAME_LABEL: meta["name"],
+        CLUSTER_NAME_LABEL: cluster,
+    }
     return {
         "apiVersion": md.get("apiVersion") or "cluster.x-k8s.io/v1beta2",
         "kind": "Machine",
@@ -122,13 +126,16 @@ class ClusterApiController:
         self.management = management
         self.management_informers = management_informers or InformerFactory(management, profile.resync_period)
         self.workload_informers = workload_informers or (
-            self.management_informers if workload is management
+            self.management_informers
+            if workload is management
             else InformerFactory(workload, profile.resync_period)
         )
         self._owned_factories = {
             id(f): f
-            for f, given in ((self.management_informers, management_informers),
-                             (self.workload_informers, workload_informers))
+            for f, given in (
+                (self.management_informers, management_informers),
+                (self.workload_informers, workload_informers),
+            )
             if given is None
         }
         self.workload = workload
@@ -230,9 +237,15 @@ class ClusterApiController:
                 ready += 1
         count = len(active)
         phase = "ScalingUp" if count < desired else "ScalingDown" if count > desired else "Running"
-        selector = ",".join(
-            f"{k}={v}" for k, v in sorted(((md.get("spec") or {}).get("selector") or {}).get("matchLabels", {}).items())
-        ) or f"{DEPLOYMENT_NAME_LABEL}={md['metadata']['name']}"
+        selector = (
+            ",".join(
+                f"{k}={v}"
+                for k, v in sorted(
+                    ((md.get("spec") or {}).get("selector") or {}).get("matchLabels", {}).items()
+                )
+            )
+            or f"{DEPLOYMENT_NAME_LABEL}={md['metadata']['name']}"
+        )
         status = {
             "replicas": count,
             "readyReplicas": ready,
@@ -274,24 +287,37 @@ class ClusterApiController:
             self._write_machine_status(key, machine, {**status, "phase": "Pending"})
             return profile.machine_bootstrap - elapsed
         if elapsed < profile.machine_provision and not spec.get("providerID"):
-            status.update({"phase": "Provisioning", "bootstrapReady": True,
-                           "initialization": {**(status.get("initialization") or {}),
-                                              "bootstrapDataSecretCreated": True}})
+            status.update(
+                {
+                    "phase": "Provisioning",
+                    "bootstrapReady": True,
+                    "initialization": {
+                        **(status.get("initialization") or {}),
+                        "bootstrapDataSecretCreated": True,
+                    },
+                }
+            )
             self._write_machine_status(key, machine, status)
             return profile.machine_provision - elapsed
         if not spec.get("providerID"):
             fresh = copy.deepcopy(machine)
             fresh["spec"]["providerID"] = f"{PROVIDER_ID_PREFIX}{uuid.uuid4()}"
-            fresh["spec"].setdefault("bootstrap", {}).setdefault("dataSecretName", machine["metadata"]["name"])
+            fresh["spec"].setdefault("bootstrap", {}).setdefault(
+                "dataSecretName", machine["metadata"]["name"]
+            )
             machine = self.management.update(self.machine_rt, fresh)
             self.machines.observe_write(key, machine)
             spec = machine["spec"]
         join_at = profile.machine_provision + profile.node_join
         if not status.get("nodeRef"):
-            status.update({
-                "phase": "Provisioned", "bootstrapReady": True, "infrastructureReady": True,
-                "initialization": {"bootstrapDataSecretCreated": True, "infrastructureProvisioned": True},
-            })
+            status.update(
+                {
+                    "phase": "Provisioned",
+                    "bootstrapReady": True,
+                    "infrastructureReady": True,
+                    "initialization": {"bootstrapDataSecretCreated": True, "infrastructureProvisioned": True},
+                }
+            )
             if spec.get("failureDomain"):
                 status["failureDomain"] = spec["failureDomain"]
             if elapsed < join_at:
@@ -301,11 +327,16 @@ class ClusterApiController:
             if node is None:
                 self._write_machine_status(key, machine, status)
                 return None
-            status["nodeRef"] = {"apiVersion": "v1", "kind": "Node", "name": node["metadata"]["name"],
-                                 "uid": node["metadata"].get("uid")}
+            status["nodeRef"] = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": node["metadata"]["name"],
+                "uid": node["metadata"].get("uid"),
+            }
             status["addresses"] = [
                 {"type": "InternalIP", "address": a.get("address")}
-                for a in (node.get("status") or {}).get("addresses") or [] if a.get("type") == "InternalIP"
+                for a in (node.get("status") or {}).get("addresses") or []
+                if a.get("type") == "InternalIP"
             ]
             status["nodeInfo"] = (node.get("status") or {}).get("nodeInfo")
         node_name = status["nodeRef"].get("name")
@@ -313,8 +344,12 @@ class ClusterApiController:
         ready = node_obj is not None and node_is_ready(node_obj)
         status["phase"] = "Running"
         status_holder = {"status": status}
-        set_condition(status_holder, "NodeHealthy", "True" if ready else "False",
-                      "" if ready else ("NodeNotFound" if node_obj is None else "NodeNotReady"))
+        set_condition(
+            status_holder,
+            "NodeHealthy",
+            "True" if ready else "False",
+            "" if ready else ("NodeNotFound" if node_obj is None else "NodeNotReady"),
+        )
         set_condition(status_holder, "Ready", "True" if ready else "False", "" if ready else "NodeNotReady")
         self._write_machine_status(key, machine, status)
         return None
@@ -352,7 +387,8 @@ class ClusterApiController:
             return
         node = self.nodes.objects.get(node_name)
         if node is not None and (node.get("spec") or {}).get("providerID") not in (
-            None, (machine.get("spec") or {}).get("providerID")
+            None,
+            (machine.get("spec") or {}).get("providerID"),
         ):
             return  # a different node took the name
         try:

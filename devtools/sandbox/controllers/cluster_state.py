@@ -66,14 +66,21 @@ class PodEntry:
 def _same_version(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     meta_a, meta_b = a.get("metadata") or {}, b.get("metadata") or {}
     version = meta_a.get("resourceVersion")
-    return bool(version) and version == meta_b.get("resourceVersion") and meta_a.get("uid") == meta_b.get("uid")
+    return (
+        bool(version) and version == meta_b.get("resourceVersion") and meta_a.get("uid") == meta_b.get("uid")
+    )
 
 
 def _topology_signature(entry: PodEntry) -> tuple[Any, ...]:
     """What topology-derived counts depend on: where the pod counts, its labels, whether it is leaving."""
     meta = entry.pod.get("metadata") or {}
-    return (entry.node_name, tuple(sorted((meta.get("labels") or {}).items())), bool(meta.get("deletionTimestamp")),
-            meta.get("namespace"), has_required_anti_affinity(entry.pod))
+    return (
+        entry.node_name,
+        tuple(sorted((meta.get("labels") or {}).items())),
+        bool(meta.get("deletionTimestamp")),
+        meta.get("namespace"),
+        has_required_anti_affinity(entry.pod),
+    )
 
 
 def host_ports(pod: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:

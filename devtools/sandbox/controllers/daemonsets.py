@@ -52,7 +52,11 @@ DAEMON_TOLERATIONS: tuple[dict[str, Any], ...] = (
     {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
 )
 POD_EVENT_BATCH = 0.05  # seconds a pod event may wait, so that a burst of pod changes causes one sync
-NETWORK_UNAVAILABLE = {"key": "node.kubernetes.io/network-unavailable", "operator": "Exists", "effect": "NoSchedule"}
+NETWORK_UNAVAILABLE = {
+    "key": "node.kubernetes.io/network-unavailable",
+    "operator": "Exists",
+    "effect": "NoSchedule",
+}
 
 
 def daemon_pod_spec(template_spec: dict[str, Any], node_name: str) -> dict[str, Any]:
@@ -61,7 +65,9 @@ def daemon_pod_spec(template_spec: dict[str, Any], node_name: str) -> dict[str, 
     tolerations = list(spec.get("tolerations") or [])
     extra = list(DAEMON_TOLERATIONS) + ([NETWORK_UNAVAILABLE] if spec.get("hostNetwork") else [])
     for toleration in extra:
-        if not any(t.get("key") == toleration["key"] and t.get("effect") == toleration["effect"] for t in tolerations):
+        if not any(
+            t.get("key") == toleration["key"] and t.get("effect") == toleration["effect"] for t in tolerations
+        ):
             tolerations.append(dict(toleration))
     spec["tolerations"] = tolerations
     affinity = spec.setdefault("affinity", {})
@@ -163,7 +169,9 @@ class DaemonSetController(InformerUser):
             extra = pods if node_name not in wanted else pods[1:]
             for pod in extra:
                 try:
-                    last = self.store.delete(self.pods_rt, pod["metadata"]["name"], pod["metadata"].get("namespace"))
+                    last = self.store.delete(
+                        self.pods_rt, pod["metadata"]["name"], pod["metadata"].get("namespace")
+                    )
                 except NotFound:
                     last = None
                 self.pods.observe_write(object_key(pod), last)

@@ -203,14 +203,18 @@ class DeploymentController(InformerUser):
             for k in self.rs_by_owner.dependents(meta["uid"])
             if k in self.replicasets.objects
         ]
-        current = next((rs for rs in owned if (rs["metadata"].get("labels") or {}).get(HASH_LABEL) == pod_hash), None)
+        current = next(
+            (rs for rs in owned if (rs["metadata"].get("labels") or {}).get(HASH_LABEL) == pod_hash), None
+        )
         if current is None:
             template.setdefault("metadata", {}).setdefault("labels", {})[HASH_LABEL] = pod_hash
             selector = copy.deepcopy(spec.get("selector") or {})
             selector.setdefault("matchLabels", {})[HASH_LABEL] = pod_hash
             revision = 1 + max(
-                (int((rs["metadata"].get("annotations") or {}).get("deployment.kubernetes.io/revision", 0))
-                 for rs in owned),
+                (
+                    int((rs["metadata"].get("annotations") or {}).get("deployment.kubernetes.io/revision", 0))
+                    for rs in owned
+                ),
                 default=0,
             )
             replicaset = {
@@ -241,8 +245,12 @@ class DeploymentController(InformerUser):
         for rs in owned:
             for name in totals:
                 totals[name] += int((rs.get("status") or {}).get(name) or 0)
-        updated = int(((self.replicasets.objects.get(object_key(current)) or current).get("status") or {}).get(
-            "replicas") or 0)
+        updated = int(
+            ((self.replicasets.objects.get(object_key(current)) or current).get("status") or {}).get(
+                "replicas"
+            )
+            or 0
+        )
         status: dict[str, Any] = {
             "observedGeneration": meta.get("generation", 1),
             "replicas": totals["replicas"],
@@ -254,15 +262,30 @@ class DeploymentController(InformerUser):
         }
         holder = {"status": status}
         if totals["availableReplicas"] >= desired:
-            set_condition(holder, "Available", "True", "MinimumReplicasAvailable",
-                          "Deployment has minimum availability.")
+            set_condition(
+                holder,
+                "Available",
+                "True",
+                "MinimumReplicasAvailable",
+                "Deployment has minimum availability.",
+            )
         else:
-            set_condition(holder, "Available", "False", "MinimumReplicasUnavailable",
-                          "Deployment does not have minimum availability.")
+            set_condition(
+                holder,
+                "Available",
+                "False",
+                "MinimumReplicasUnavailable",
+                "Deployment does not have minimum availability.",
+            )
         done = updated == desired and totals["replicas"] == desired
-        set_condition(holder, "Progressing", "True", "NewReplicaSetAvailable" if done else "ReplicaSetUpdated",
-                      f'ReplicaSet "{current["metadata"]["name"]}" '
-                      + ("has successfully progressed." if done else "is progressing."))
+        set_condition(
+            holder,
+            "Progressing",
+            "True",
+            "NewReplicaSetAvailable" if done else "ReplicaSetUpdated",
+            f'ReplicaSet "{current["metadata"]["name"]}" '
+            + ("has successfully progressed." if done else "is progressing."),
+        )
         self._write_status(self.deploy_rt, self.deployments, deployment, status)
         return None
 

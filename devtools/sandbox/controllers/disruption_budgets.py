@@ -77,7 +77,9 @@ def budget_status(
     pods = list(pods)
     min_available = spec.get("minAvailable")
     max_unavailable = spec.get("maxUnavailable")
-    uses_scale = max_unavailable is not None or (isinstance(min_available, str) and min_available.endswith("%"))
+    uses_scale = max_unavailable is not None or (
+        isinstance(min_available, str) and min_available.endswith("%")
+    )
     if uses_scale:
         scales: dict[str, int] = {}
         loose = 0
@@ -110,7 +112,9 @@ def budget_status(
         if left > 0:
             disrupted[name] = stamp
             next_expiry = left if next_expiry is None else min(next_expiry, left)
-    healthy = sum(1 for p in pods if pod_is_ready(p) and (p.get("metadata") or {}).get("name") not in disrupted)
+    healthy = sum(
+        1 for p in pods if pod_is_ready(p) and (p.get("metadata") or {}).get("name") not in disrupted
+    )
     allowed = max(0, healthy - desired)
     status: dict[str, Any] = copy.deepcopy(pdb.get("status") or {})
     status.update(
@@ -127,11 +131,23 @@ def budget_status(
         status.pop("disruptedPods")
     holder = {"status": status}
     if allowed > 0:
-        set_condition(holder, "DisruptionAllowed", "True", "SufficientPods", "",
-                      observedGeneration=meta.get("generation", 1))
+        set_condition(
+            holder,
+            "DisruptionAllowed",
+            "True",
+            "SufficientPods",
+            "",
+            observedGeneration=meta.get("generation", 1),
+        )
     else:
-        set_condition(holder, "DisruptionAllowed", "False", "InsufficientPods", "",
-                      observedGeneration=meta.get("generation", 1))
+        set_condition(
+            holder,
+            "DisruptionAllowed",
+            "False",
+            "InsufficientPods",
+            "",
+            observedGeneration=meta.get("generation", 1),
+        )
     return status, next_expiry
 
 
@@ -191,7 +207,9 @@ class DisruptionController(InformerUser):
                 self.queue.add(budget_key, POD_EVENT_BATCH)
 
     def _on_replicaset(self, event_type: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        if old is not None and (old.get("spec") or {}).get("replicas") == (obj.get("spec") or {}).get("replicas"):
+        if old is not None and (old.get("spec") or {}).get("replicas") == (obj.get("spec") or {}).get(
+            "replicas"
+        ):
             return
         for budget_key in self._budgets_in(obj["metadata"].get("namespace") or "default"):
             self.queue.add(budget_key)
@@ -210,12 +228,18 @@ class DisruptionController(InformerUser):
         pdb = self.budgets.objects.get(key)
         if pdb is None or is_terminating(pdb):
             return None
-        pods = [pod for pod_key in self.matched.get(key, ()) if (pod := self.pods.objects.get(pod_key)) is not None]
+        pods = [
+            pod
+            for pod_key in self.matched.get(key, ())
+            if (pod := self.pods.objects.get(pod_key)) is not None
+        ]
         try:
             status, expiry = budget_status(pdb, pods, self._controller_scale, datetime.now(UTC))
         except ValueError as err:  # a malformed budget blocks every eviction, as upstream's failSafe
             status, expiry = copy.deepcopy(pdb.get("status") or {}), None
-            status.update({"disruptionsAllowed": 0, "observedGeneration": pdb["metadata"].get("generation", 1)})
+            status.update(
+                {"disruptionsAllowed": 0, "observedGeneration": pdb["metadata"].get("generation", 1)}
+            )
             set_condition({"status": status}, "DisruptionAllowed", "False", "SyncFailed", str(err))
         if status != (pdb.get("status") or {}):
             fresh = copy.deepcopy(pdb)

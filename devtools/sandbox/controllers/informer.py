@@ -59,17 +59,31 @@ class StoreLike(Protocol):
 
     def resource(self, api_version: str, kind_or_plural: str) -> Any: ...
     def get(self, rt: Any, name: str, namespace: str | None = None) -> dict[str, Any]: ...
-    def list(self, rt: Any, namespace: str | None = None, label_selector: Any = None,
-             field_selector: Any = None) -> tuple[list[dict[str, Any]], str]: ...
+    def list(
+        self, rt: Any, namespace: str | None = None, label_selector: Any = None, field_selector: Any = None
+    ) -> tuple[list[dict[str, Any]], str]: ...
     def create(self, rt: Any, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]: ...
     def update(self, rt: Any, obj: dict[str, Any], subresource: str | None = None) -> dict[str, Any]: ...
-    def delete(self, rt: Any, name: str, namespace: str | None = None, grace_period_seconds: int | None = None,
-               propagation_policy: str = "Background") -> Any: ...
-    def bind(self, name: str, namespace: str, node_name: str,
-             annotations: dict[str, str] | None = None) -> Any: ...
+    def delete(
+        self,
+        rt: Any,
+        name: str,
+        namespace: str | None = None,
+        grace_period_seconds: int | None = None,
+        propagation_policy: str = "Background",
+    ) -> Any: ...
+    def bind(
+        self, name: str, namespace: str, node_name: str, annotations: dict[str, str] | None = None
+    ) -> Any: ...
     def evict(self, name: str, namespace: str, delete_options: dict[str, Any] | None = None) -> Any: ...
-    def watch(self, rt: Any, namespace: str | None = None, resource_version: str | None = None,
-              label_selector: Any = None, field_selector: Any = None) -> Any: ...
+    def watch(
+        self,
+        rt: Any,
+        namespace: str | None = None,
+        resource_version: str | None = None,
+        label_selector: Any = None,
+        field_selector: Any = None,
+    ) -> Any: ...
 
 
 def object_key(obj: dict[str, Any]) -> str:
@@ -111,7 +125,9 @@ class Informer:
             try:
                 handler(event_type, new, old)
             except Exception:  # a handler bug must not stop the cache
-                log.exception("sandbox informer %s: handler failed on %s %s", self.name, event_type, object_key(new))
+                log.exception(
+                    "sandbox informer %s: handler failed on %s %s", self.name, event_type, object_key(new)
+                )
 
     def _relist(self) -> None:
         items, resource_version = self.store.list(self.rt)
@@ -146,7 +162,11 @@ class Informer:
             self.objects.pop(key, None)
             self._emit("DELETED", obj, old)
             return
-        if old is not None and _rv(old) >= _rv(obj) and (old.get("metadata") or {}).get("uid") == meta.get("uid"):
+        if (
+            old is not None
+            and _rv(old) >= _rv(obj)
+            and (old.get("metadata") or {}).get("uid") == meta.get("uid")
+        ):
             return  # this version (or a newer one) is already in the cache via write-through
         self.objects[key] = obj
         self._emit("ADDED" if old is None else "MODIFIED", obj, old)
@@ -350,7 +370,9 @@ class InformerUser:
     """A controller reading through shared informers: the factory it was given, or one of its own that it
     starts and stops itself."""
 
-    def __init__(self, store: StoreLike, profile: TimingProfile, informers: InformerFactory | None = None) -> None:
+    def __init__(
+        self, store: StoreLike, profile: TimingProfile, informers: InformerFactory | None = None
+    ) -> None:
         self.store = store
         self._own_informers = informers is None
         self.informers = informers or InformerFactory(store, profile.resync_period)

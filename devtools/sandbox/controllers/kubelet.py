@@ -107,7 +107,9 @@ def registered_node(node: dict[str, Any], index: int) -> dict[str, Any]:
     if not status.get("allocatable"):
         status["allocatable"] = dict(status["capacity"])
     address = node_address(index)
-    status.setdefault("addresses", [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}])
+    status.setdefault(
+        "addresses", [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}]
+    )
     status.setdefault(
         "nodeInfo",
         {
@@ -127,8 +129,14 @@ def registered_node(node: dict[str, Any], index: int) -> dict[str, Any]:
     status.setdefault("phase", "Running")
     for pressure, reason, message in PRESSURE_CONDITIONS:
         set_condition(node, pressure, "False", reason, message, lastHeartbeatTime=now_rfc3339())
-    set_condition(node, "Ready", "False", "KubeletNotReady", "container runtime network not ready",
-                  lastHeartbeatTime=now_rfc3339())
+    set_condition(
+        node,
+        "Ready",
+        "False",
+        "KubeletNotReady",
+        "container runtime network not ready",
+        lastHeartbeatTime=now_rfc3339(),
+    )
     return node
 
 
@@ -176,7 +184,14 @@ def running_pod_status(pod: dict[str, Any], host_ip: str, pod_ip: str) -> dict[s
                 "state": (
                     {"running": {"startedAt": now}}
                     if c.get("restartPolicy") == "Always"
-                    else {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}}
+                    else {
+                        "terminated": {
+                            "exitCode": 0,
+                            "reason": "Completed",
+                            "startedAt": now,
+                            "finishedAt": now,
+                        }
+                    }
                 ),
             }
             for c in init
@@ -274,8 +289,14 @@ class Kubelet(InformerUser):
                 return remaining
             fresh = self.store.get(self.nodes_rt, name)
             if not node_is_ready(fresh):
-                set_condition(fresh, "Ready", "True", "KubeletReady", "kubelet is posting ready status",
-                              lastHeartbeatTime=now_rfc3339())
+                set_condition(
+                    fresh,
+                    "Ready",
+                    "True",
+                    "KubeletReady",
+                    "kubelet is posting ready status",
+                    lastHeartbeatTime=now_rfc3339(),
+                )
                 fresh = self.store.update(self.nodes_rt, fresh, subresource="status")
             self.not_ready_since.pop(name, None)
             node = fresh
@@ -298,11 +319,15 @@ class Kubelet(InformerUser):
             "metadata": {
                 "name": name,
                 "namespace": NODE_LEASE_NAMESPACE,
-                "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name,
-                                     "uid": node["metadata"].get("uid")}],
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Node", "name": name, "uid": node["metadata"].get("uid")}
+                ],
             },
-            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40,
-                     "renewTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")},
+            "spec": {
+                "holderIdentity": name,
+                "leaseDurationSeconds": 40,
+                "renewTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            },
         }
         try:
             self.store.create(self.leases_rt, lease)
@@ -316,7 +341,9 @@ class Kubelet(InformerUser):
         if not any(t.get("key") == NOT_READY_TAINT["key"] for t in taints):
             return
         fresh = self.store.get(self.nodes_rt, node["metadata"]["name"])
-        fresh["spec"]["taints"] = [t for t in fresh["spec"].get("taints") or [] if t.get("key") != NOT_READY_TAINT["key"]]
+        fresh["spec"]["taints"] = [
+            t for t in fresh["spec"].get("taints") or [] if t.get("key") != NOT_READY_TAINT["key"]
+        ]
         self.store.update(self.nodes_rt, fresh)
 
     def _reconcile_pod(self, key: str) -> float | None:

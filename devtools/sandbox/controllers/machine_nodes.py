@@ -73,8 +73,9 @@ def parse_taints_annotation(text: str, where: str) -> list[dict[str, str]]:
     for part in filter(None, (p.strip() for p in text.split(","))):
         head, sep, effect = part.rpartition(":")
         if not sep or effect not in TAINT_EFFECTS:
-            raise ValueError(f"{where}: expected key=value:Effect (Effect one of {', '.join(TAINT_EFFECTS)}), "
-                             f"got {part!r}")
+            raise ValueError(
+                f"{where}: expected key=value:Effect (Effect one of {', '.join(TAINT_EFFECTS)}), got {part!r}"
+            )
         key, _, value = head.partition("=")
         if not key:
             raise ValueError(f"{where}: taint {part!r} has no key")
@@ -122,10 +123,16 @@ def node_for_machine(machine: dict[str, Any], md: dict[str, Any] | None) -> dict
     labels = {
         k: v
         for k, v in {**template_labels, **(meta.get("labels") or {})}.items()
-        if any(k == p or k.startswith(p + "/") or k.split("/")[0].endswith("." + p) for p in SYNCED_LABEL_PREFIXES)
+        if any(
+            k == p or k.startswith(p + "/") or k.split("/")[0].endswith("." + p)
+            for p in SYNCED_LABEL_PREFIXES
+        )
     }
-    labels.update(parse_labels_annotation(annotations.get(CAPACITY_PREFIX + "labels", ""),
-                                          f"{where}: annotation {CAPACITY_PREFIX}labels"))
+    labels.update(
+        parse_labels_annotation(
+            annotations.get(CAPACITY_PREFIX + "labels", ""), f"{where}: annotation {CAPACITY_PREFIX}labels"
+        )
+    )
     infra_name = (spec.get("infrastructureRef") or {}).get("name")
     instance_type = (
         labels.get(INSTANCE_TYPE_LABEL)
@@ -158,10 +165,15 @@ def node_for_machine(machine: dict[str, Any], md: dict[str, Any] | None) -> dict
     taints: list[dict[str, Any]] = []
     for i, taint in enumerate((template.get("spec") or {}).get("taints") or spec.get("taints") or []):
         if not taint.get("key") or taint.get("effect") not in TAINT_EFFECTS:
-            raise ValueError(f"{where}: spec.template.spec.taints[{i}]: needs a key and an effect in {TAINT_EFFECTS}")
+            raise ValueError(
+                f"{where}: spec.template.spec.taints[{i}]: needs a key and an effect in {TAINT_EFFECTS}"
+            )
         taints.append({k: taint[k] for k in ("key", "value", "effect") if taint.get(k)})
-    taints.extend(parse_taints_annotation(annotations.get(CAPACITY_PREFIX + "taints", ""),
-                                          f"{where}: annotation {CAPACITY_PREFIX}taints"))
+    taints.extend(
+        parse_taints_annotation(
+            annotations.get(CAPACITY_PREFIX + "taints", ""), f"{where}: annotation {CAPACITY_PREFIX}taints"
+        )
+    )
     if registers_through_karpenter(md, machine) and not any(
         t["key"] == UNREGISTERED_TAINT["key"] for t in taints
     ):

@@ -125,7 +125,9 @@ def node_taints(node: Mapping[str, Any]) -> list[Obj]:
     kubelet has marked it NotReady) would look schedulable.
     """
     taints = list((node.get("spec") or {}).get("taints") or [])
-    if get_condition(node, "Ready") is None and not any(t.get("key") == NOT_READY_TAINT["key"] for t in taints):
+    if get_condition(node, "Ready") is None and not any(
+        t.get("key") == NOT_READY_TAINT["key"] for t in taints
+    ):
         taints.append(dict(NOT_READY_TAINT))
     return taints
 
@@ -233,11 +235,15 @@ def node_selector_term_matches(
     if not expressions and not field_exprs:
         return False
     for i, expr in enumerate(expressions):
-        if not _node_requirement_matches(expr, labels.get(expr.get("key", "")), f"{where}.matchExpressions[{i}]"):
+        if not _node_requirement_matches(
+            expr, labels.get(expr.get("key", "")), f"{where}.matchExpressions[{i}]"
+        ):
             return False
     for i, expr in enumerate(field_exprs):
         if expr.get("key") != "metadata.name":
-            raise ValueError(f"{where}.matchFields[{i}].key: only metadata.name is supported, got {expr.get('key')!r}")
+            raise ValueError(
+                f"{where}.matchFields[{i}].key: only metadata.name is supported, got {expr.get('key')!r}"
+            )
         if not _node_requirement_matches(expr, node_name, f"{where}.matchFields[{i}]"):
             return False
     return True
@@ -249,12 +255,9 @@ def node_matches_pod(pod: Mapping[str, Any], node_name: str, labels: Mapping[str
     for key, value in (spec.get("nodeSelector") or {}).items():
         if labels.get(key) != value:
             return False
-    required = (
-        ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-            "requiredDuringSchedulingIgnoredDuringExecution"
-        )
-        or None
-    )
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or None
     if required is None:
         return True
     where = f"pod {pod_key(pod)}: spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
@@ -289,7 +292,9 @@ def validate_node_affinity(pod: Mapping[str, Any]) -> None:
                     raise ValueError(f"{at}.operator: unknown operator {operator!r}")
                 values = expr.get("values") or []
                 if operator in ("Gt", "Lt") and (len(values) != 1 or _int_or_none(values[0]) is None):
-                    raise ValueError(f"{at}.values: {operator} needs exactly one integer value, got {values!r}")
+                    raise ValueError(
+                        f"{at}.values: {operator} needs exactly one integer value, got {values!r}"
+                    )
                 if field_name == "matchFields" and expr.get("key") != "metadata.name":
                     raise ValueError(f"{at}.key: only metadata.name is supported, got {expr.get('key')!r}")
 

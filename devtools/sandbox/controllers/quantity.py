@@ -31,7 +31,9 @@ _DECIMAL_SUFFIXES = {
     "P": Decimal("1e15"),
     "E": Decimal("1e18"),
 }
-_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$")
+_QUANTITY = re.compile(
+    r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$"
+)
 
 # The unit each resource is compared in: cpu in millicores, everything else in whole base units.
 MILLI_RESOURCES = frozenset({"cpu"})
@@ -50,7 +52,9 @@ def parse_quantity(value: object, where: str = "quantity") -> Decimal:
             raise QuantityError(f"{where}: invalid quantity {value!r}")
         return Decimal(str(value))
     if not isinstance(value, str):
-        raise QuantityError(f"{where}: invalid quantity {value!r} (expected a string such as '500m' or '2Gi')")
+        raise QuantityError(
+            f"{where}: invalid quantity {value!r} (expected a string such as '500m' or '2Gi')"
+        )
     match = _QUANTITY.match(value.strip())
     if not match:
         raise QuantityError(f"{where}: invalid quantity {value!r}")
@@ -79,7 +83,9 @@ def resource_list(values: Mapping[str, object] | None, where: str) -> dict[str, 
     if not values:
         return {}
     if not isinstance(values, Mapping):
-        raise QuantityError(f"{where}: expected a map of resource name to quantity, got {type(values).__name__}")
+        raise QuantityError(
+            f"{where}: expected a map of resource name to quantity, got {type(values).__name__}"
+        )
     return {name: to_units(name, q, f"{where}.{name}") for name, q in values.items()}
 
 
@@ -109,7 +115,9 @@ def max_into(total: dict[str, int], other: Mapping[str, int]) -> dict[str, int]:
     return total
 
 
-def insufficient(request: Mapping[str, int], used: Mapping[str, int], allocatable: Mapping[str, int]) -> list[str]:
+def insufficient(
+    request: Mapping[str, int], used: Mapping[str, int], allocatable: Mapping[str, int]
+) -> list[str]:
     """Names of the resources for which ``used + request`` exceeds ``allocatable`` (zero requests never do)."""
     return sorted(
         name

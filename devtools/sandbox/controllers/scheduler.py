@@ -83,8 +83,14 @@ def pod_node_changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
     """Did a node change in a way that can make a pending pod fit?"""
     if old is None:
         return True
-    for path in (("metadata", "labels"), ("spec", "taints"), ("spec", "unschedulable"),
-                 ("status", "allocatable"), ("status", "capacity"), ("status", "conditions")):
+    for path in (
+        ("metadata", "labels"),
+        ("spec", "taints"),
+        ("spec", "unschedulable"),
+        ("status", "allocatable"),
+        ("status", "capacity"),
+        ("status", "conditions"),
+    ):
         a: Any = old
         b: Any = new
         for part in path:
@@ -109,7 +115,9 @@ class Scheduler(InformerUser):
         self.node_informer = self.informers.informer(self.nodes_rt, "nodes")
         self.pod_informer.add_handler(self._on_pod)
         self.node_informer.add_handler(self._on_node)
-        self.events = EventRecorder(store, DEFAULT_SCHEDULER, min_interval=max(1.0, profile.scheduler_backoff_max))
+        self.events = EventRecorder(
+            store, DEFAULT_SCHEDULER, min_interval=max(1.0, profile.scheduler_backoff_max)
+        )
         self._wakeup = asyncio.Event()
         self._changed_at = float("-inf")  # loop time of the last change that can make pending pods fit
         self.binds = 0
@@ -221,11 +229,18 @@ class Scheduler(InformerUser):
                     decision, reason = Decision(None, f"pod {key}: {err}"), "SchedulerError"
                 except Exception as err:  # a pod shape we did not foresee must not stop scheduling
                     log.exception("sandbox scheduler: cannot evaluate pod %s", key)
-                    decision, reason = Decision(None, f"pod {key}: cannot be evaluated: {err!r}"), "SchedulerError"
+                    decision, reason = (
+                        Decision(None, f"pod {key}: cannot be evaluated: {err!r}"),
+                        "SchedulerError",
+                    )
             if decision.node_name is not None:
                 if self._bind(entry.pod, decision.node_name):
-                    self.events.record(entry.pod, "Normal", "Scheduled",
-                                       f"Successfully assigned {key} to {decision.node_name}")
+                    self.events.record(
+                        entry.pod,
+                        "Normal",
+                        "Scheduled",
+                        f"Successfully assigned {key} to {decision.node_name}",
+                    )
                     self.state.assume(key, decision.node_name)
                     self.pending.pop(key, None)
                     self.binds += 1
@@ -257,10 +272,14 @@ class Scheduler(InformerUser):
         try:
             self.store.bind(meta["name"], namespace, node_name)
         except (Conflict, NotFound) as err:
-            log.debug("sandbox scheduler: binding %s/%s -> %s failed: %s", namespace, meta["name"], node_name, err)
+            log.debug(
+                "sandbox scheduler: binding %s/%s -> %s failed: %s", namespace, meta["name"], node_name, err
+            )
             return False
         except ApiError as err:
-            log.warning("sandbox scheduler: binding %s/%s -> %s failed: %s", namespace, meta["name"], node_name, err)
+            log.warning(
+                "sandbox scheduler: binding %s/%s -> %s failed: %s", namespace, meta["name"], node_name, err
+            )
             return False
         return True
 
@@ -293,4 +312,3 @@ class Scheduler(InformerUser):
             log.debug("sandbox scheduler: status of %s/%s not written: %s", namespace, meta["name"], err)
         self.events.record(pod, "Warning", "FailedScheduling", message)
         return False
-

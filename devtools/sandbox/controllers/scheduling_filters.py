@@ -93,9 +93,12 @@ class _PodContext:
         self._prepare_inter_pod(index)
         affinity = spec.get("affinity") or {}
         self.plain_placement = not spec.get("nodeSelector") and not (affinity.get("nodeAffinity") or {}).get(
-            "requiredDuringSchedulingIgnoredDuringExecution")
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
         self.host_ports = host_ports(pod)
-        self.request_items = [(name, amount) for name, amount in requests.items() if name != "pods" and amount > 0]
+        self.request_items = [
+            (name, amount) for name, amount in requests.items() if name != "pods" and amount > 0
+        ]
         self.inter_pod = bool(self.spread or self.anti_terms or self.existing_blocked or self.affinity_terms)
         self.cpu = requests.get("cpu", 0)
         self.memory = requests.get("memory", 0)
@@ -106,9 +109,14 @@ class _PodContext:
         meta = pod.get("metadata") or {}
         namespace = meta.get("namespace") or "default"
         labels = meta.get("labels") or {}
-        affinity_key = repr((sorted((spec.get("nodeSelector") or {}).items()),
-                             ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-                                 "requiredDuringSchedulingIgnoredDuringExecution")))
+        affinity_key = repr(
+            (
+                sorted((spec.get("nodeSelector") or {}).items()),
+                ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+                    "requiredDuringSchedulingIgnoredDuringExecution"
+                ),
+            )
+        )
         prepared: list[dict[str, Any]] = []
         for raw in spec.get("topologySpreadConstraints") or []:
             if raw.get("whenUnsatisfiable", "DoNotSchedule") != "DoNotSchedule":
@@ -124,17 +132,28 @@ class _PodContext:
             honor_taints = raw.get("nodeTaintsPolicy", "Ignore") == "Honor"
             tolerations = self.tolerations
 
-            def accepts(info: NodeInfo, honor_affinity: bool = honor_affinity, honor_taints: bool = honor_taints,
-                        tolerations: Any = tolerations) -> bool:
+            def accepts(
+                info: NodeInfo,
+                honor_affinity: bool = honor_affinity,
+                honor_taints: bool = honor_taints,
+                tolerations: Any = tolerations,
+            ) -> bool:
                 if honor_affinity and not node_matches_pod(pod, info.name, info.labels):
                     return False
                 return not (honor_taints and untolerated_taint(tolerations, info.taints))
 
-            eligible_key = (key, affinity_key if honor_affinity else None,
-                            repr(tolerations) if honor_taints else None)
+            eligible_key = (
+                key,
+                affinity_key if honor_affinity else None,
+                repr(tolerations) if honor_taints else None,
+            )
             eligible, domains = index.eligible_nodes(eligible_key, key, accepts)
-            counts = index.domain_counts(Term(key, selector, frozenset({namespace})), eligible_key=eligible_key,
-                                         eligible=eligible, skip_terminating=True)
+            counts = index.domain_counts(
+                Term(key, selector, frozenset({namespace})),
+                eligible_key=eligible_key,
+                eligible=eligible,
+                skip_terminating=True,
+            )
             min_domains = int(raw.get("minDomains") or 1)
             if len(domains) < min_domains:
                 global_min = 0
@@ -155,7 +174,8 @@ class _PodContext:
     def _prepare_inter_pod(self, index: TopologyIndex) -> None:
         # Domains holding a pod matched by one of our anti-affinity terms.
         self.anti_blocked: list[set[str]] = [
-            {domain for domain, count in index.domain_counts(term).items() if count > 0} for term in self.anti_terms
+            {domain for domain, count in index.domain_counts(term).items() if count > 0}
+            for term in self.anti_terms
         ]
         # Symmetry: running pods whose anti-affinity matches us, as (topology key, value) pairs.
         self.existing_blocked = index.blocked_by_existing(self.pod)
@@ -184,10 +204,15 @@ class _PodContext:
         allocatable, requested = info.allocatable, info.requested
         max_pods = allocatable.get("pods")
         too_many = max_pods is not None and len(info.pod_keys) + 1 > max_pods
-        short = [name for name, amount in self.request_items
-                 if requested.get(name, 0) + amount > allocatable.get(name, 0)]
+        short = [
+            name
+            for name, amount in self.request_items
+            if requested.get(name, 0) + amount > allocatable.get(name, 0)
+        ]
         if too_many or short:
-            return (["Too many pods"] if too_many else []) + [f"Insufficient {name}" for name in sorted(short)]
+            return (["Too many pods"] if too_many else []) + [
+                f"Insufficient {name}" for name in sorted(short)
+            ]
         if not self.inter_pod:
             return None
         for constraint in self.spread:

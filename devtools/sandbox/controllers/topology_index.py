@@ -65,8 +65,10 @@ def affinity_terms(pod: Mapping[str, Any], kind: str, known_namespaces: Iterable
         merged = {"matchLabels": selector.get("matchLabels") or {}, "matchExpressions": expressions}
         ns_selector = raw.get("namespaceSelector")
         namespaces: frozenset[str] | None
-        if ns_selector is not None and not ns_selector.get("matchLabels") and not ns_selector.get(
-            "matchExpressions"
+        if (
+            ns_selector is not None
+            and not ns_selector.get("matchLabels")
+            and not ns_selector.get("matchExpressions")
         ):
             namespaces = None
         else:
@@ -138,7 +140,7 @@ class TopologyIndex:
             self._anti = None
             self._applied = len(state.booked)
             return
-        for entry, info in state.booked[self._applied:]:
+        for entry, info in state.booked[self._applied :]:
             self._book(entry, info)
         self._applied = len(state.booked)
 
@@ -162,8 +164,11 @@ class TopologyIndex:
         self._sync()
         found = self._eligible.get(key)
         if found is None:
-            names = [info.name for info in self.state.nodes.values()
-                     if topology_key in info.labels and accepts(info)]
+            names = [
+                info.name
+                for info in self.state.nodes.values()
+                if topology_key in info.labels and accepts(info)
+            ]
             domains = frozenset(self.state.nodes[name].labels[topology_key] for name in names)
             found = self._eligible[key] = (frozenset(names), domains)
         return found
@@ -200,7 +205,9 @@ class TopologyIndex:
             self._anti = {}
             for key in self.state.anti_affinity_pods:
                 entry = self.state.pods.get(key)
-                info = self.state.nodes.get(entry.node_name) if entry is not None and entry.node_name else None
+                info = (
+                    self.state.nodes.get(entry.node_name) if entry is not None and entry.node_name else None
+                )
                 if entry is not None and info is not None:
                     self._add_anti_terms(entry, info)
         blocked: set[tuple[str, str]] = set()

@@ -36,7 +36,9 @@ class ConnectionSettings:
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> ConnectionSettings:
         env = os.environ if env is None else env
         values: dict[str, Any] = {
-            "servers": tuple(s.strip() for s in env.get("TENON_NATS_URL", "nats://127.0.0.1:4222").split(",")),
+            "servers": tuple(
+                s.strip() for s in env.get("TENON_NATS_URL", "nats://127.0.0.1:4222").split(",")
+            ),
             "user": env.get("TENON_NATS_USER"),
             "password": env.get("TENON_NATS_PASSWORD"),
             "token": env.get("TENON_NATS_TOKEN"),
@@ -64,7 +66,9 @@ class ConnectionSettings:
             "name": self.name,
             "connect_timeout": self.connect_timeout,
             # nats-py reads 0 as "forever"; 1 is its smallest finite budget
-            "max_reconnect_attempts": -1 if self.max_reconnect_attempts < 0 else max(self.max_reconnect_attempts, 1),
+            "max_reconnect_attempts": -1
+            if self.max_reconnect_attempts < 0
+            else max(self.max_reconnect_attempts, 1),
             "reconnect_time_wait": self.reconnect_wait,
             "allow_reconnect": True,
         }

@@ -120,7 +120,9 @@ class JetStreamEventLog(EventLog):
         with tracing.publish_span(subject, type(event).__name__):
             return await self._publish(subject, encode(event), self._headers(event, headers))
 
-    async def publish_raw(self, subject: str, data: bytes, headers: Mapping[str, str] | None = None) -> PublishResult:
+    async def publish_raw(
+        self, subject: str, data: bytes, headers: Mapping[str, str] | None = None
+    ) -> PublishResult:
         """Store bytes as they are (tests use it to feed undecodable payloads)."""
         return await self._publish(subject, data, dict(headers or {}))
 
@@ -190,7 +192,9 @@ class JetStreamEventLog(EventLog):
             config.opt_start_time = start_time
         else:
             config.deliver_policy = DeliverPolicy.ALL
-        subscription = await self.js.subscribe(subject_filter, stream=stream, ordered_consumer=True, config=config)
+        subscription = await self.js.subscribe(
+            subject_filter, stream=stream, ordered_consumer=True, config=config
+        )
         try:
             while True:
                 try:

@@ -65,7 +65,9 @@ class InMemoryEventLog(EventLog):
                 return stream
         raise EventLogError(f"no stream captures subject {subject!r}")
 
-    async def publish_raw(self, subject: str, data: bytes, headers: Mapping[str, str] | None = None) -> PublishResult:
+    async def publish_raw(
+        self, subject: str, data: bytes, headers: Mapping[str, str] | None = None
+    ) -> PublishResult:
         """Store bytes as they are (tests use it to feed undecodable payloads)."""
         return await self._store(subject, data, dict(headers or {}), expected_last=None)
 
@@ -113,9 +115,13 @@ class InMemoryEventLog(EventLog):
 
     async def last_subject_sequence(self, subject: str) -> int:
         stream = self._stream_for(subject)
-        if "*" in subject or ">" in subject:  # a filter: the newest message on any subject it matches, as JetStream
-            return max((seq for name, seq in stream.last_by_subject.items() if subjects.matches(subject, name)),
-                       default=0)
+        if (
+            "*" in subject or ">" in subject
+        ):  # a filter: the newest message on any subject it matches, as JetStream
+            return max(
+                (seq for name, seq in stream.last_by_subject.items() if subjects.matches(subject, name)),
+                default=0,
+            )
         return stream.last_by_subject.get(subject, 0)
 
     async def read(  # type: ignore[override]

@@ -128,7 +128,9 @@ async def ensure_consumer(js: JetStreamContext, stream: str, settings: ConsumerS
         await js.add_consumer(stream, wanted)
         return
     current = info.config
-    current_filters = sorted(current.filter_subjects or ([current.filter_subject] if current.filter_subject else []))
+    current_filters = sorted(
+        current.filter_subjects or ([current.filter_subject] if current.filter_subject else [])
+    )
     if (
         current_filters != sorted(settings.subjects)
         or current.ack_wait != wanted.ack_wait

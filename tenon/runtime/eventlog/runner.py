@@ -131,7 +131,9 @@ class PullConsumerRunner(ConsumerRunner):
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # broker restarting, connection lost: the client reconnects by itself
-                log.warning("fetch failed, retrying", extra={"consumer": self.settings.durable, "error": str(exc)})
+                log.warning(
+                    "fetch failed, retrying", extra={"consumer": self.settings.durable, "error": str(exc)}
+                )
                 await asyncio.sleep(0.25)
                 continue
             for delivery in deliveries:
@@ -172,7 +174,9 @@ class PullConsumerRunner(ConsumerRunner):
             return True
         try:
             if "traceparent" in record.headers:
-                with tracing.consume_span(record.subject, record.headers, self.settings.durable, record.sequence):
+                with tracing.consume_span(
+                    record.subject, record.headers, self.settings.durable, record.sequence
+                ):
                     await self._handler(record)
             else:
                 await self._handler(record)  # nothing to continue: skip the context manager on the hot path
@@ -186,7 +190,8 @@ class PullConsumerRunner(ConsumerRunner):
             reason = f"{type(exc).__name__}: {exc}"
             if record.delivery_count >= self.settings.max_deliver:
                 await self._dead_letter(
-                    delivery, f"failed {record.delivery_count} of {self.settings.max_deliver} attempts: {reason}"
+                    delivery,
+                    f"failed {record.delivery_count} of {self.settings.max_deliver} attempts: {reason}",
                 )
             else:
                 delay = self.settings.backoff_for(record.delivery_count)

@@ -25,7 +25,9 @@ class ResourceRef:
     plural: str
     namespaced: bool
 
-    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+    def path(
+        self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
+    ) -> str:
         base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
         if self.namespaced and namespace:
             base += f"/namespaces/{namespace}"
@@ -129,7 +131,9 @@ class Kube:
         result: dict[str, Any] = await self.request("GET", ref.path(namespace, name))
         return result
 
-    async def get_or_none(self, ref: ResourceRef, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+    async def get_or_none(
+        self, ref: ResourceRef, name: str, namespace: str | None = None
+    ) -> dict[str, Any] | None:
         try:
             return await self.get(ref, name, namespace)
         except KubeApiError as exc:
@@ -168,12 +172,16 @@ class Kube:
             if not token:
                 return items, str((page.get("metadata") or {}).get("resourceVersion", ""))
 
-    async def create(self, ref: ResourceRef, obj: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
+    async def create(
+        self, ref: ResourceRef, obj: Mapping[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
         namespace = namespace or (obj.get("metadata") or {}).get("namespace")
         result: dict[str, Any] = await self.request("POST", ref.path(namespace), body=dict(obj))
         return result
 
-    async def replace(self, ref: ResourceRef, obj: Mapping[str, Any], *, subresource: str | None = None) -> dict[str, Any]:
+    async def replace(
+        self, ref: ResourceRef, obj: Mapping[str, Any], *, subresource: str | None = None
+    ) -> dict[str, Any]:
         meta = obj.get("metadata") or {}
         result: dict[str, Any] = await self.request(
             "PUT", ref.path(meta.get("namespace"), meta["name"], subresource), body=dict(obj)
@@ -223,7 +231,11 @@ class Kube:
         await self.request(
             "POST",
             PODS.path(namespace, name, "eviction"),
-            body={"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}},
+            body={
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": {"name": name, "namespace": namespace},
+            },
         )
 
     async def open_watch(

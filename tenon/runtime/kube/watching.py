@@ -61,8 +61,9 @@ async def list_and_watch(
         yield Relisted(items, version)
         while True:
             try:
-                async for change in _watch_once(kube, ref, namespace, version, label_selector, field_selector,
-                                                watch_timeout):
+                async for change in _watch_once(
+                    kube, ref, namespace, version, label_selector, field_selector, watch_timeout
+                ):
                     if change.type == "BOOKMARK":
                         version = change.object.get("metadata", {}).get("resourceVersion", version)
                         continue
@@ -70,7 +71,9 @@ async def list_and_watch(
                     yield change
                 backoff = 0.1
             except _Expired:
-                log.info("watch expired, re-listing", extra={"resource": ref.plural, "resource_version": version})
+                log.info(
+                    "watch expired, re-listing", extra={"resource": ref.plural, "resource_version": version}
+                )
                 break
             except (TimeoutError, KubeApiError, OSError, ValueError) as exc:
                 log.warning("watch failed, resuming", extra={"resource": ref.plural, "error": str(exc)})
@@ -89,7 +92,11 @@ async def _watch_once(
 ) -> AsyncIterator[WatchChange]:
     try:
         response = await kube.open_watch(
-            ref, version, namespace, label_selector=label_selector, field_selector=field_selector,
+            ref,
+            version,
+            namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
             timeout_seconds=timeout,
         )
     except KubeApiError as exc:
@@ -109,7 +116,9 @@ async def _watch_once(
             if kind == "ERROR":
                 if obj.get("code") == 410:
                     raise _Expired
-                raise KubeApiError(int(obj.get("code") or 500), str(obj.get("reason")), str(obj.get("message")))
+                raise KubeApiError(
+                    int(obj.get("code") or 500), str(obj.get("reason")), str(obj.get("message"))
+                )
             obj.setdefault("apiVersion", ref.api_version)
             yield WatchChange(kind, obj)
     finally:

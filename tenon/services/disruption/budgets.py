@@ -159,4 +159,6 @@ def allowance(
     if best is None:
         return Allowance(max(0, total_nodes - disrupting), f"NodePool {name}: no budget applies to {reason}")
     limit, label = best
-    return Allowance(max(0, limit - disrupting), f"{label}: {limit} of {total_nodes} at once, {disrupting} in progress")
+    return Allowance(
+        max(0, limit - disrupting), f"{label}: {limit} of {total_nodes} at once, {disrupting} in progress"
+    )

@@ -49,7 +49,9 @@ def _is_daemon_pod(pod: KubeObject) -> bool:
 
 
 def _annotated(obj: KubeObject) -> bool:
-    return str(((obj.get("metadata") or {}).get("annotations") or {}).get(DO_NOT_DISRUPT, "")).lower() == "true"
+    return (
+        str(((obj.get("metadata") or {}).get("annotations") or {}).get(DO_NOT_DISRUPT, "")).lower() == "true"
+    )
 
 
 def consolidate_after(nodepool: KubeObject) -> timedelta | None:
@@ -74,7 +76,8 @@ def pool_counts(projection: ClusterProjection, pool: str) -> tuple[int, int]:
     """(nodes in the pool, nodes being disrupted or not Ready)."""
     total = disrupting = 0
     disrupting_nodes = {
-        c.registered.node for c in projection.claims.values()
+        c.registered.node
+        for c in projection.claims.values()
         if c.registered and c.disruption and not c.terminated
     }
     for name, node in projection.nodes.items():
@@ -87,7 +90,9 @@ def pool_counts(projection: ClusterProjection, pool: str) -> tuple[int, int]:
     return total, disrupting
 
 
-def empty_nodes(projection: ClusterProjection, now: datetime) -> tuple[list[Candidate], list[tuple[ClaimState, str, str]]]:
+def empty_nodes(
+    projection: ClusterProjection, now: datetime
+) -> tuple[list[Candidate], list[tuple[ClaimState, str, str]]]:
     """(empty candidates long enough, [(claim, node, what blocks it)] for empty nodes that cannot go)."""
     candidates: list[Candidate] = []
     blocked: list[tuple[ClaimState, str, str]] = []
@@ -109,8 +114,10 @@ def empty_nodes(projection: ClusterProjection, now: datetime) -> tuple[list[Cand
         pods = projection.pods_on(claim.registered.node)
         if any(not _is_daemon_pod(p) for p in pods):
             continue
-        if (now - claim.initialized.decided_at < NOMINATION_TTL  # type: ignore[union-attr]
-                and any(projection.still_pending(p, now) for p in claim.planned.pods)):
+        if (
+            now - claim.initialized.decided_at < NOMINATION_TTL  # type: ignore[union-attr]
+            and any(projection.still_pending(p, now) for p in claim.planned.pods)
+        ):
             continue  # bought for pods that have not landed yet: empty only because they are on their way
         since = max(
             projection.last_pod_activity.get(claim.registered.node, claim.initialized.decided_at),  # type: ignore[union-attr]
@@ -125,8 +132,13 @@ def empty_nodes(projection: ClusterProjection, now: datetime) -> tuple[list[Cand
         guarded = [p for p in pods if _annotated(p)]
         if guarded:
             meta = guarded[0].get("metadata") or {}
-            blocked.append((claim, node_name,
-                            f"pod {meta.get('namespace')}/{meta.get('name')} has {DO_NOT_DISRUPT}=true"))
+            blocked.append(
+                (
+                    claim,
+                    node_name,
+                    f"pod {meta.get('namespace')}/{meta.get('name')} has {DO_NOT_DISRUPT}=true",
+                )
+            )
             continue
         candidates.append(Candidate(claim, node, claim.planned.nodepool, since))
     return candidates, blocked
@@ -147,16 +159,23 @@ def decide(projection: ClusterProjection, now: datetime) -> list[ev.Event]:
     for pool in sorted(set(by_pool) | set(blocked_by_pool)):
         pool_candidates = by_pool.get(pool, [])
         total, disrupting = pool_counts(projection, pool)
-        allowed = allowance(projection.nodepools[pool], "Empty", total_nodes=total, disrupting=disrupting, now=now)
+        allowed = allowance(
+            projection.nodepools[pool], "Empty", total_nodes=total, disrupting=disrupting, now=now
+        )
         chosen, over = pool_candidates[: allowed.allowed], pool_candidates[allowed.allowed :]
         pool_blocked = list(blocked_by_pool.get(pool, []))
         pool_blocked += [
-            ev.BlockedCandidate(nodeclaim=c.claim.name, node=c.claim.registered.node if c.claim.registered else None,
-                                blocked_by=f"budget: {allowed.budget}")
+            ev.BlockedCandidate(
+                nodeclaim=c.claim.name,
+                node=c.claim.registered.node if c.claim.registered else None,
+                blocked_by=f"budget: {allowed.budget}",
+            )
             for c in over
         ]
-        content = "|".join(sorted(c.claim.name for c in chosen)) + "#" + "|".join(
-            sorted(f"{b.nodeclaim}:{b.blocked_by}" for b in pool_blocked)
+        content = (
+            "|".join(sorted(c.claim.name for c in chosen))
+            + "#"
+            + "|".join(sorted(f"{b.nodeclaim}:{b.blocked_by}" for b in pool_blocked))
         )
         digest = hashlib.sha256(content.encode()).hexdigest()[:16]
         decision = ev.DisruptionDecision(

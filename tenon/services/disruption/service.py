@@ -48,8 +48,9 @@ class DisruptionService:
         self._prefolded: set[str] = set()
 
     async def rebuild(self) -> None:
-        self._prefolded = await rebuild_projection(self.log, self.projection, durable="disruption",
-                                                   producer="disruption")
+        self._prefolded = await rebuild_projection(
+            self.log, self.projection, durable="disruption", producer="disruption"
+        )
 
     async def run(self) -> None:
         await self.rebuild()
@@ -60,7 +61,8 @@ class DisruptionService:
             if claim.disruption is not None and claim.terminated is None:
                 self._ensure_termination(name)
         runner = self.log.consumer(
-            ConsumerSettings("disruption", (subjects.ALL_EVENTS,), max_concurrency=1, max_deliver=8), self.handle
+            ConsumerSettings("disruption", (subjects.ALL_EVENTS,), max_concurrency=1, max_deliver=8),
+            self.handle,
         )
         await runner.start()
         tasks = [asyncio.create_task(self._tick_forever()), asyncio.create_task(self._watch_user_deletes())]
@@ -107,8 +109,9 @@ class DisruptionService:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
 
-    async def _request(self, name: str, method: str, reason: str, decision_id: str | None = None,
-                       node: str | None = None) -> bool:
+    async def _request(
+        self, name: str, method: str, reason: str, decision_id: str | None = None, node: str | None = None
+    ) -> bool:
         claim = self.projection.claims.get(name)
         if claim is None or claim.disruption is not None or claim.terminated is not None:
             return False
@@ -132,8 +135,12 @@ class DisruptionService:
         self._ensure_termination(name)
         obj = await self.kube.get_or_none(NODECLAIMS, name)
         if obj is not None:
-            await post_event(self.kube, obj, reason="DisruptionRequested", message=f"{method}: {reason}"
-                             + (f" (decision {decision_id})" if decision_id else ""))
+            await post_event(
+                self.kube,
+                obj,
+                reason="DisruptionRequested",
+                message=f"{method}: {reason}" + (f" (decision {decision_id})" if decision_id else ""),
+            )
         return True
 
     async def _tick_forever(self) -> None:
@@ -151,12 +158,19 @@ class DisruptionService:
                     continue
                 await self.log.publish(subjects.DISRUPTION_DECISIONS, event)
                 self._published.add(event.id)
-                log.info("disruption decision", extra={
-                    "method": event.method, "candidates": [c.nodeclaim for c in event.candidates],
-                    "blocked": {b.nodeclaim: b.blocked_by for b in event.blocked}, "budget": event.budget,
-                })
+                log.info(
+                    "disruption decision",
+                    extra={
+                        "method": event.method,
+                        "candidates": [c.nodeclaim for c in event.candidates],
+                        "blocked": {b.nodeclaim: b.blocked_by for b in event.blocked},
+                        "budget": event.budget,
+                    },
+                )
             elif isinstance(event, ev.DisruptionRequested):
-                await self._request(event.nodeclaim, event.method, event.reason, event.decision_id, event.node)
+                await self._request(
+                    event.nodeclaim, event.method, event.reason, event.decision_id, event.node
+                )
 
     async def _node_deleted_by_user(self, event: ev.NodeObserved) -> None:
         meta = event.node.get("metadata") or {}
@@ -177,13 +191,18 @@ class DisruptionService:
                 if meta.get("deletionTimestamp") and meta.get("name") in self.projection.claims:
                     with contextlib.suppress(Exception):
                         if await self._request(meta["name"], "delete", "NodeClaim deleted by a user"):
-                            log.info("NodeClaim deleted by a user: terminating it", extra={"nodeclaim": meta["name"]})
+                            log.info(
+                                "NodeClaim deleted by a user: terminating it",
+                                extra={"nodeclaim": meta["name"]},
+                            )
 
 
 async def work(ctx: ServiceContext, kubeconfig: str | None = None) -> None:
     kube = await load_kube(kubeconfig or os.environ.get("TENON_KUBECONFIG"))
     try:
-        service = DisruptionService(ctx, kube, tick_seconds=float(os.environ.get("TENON_DISRUPTION_TICK_SECONDS", 1.0)))
+        service = DisruptionService(
+            ctx, kube, tick_seconds=float(os.environ.get("TENON_DISRUPTION_TICK_SECONDS", 1.0))
+        )
         await service.run()
     finally:
         await kube.close()

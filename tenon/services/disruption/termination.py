@@ -45,7 +45,11 @@ def _tolerates_disrupted(pod: KubeObject) -> bool:
     for toleration in (pod.get("spec") or {}).get("tolerations") or []:
         if toleration.get("operator") == "Exists" and not toleration.get("key"):
             return True
-        if toleration.get("key") == DISRUPTED_TAINT["key"] and toleration.get("effect") in (None, "", "NoSchedule"):
+        if toleration.get("key") == DISRUPTED_TAINT["key"] and toleration.get("effect") in (
+            None,
+            "",
+            "NoSchedule",
+        ):
             return True
     return False
 
@@ -58,7 +62,8 @@ def drain_tier(pod: KubeObject) -> int:
 def pods_to_drain(pods: list[KubeObject]) -> list[KubeObject]:
     """The pods still to evict, first tier only."""
     remaining = [
-        p for p in pods
+        p
+        for p in pods
         if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed") and not _tolerates_disrupted(p)
     ]
     if not remaining:
@@ -71,7 +76,9 @@ def grace_period(projection: ClusterProjection, claim: ClaimState) -> timedelta 
     if claim.planned is None:
         return None
     nodepool = projection.nodepools.get(claim.planned.nodepool) or {}
-    raw = (((nodepool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("terminationGracePeriod")
+    raw = (((nodepool.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
+        "terminationGracePeriod"
+    )
     if not raw:
         return None
     try:
@@ -128,11 +135,15 @@ class Terminator:
             if not tier:
                 return evicted, False
             if deadline is not None and datetime.now(UTC) >= deadline:
-                for pod in [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]:
+                for pod in [
+                    p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+                ]:
                     meta = pod["metadata"]
                     await self.kube.delete(PODS, meta["name"], meta.get("namespace"), grace_period_seconds=0)
-                log.warning("terminationGracePeriod reached: remaining pods deleted",
-                            extra={"nodeclaim": claim.name, "node": node_name})
+                log.warning(
+                    "terminationGracePeriod reached: remaining pods deleted",
+                    extra={"nodeclaim": claim.name, "node": node_name},
+                )
                 return evicted, True
             refused = 0
             for pod in tier:
@@ -146,8 +157,10 @@ class Terminator:
                 except KubeApiError as exc:
                     if exc.status == 429:
                         refused += 1
-                        log.info("eviction refused by a PodDisruptionBudget, will retry",
-                                 extra={"pod": key, "node": node_name, "error": exc.message})
+                        log.info(
+                            "eviction refused by a PodDisruptionBudget, will retry",
+                            extra={"pod": key, "node": node_name, "error": exc.message},
+                        )
                     elif exc.status != 404:
                         log.warning("eviction failed", extra={"pod": key, "error": str(exc)})
             backoff = min(backoff * 2, self.max_backoff) if refused else self.poll_seconds
@@ -160,10 +173,14 @@ class Terminator:
                 taints = list((node.get("spec") or {}).get("taints") or [])
                 if any(t.get("key") == DISRUPTED_TAINT["key"] for t in taints):
                     return
-                await self.kube.patch(NODES, node_name, {
-                    "spec": {"taints": [*taints, dict(DISRUPTED_TAINT)]},
-                    "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
-                })
+                await self.kube.patch(
+                    NODES,
+                    node_name,
+                    {
+                        "spec": {"taints": [*taints, dict(DISRUPTED_TAINT)]},
+                        "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+                    },
+                )
                 return
             except KubeApiError as exc:
                 if exc.status == 404:
@@ -190,7 +207,9 @@ class Terminator:
             if claim.drained is not None:
                 return
             try:
-                await self.log.append(subjects.nodeclaim(claim.name), event, expected_last_sequence=claim.last_sequence)
+                await self.log.append(
+                    subjects.nodeclaim(claim.name), event, expected_last_sequence=claim.last_sequence
+                )
                 claim.drained = event
                 return
             except ConcurrencyConflict:
@@ -202,7 +221,9 @@ class Terminator:
             await self.kube.delete(NODES, node_name)
             node = await self.kube.get_or_none(NODES, node_name)
             if node is not None:
-                finalizers = [f for f in node["metadata"].get("finalizers") or [] if f != TERMINATION_FINALIZER]
+                finalizers = [
+                    f for f in node["metadata"].get("finalizers") or [] if f != TERMINATION_FINALIZER
+                ]
                 await self.kube.patch(NODES, node_name, {"metadata": {"finalizers": finalizers}})
         except KubeApiError as exc:
             if exc.status != 404:
@@ -213,7 +234,9 @@ async def remove_stale_taints(kube: Kube, projection: ClusterProjection) -> list
     """Nodes left with the disrupted taint by a termination that will not finish (its claim is not being
     disrupted any more): untaint them so they are usable again."""
     disrupting = {
-        c.registered.node for c in projection.claims.values() if c.registered and c.disruption and not c.terminated
+        c.registered.node
+        for c in projection.claims.values()
+        if c.registered and c.disruption and not c.terminated
     }
     cleaned = []
     for name, node in projection.nodes.items():

@@ -29,14 +29,28 @@ SERVICE = "launcher-capi"
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     env = os.environ
-    parser = argparse.ArgumentParser(prog="python -m tenon.services.launcher_capi", description=__doc__.split("\n")[0])
-    parser.add_argument("--kubeconfig", default=env.get("TENON_KUBECONFIG"), help="workload cluster kubeconfig")
-    parser.add_argument("--management-kubeconfig", default=env.get("TENON_MANAGEMENT_KUBECONFIG"),
-                        help="Cluster API management cluster kubeconfig (default: the workload one)")
-    parser.add_argument("--namespace", default=env.get("TENON_CAPI_NAMESPACE"),
-                        help="only this namespace's MachineDeployments and Machines (default: all)")
-    parser.add_argument("--leak-grace", type=float, default=float(env.get("TENON_LEAK_GRACE_SECONDS", "600")),
-                        help="seconds before a Machine bound to an unknown claim is removed (default 600)")
+    parser = argparse.ArgumentParser(
+        prog="python -m tenon.services.launcher_capi", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--kubeconfig", default=env.get("TENON_KUBECONFIG"), help="workload cluster kubeconfig"
+    )
+    parser.add_argument(
+        "--management-kubeconfig",
+        default=env.get("TENON_MANAGEMENT_KUBECONFIG"),
+        help="Cluster API management cluster kubeconfig (default: the workload one)",
+    )
+    parser.add_argument(
+        "--namespace",
+        default=env.get("TENON_CAPI_NAMESPACE"),
+        help="only this namespace's MachineDeployments and Machines (default: all)",
+    )
+    parser.add_argument(
+        "--leak-grace",
+        type=float,
+        default=float(env.get("TENON_LEAK_GRACE_SECONDS", "600")),
+        help="seconds before a Machine bound to an unknown claim is removed (default 600)",
+    )
     args = parser.parse_args(argv)
     if args.leak_grace < 0:
         parser.error(f"--leak-grace: must be >= 0 seconds, got {args.leak_grace}")

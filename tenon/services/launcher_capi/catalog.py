@@ -81,7 +81,9 @@ class CatalogContent:
     sources: tuple[KubeObject, ...]
     skipped: tuple[SkippedSource, ...]
     notes: tuple[str, ...]
-    targets: Mapping[tuple[str, str | None], MachineDeploymentKey] = field(default_factory=dict, compare=False)
+    targets: Mapping[tuple[str, str | None], MachineDeploymentKey] = field(
+        default_factory=dict, compare=False
+    )
     """(instance type, zone) -> the MachineDeployment that launches it."""
     skipped_objects: tuple[tuple[KubeObject, str], ...] = field(default=(), compare=False)
     """(MachineDeployment, reason) for each skipped MD, for the Kubernetes Events."""
@@ -272,11 +274,15 @@ def catalog_snapshot(
     )
 
 
-def skipped_machine_deployment_event(md: Mapping[str, Any], reason: str, node_class: str, now: str) -> KubeObject:
+def skipped_machine_deployment_event(
+    md: Mapping[str, Any], reason: str, node_class: str, now: str
+) -> KubeObject:
     """A Warning Event on a skipped MD, named from its uid and the reason (so a repeat is AlreadyExists)."""
     meta = md.get("metadata") or {}
     uid = str(meta.get("uid") or "")
-    digest = derive_id(EVENT_COMPONENT, SKIPPED_EVENT_REASON, uid, meta.get("name"), reason)[:13].replace("-", "")
+    digest = derive_id(EVENT_COMPONENT, SKIPPED_EVENT_REASON, uid, meta.get("name"), reason)[:13].replace(
+        "-", ""
+    )
     namespace = str(meta.get("namespace") or "default")
     return {
         "apiVersion": "v1",

@@ -175,7 +175,9 @@ def machine_deployment_view(md: Mapping[str, Any]) -> MachineDeploymentView:
     try:
         max_size: int | None = int(annotations[MAX_SIZE_ANNOTATION])
     except (KeyError, TypeError, ValueError):
-        max_size = None  # missing or unparseable means no limit, as in cluster-autoscaler (the catalog skips it)
+        max_size = (
+            None  # missing or unparseable means no limit, as in cluster-autoscaler (the catalog skips it)
+        )
     return MachineDeploymentView(
         key=MachineDeploymentKey(str(meta.get("namespace") or "default"), str(meta.get("name") or "")),
         replicas=int(spec.get("replicas") or 0),
@@ -327,7 +329,9 @@ def _launch_failed(claim: ClaimState, choice: InstanceChoice, reason: str) -> Ap
     return AppendClaimEvent(claim.name, event, claim.last_sequence)
 
 
-def _launched(claim: ClaimState, choice: InstanceChoice, zone: str | None, machine: MachineView) -> AppendClaimEvent:
+def _launched(
+    claim: ClaimState, choice: InstanceChoice, zone: str | None, machine: MachineView
+) -> AppendClaimEvent:
     assert machine.provider_id is not None
     event = make_event(
         NodeClaimLaunched,
@@ -389,10 +393,14 @@ def decide(state: LauncherState) -> Decision:
             continue
         if key is None or key not in state.deployments:
             where = f"in zone {choice.zone}" if choice.zone else "in any zone"
-            decision.appends.append(_launch_failed(
-                claim, choice,
-                f"no MachineDeployment of ClusterAPINodeClass {claim.planned.node_class} offers "
-                f"{choice.instance_type} {where}"))
+            decision.appends.append(
+                _launch_failed(
+                    claim,
+                    choice,
+                    f"no MachineDeployment of ClusterAPINodeClass {claim.planned.node_class} offers "
+                    f"{choice.instance_type} {where}",
+                )
+            )
             continue
         waiting.setdefault(key, []).append(claim)
 
@@ -402,7 +410,9 @@ def decide(state: LauncherState) -> Decision:
             by_md.setdefault(machine.md, []).append(machine)
 
     for key in sorted(state.deployments):
-        _decide_deployment(state, state.deployments[key], by_md.get(key, []), bound, waiting.get(key, []), decision)
+        _decide_deployment(
+            state, state.deployments[key], by_md.get(key, []), bound, waiting.get(key, []), decision
+        )
 
     # a drained claim whose Machine is gone (deleted, not just deleting) has ended: say so on its subject
     with_machine = {m.claim for m in state.machines if m.claim is not None}
@@ -412,7 +422,9 @@ def decide(state: LauncherState) -> Decision:
     return decision
 
 
-def _removal_reason(state: LauncherState, machine: MachineView, bound: Mapping[str, list[MachineView]]) -> str | None:
+def _removal_reason(
+    state: LauncherState, machine: MachineView, bound: Mapping[str, list[MachineView]]
+) -> str | None:
     assert machine.claim is not None
     claim = state.claims.get(machine.claim)
     if claim is None:
@@ -504,10 +516,14 @@ def _decide_deployment(
         if view.paused:
             decision.appends.append(_launch_failed(claim, choice, f"MachineDeployment {view.key} is paused"))
         elif room is not None and len(granted) >= room:
-            decision.appends.append(_launch_failed(
-                claim, choice,
-                f"MachineDeployment {view.key} is at its max size {view.max_size} "
-                f"(annotation {MAX_SIZE_ANNOTATION})"))
+            decision.appends.append(
+                _launch_failed(
+                    claim,
+                    choice,
+                    f"MachineDeployment {view.key} is at its max size {view.max_size} "
+                    f"(annotation {MAX_SIZE_ANNOTATION})",
+                )
+            )
         else:
             granted.append(claim.name)
 

@@ -242,7 +242,9 @@ def _parse_prices(fields: _Fields) -> dict[str, float]:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
-        raise fields.error("prices", f"must be an object of flavor name to price per hour, got {type(raw).__name__}")
+        raise fields.error(
+            "prices", f"must be an object of flavor name to price per hour, got {type(raw).__name__}"
+        )
     prices: dict[str, float] = {}
     for flavor, value in raw.items():
         where = f"prices[{flavor!r}]".replace("'", '"')
@@ -252,10 +254,14 @@ def _parse_prices(fields: _Fields) -> dict[str, float]:
         if isinstance(value, bool) or not (
             (isinstance(value, str) and _PRICE.match(value)) or isinstance(value, int | float)
         ):
-            raise fields.error(where, f'must be a non-negative number per hour such as "0.096", got {value!r}')
+            raise fields.error(
+                where, f'must be a non-negative number per hour such as "0.096", got {value!r}'
+            )
         price = float(value)
         if not math.isfinite(price) or price < 0:
-            raise fields.error(where, f'must be a non-negative number per hour such as "0.096", got {value!r}')
+            raise fields.error(
+                where, f'must be a non-negative number per hour such as "0.096", got {value!r}'
+            )
         prices[flavor] = price
     return prices
 
@@ -265,14 +271,18 @@ def _parse_auth(nodeclass: str, raw: object) -> OpenStackAuth:
     auth_url = auth.string("authURL", required=True)
     assert auth_url is not None
     if not re.match(r"^https?://[^/\s]+", auth_url):
-        raise auth.error("authURL", f"must be an http(s) URL such as https://keystone.example.com/v3, got {auth_url!r}")
+        raise auth.error(
+            "authURL", f"must be an http(s) URL such as https://keystone.example.com/v3, got {auth_url!r}"
+        )
     username = auth.string("username", required=True)
     password = auth.value.get("password")  # not stripped: whitespace may be part of a password
     if password is not None and (not isinstance(password, str) or password == ""):
         raise auth.error("password", "must be a non-empty string")
     password_ref = auth.secret_ref("passwordSecretRef", DEFAULT_PASSWORD_KEY)
     if (password is None) == (password_ref is None):
-        raise auth.error("passwordSecretRef", "set exactly one of passwordSecretRef (recommended) and password")
+        raise auth.error(
+            "passwordSecretRef", "set exactly one of passwordSecretRef (recommended) and password"
+        )
     project_name = auth.string("projectName")
     project_id = auth.string("projectID")
     if project_name is None and project_id is None:
@@ -321,7 +331,11 @@ def openstack_settings_from_nodeclass(nodeclass: dict[str, Any]) -> OpenStackSet
         raise fields.error(which, "only applies with cloud; it cannot be combined with auth")
 
     timeout_raw = fields.value.get("timeoutSeconds", DEFAULT_TIMEOUT_SECONDS)
-    if isinstance(timeout_raw, bool) or not isinstance(timeout_raw, int | float) or not 0 < timeout_raw <= 300:
+    if (
+        isinstance(timeout_raw, bool)
+        or not isinstance(timeout_raw, int | float)
+        or not 0 < timeout_raw <= 300
+    ):
         raise fields.error("timeoutSeconds", f"must be a number of seconds in (0, 300], got {timeout_raw!r}")
 
     return OpenStackSettings(
@@ -599,7 +613,9 @@ def enrich_machine_deployments(
             notes.append(f"MachineDeployment #{index}: not an object with metadata; left as is")
             continue
         metadata = md.setdefault("metadata", {})
-        label = f"MachineDeployment {metadata.get('namespace', 'default')}/{metadata.get('name', f'#{index}')}"
+        label = (
+            f"MachineDeployment {metadata.get('namespace', 'default')}/{metadata.get('name', f'#{index}')}"
+        )
         annotations = metadata.get("annotations")
         if annotations is None:
             annotations = metadata["annotations"] = {}
@@ -648,9 +664,13 @@ def enrich_machine_deployments(
 
         parts: list[str] = []
         if from_flavor:
-            parts.append(f"filled {', '.join(from_flavor)} from OpenStack flavor {flavor_name!r} (named by {source})")
+            parts.append(
+                f"filled {', '.join(from_flavor)} from OpenStack flavor {flavor_name!r} (named by {source})"
+            )
         if from_table:
-            parts.append(f"filled {', '.join(from_table)} from the NodeClass price table entry {flavor_name!r}")
+            parts.append(
+                f"filled {', '.join(from_table)} from the NodeClass price table entry {flavor_name!r}"
+            )
         if kept:
             parts.append(f"kept its own {', '.join(kept)}")
         if missing:

@@ -183,7 +183,9 @@ class CapiLauncher:
         """Rebuild, sync, publish catalogs, then consume and reconcile until ``stopping`` is set."""
         await self.rebuild()
         tasks = [
-            asyncio.create_task(self._watch(MACHINEDEPLOYMENTS, self.deployments, MEMBER_LABEL), name="watch-mds"),
+            asyncio.create_task(
+                self._watch(MACHINEDEPLOYMENTS, self.deployments, MEMBER_LABEL), name="watch-mds"
+            ),
             asyncio.create_task(self._watch(MACHINES, self.machines, None), name="watch-machines"),
         ]
         runner = None
@@ -197,7 +199,9 @@ class CapiLauncher:
                 ConsumerSettings(durable=self.settings.durable, subjects=(subjects.NODECLAIMS,)), self.handle
             )
             await runner.start()
-            log.info("launcher running", extra={"claims": len(self.claims), "nodeclasses": len(self.nodeclasses)})
+            log.info(
+                "launcher running", extra={"claims": len(self.claims), "nodeclasses": len(self.nodeclasses)}
+            )
             await stopping.wait()
         finally:
             if runner is not None:
@@ -220,7 +224,9 @@ class CapiLauncher:
                     apply_claim_event(self.claims, event, record.sequence)
         last = await self.event_log.last_subject_sequence(subjects.NODECLASSES)
         if last:
-            async for record in self.event_log.read(subjects.NODECLASSES, start_sequence=last, stop_sequence=last):
+            async for record in self.event_log.read(
+                subjects.NODECLASSES, start_sequence=last, stop_sequence=last
+            ):
                 self._apply_nodeclasses(record)
         last = await self.event_log.last_subject_sequence(subjects.CATALOGS)
         if last:
@@ -346,8 +352,11 @@ class CapiLauncher:
         self.catalogs_published += 1
         log.info(
             "catalog published",
-            extra={"nodeclass": content.node_class, "types": len(content.instance_types),
-                   "skipped": len(content.skipped)},
+            extra={
+                "nodeclass": content.node_class,
+                "types": len(content.instance_types),
+                "skipped": len(content.skipped),
+            },
         )
 
     async def _record_skipped(self, md: dict[str, Any], reason: str, nodeclass: str) -> None:
@@ -453,17 +462,23 @@ class CapiLauncher:
 
     async def _mark(self, mark: MarkMachine) -> None:
         stamp = datetime.now(UTC).isoformat()
-        await self._patch_machine(mark.namespace, mark.name, {"metadata": {"annotations": {
-            DELETE_MACHINE_ANNOTATION: stamp}}})
-        log.info("machine marked for deletion", extra={"machine": f"{mark.namespace}/{mark.name}",
-                                                        "reason": mark.reason})
+        await self._patch_machine(
+            mark.namespace, mark.name, {"metadata": {"annotations": {DELETE_MACHINE_ANNOTATION: stamp}}}
+        )
+        log.info(
+            "machine marked for deletion",
+            extra={"machine": f"{mark.namespace}/{mark.name}", "reason": mark.reason},
+        )
 
     async def _bind(self, bind: BindMachine) -> None:
         # Leader election makes this launcher the only writer of the binding annotation, so no precondition:
         # the Cluster API controller rewrites the Machine often while it boots and would make one fail.
         labels = {NODEPOOL_LABEL: bind.nodepool} if bind.nodepool else {}
-        await self._patch_machine(bind.namespace, bind.name, {"metadata": {
-            "annotations": {CLAIM_ANNOTATION: bind.claim}, "labels": labels}})
+        await self._patch_machine(
+            bind.namespace,
+            bind.name,
+            {"metadata": {"annotations": {CLAIM_ANNOTATION: bind.claim}, "labels": labels}},
+        )
         log.info("machine bound", extra={"machine": f"{bind.namespace}/{bind.name}", "nodeclaim": bind.claim})
 
     async def _scale(self, scale: ScaleDeployment) -> None:
@@ -483,13 +498,22 @@ class CapiLauncher:
                 self.deployments.objects.pop((key.namespace, key.name), None)
             else:
                 self.deployments.put(fresh)
-            log.info("machinedeployment changed under us; deciding again", extra={"machinedeployment": str(key)})
+            log.info(
+                "machinedeployment changed under us; deciding again", extra={"machinedeployment": str(key)}
+            )
             return
         self.deployments.put(updated)
         log.info(
-            "machinedeployment scaled" if scale.replicas_to != scale.replicas_from else "machinedeployment records updated",
-            extra={"machinedeployment": str(key), "from": scale.replicas_from, "to": scale.replicas_to,
-                   "scaled_up_for": list(scale.scaled_up_for), "scaled_down_for": list(scale.scaled_down_for)},
+            "machinedeployment scaled"
+            if scale.replicas_to != scale.replicas_from
+            else "machinedeployment records updated",
+            extra={
+                "machinedeployment": str(key),
+                "from": scale.replicas_from,
+                "to": scale.replicas_to,
+                "scaled_up_for": list(scale.scaled_up_for),
+                "scaled_down_for": list(scale.scaled_down_for),
+            },
         )
 
     async def _append(self, append: AppendClaimEvent) -> None:
@@ -507,5 +531,9 @@ class CapiLauncher:
         apply_claim_event(self.claims, append.event, result.sequence)
         log.info(
             "claim event appended",
-            extra={"nodeclaim": append.claim, "type": type(append.event).__name__, "sequence": result.sequence},
+            extra={
+                "nodeclaim": append.claim,
+                "type": type(append.event).__name__,
+                "sequence": result.sequence,
+            },
         )

@@ -35,28 +35,44 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
         prog="python -m tenon.services.pod_watcher",
         description="Watch the workload cluster; publish pending-pod batches and cluster observations.",
     )
-    parser.add_argument("--kubeconfig", default=env.get("TENON_KUBECONFIG"),
-                        help="workload cluster kubeconfig (env TENON_KUBECONFIG; default: in-cluster)")
-    parser.add_argument("--batch-idle-seconds", type=_seconds,
-                        default=env.get("TENON_BATCH_IDLE_SECONDS", str(_DEFAULTS.batch_idle_seconds)),
-                        help="close a window this long after the last new pod (env TENON_BATCH_IDLE_SECONDS)")
-    parser.add_argument("--batch-max-seconds", type=_seconds,
-                        default=env.get("TENON_BATCH_MAX_SECONDS", str(_DEFAULTS.batch_max_seconds)),
-                        help="close a window this long after the first pod (env TENON_BATCH_MAX_SECONDS)")
-    parser.add_argument("--rebatch-seconds", type=_seconds,
-                        default=env.get("TENON_REBATCH_SECONDS", str(_DEFAULTS.rebatch_seconds)),
-                        help="offer a still-pending pod again this long after its batch (env TENON_REBATCH_SECONDS)")
+    parser.add_argument(
+        "--kubeconfig",
+        default=env.get("TENON_KUBECONFIG"),
+        help="workload cluster kubeconfig (env TENON_KUBECONFIG; default: in-cluster)",
+    )
+    parser.add_argument(
+        "--batch-idle-seconds",
+        type=_seconds,
+        default=env.get("TENON_BATCH_IDLE_SECONDS", str(_DEFAULTS.batch_idle_seconds)),
+        help="close a window this long after the last new pod (env TENON_BATCH_IDLE_SECONDS)",
+    )
+    parser.add_argument(
+        "--batch-max-seconds",
+        type=_seconds,
+        default=env.get("TENON_BATCH_MAX_SECONDS", str(_DEFAULTS.batch_max_seconds)),
+        help="close a window this long after the first pod (env TENON_BATCH_MAX_SECONDS)",
+    )
+    parser.add_argument(
+        "--rebatch-seconds",
+        type=_seconds,
+        default=env.get("TENON_REBATCH_SECONDS", str(_DEFAULTS.rebatch_seconds)),
+        help="offer a still-pending pod again this long after its batch (env TENON_REBATCH_SECONDS)",
+    )
     return parser
 
 
-def settings_from(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> PodWatcherSettings:
+def settings_from(
+    argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
+) -> PodWatcherSettings:
     parser = build_parser(env)
     args = parser.parse_args(argv)
     if args.kubeconfig and not Path(args.kubeconfig).expanduser().is_file():
         parser.error(f"--kubeconfig (or TENON_KUBECONFIG): no such file: {args.kubeconfig}")
     if not args.kubeconfig and not (env if env is not None else os.environ).get("KUBERNETES_SERVICE_HOST"):
-        parser.error("no --kubeconfig (or TENON_KUBECONFIG) and not running in a cluster: "
-                     "say which workload cluster to watch")
+        parser.error(
+            "no --kubeconfig (or TENON_KUBECONFIG) and not running in a cluster: "
+            "say which workload cluster to watch"
+        )
     try:
         return PodWatcherSettings(
             kubeconfig=args.kubeconfig or None,

@@ -63,12 +63,18 @@ class _Window:
 class PendingBatcher:
     """The pending pods the service knows, the open window, and when each batched pod may be offered again."""
 
-    def __init__(self, *, idle: float, max_duration: float, rebatch: float, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, *, idle: float, max_duration: float, rebatch: float, clock: Callable[[], float]
+    ) -> None:
         for label, value in (("idle", idle), ("max_duration", max_duration), ("rebatch", rebatch)):
             if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"PendingBatcher: {label} must be a positive number of seconds, got {value!r}")
+                raise ValueError(
+                    f"PendingBatcher: {label} must be a positive number of seconds, got {value!r}"
+                )
         if max_duration < idle:
-            raise ValueError(f"PendingBatcher: max_duration ({max_duration}) must not be shorter than idle ({idle})")
+            raise ValueError(
+                f"PendingBatcher: max_duration ({max_duration}) must not be shorter than idle ({idle})"
+            )
         self.idle = idle
         self.max_duration = max_duration
         self.rebatch = rebatch
@@ -76,7 +82,9 @@ class PendingBatcher:
         self._pending: dict[str, dict[str, Any]] = {}
         self._window: _Window | None = None
         self._batched_at: dict[str, float] = {}
-        self._rebatch_due: list[tuple[float, str]] = []  # heap; entries whose time no longer matches are stale
+        self._rebatch_due: list[
+            tuple[float, str]
+        ] = []  # heap; entries whose time no longer matches are stale
 
     # --- what the watch reports -------------------------------------------------------------------------------
 

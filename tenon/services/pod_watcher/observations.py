@@ -203,8 +203,11 @@ def node_fingerprint(node: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _requests(containers: Any) -> list[Any]:
-    return [(c.get("name"), (c.get("resources") or {}).get("requests")) for c in containers or ()
-            if isinstance(c, Mapping)]
+    return [
+        (c.get("name"), (c.get("resources") or {}).get("requests"))
+        for c in containers or ()
+        if isinstance(c, Mapping)
+    ]
 
 
 def bound_pod_fingerprint(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -231,17 +234,32 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def node_event(change: ObservedChange, node: Mapping[str, Any], *, decided_at: datetime | None = None) -> NodeObserved:
+def node_event(
+    change: ObservedChange, node: Mapping[str, Any], *, decided_at: datetime | None = None
+) -> NodeObserved:
     obj = trimmed(node)
-    return make_event(NodeObserved, producer=PRODUCER, key=(uid_of(obj), resource_version_of(obj), change),
-                      decided_at=decided_at or _now(), change=change, node=obj)
+    return make_event(
+        NodeObserved,
+        producer=PRODUCER,
+        key=(uid_of(obj), resource_version_of(obj), change),
+        decided_at=decided_at or _now(),
+        change=change,
+        node=obj,
+    )
 
 
-def bound_pod_event(change: ObservedChange, pod: Mapping[str, Any], *,
-                    decided_at: datetime | None = None) -> BoundPodObserved:
+def bound_pod_event(
+    change: ObservedChange, pod: Mapping[str, Any], *, decided_at: datetime | None = None
+) -> BoundPodObserved:
     obj = trimmed(pod)
-    return make_event(BoundPodObserved, producer=PRODUCER, key=(uid_of(obj), resource_version_of(obj), change),
-                      decided_at=decided_at or _now(), change=change, pod=obj)
+    return make_event(
+        BoundPodObserved,
+        producer=PRODUCER,
+        key=(uid_of(obj), resource_version_of(obj), change),
+        decided_at=decided_at or _now(),
+        change=change,
+        pod=obj,
+    )
 
 
 def node_subject(event: Event) -> str:
@@ -291,7 +309,9 @@ class ObservedObjects:
             return None
         return self.make("removed", obj, decided_at=decided_at)
 
-    def relisted(self, items: Iterable[Mapping[str, Any]], *, decided_at: datetime | None = None) -> list[Event]:
+    def relisted(
+        self, items: Iterable[Mapping[str, Any]], *, decided_at: datetime | None = None
+    ) -> list[Event]:
         """The complete current set: ``removed`` for what is gone, then events for what is new or changed.
 
         Removals come first because readers key objects by name: a StatefulSet pod or a Node recreated under
@@ -347,11 +367,19 @@ _ALWAYS_IGNORED: tuple[tuple[str, ...], ...] = (
     ("metadata", "generation"),
 )
 
-NODEPOOLS = SnapshotKind("nodepools", NodePoolsSnapshot, "nodepools", subjects.NODEPOOLS,
-                         (*_ALWAYS_IGNORED, ("status", "resources"), ("status", "nodes")))
-NODECLASSES = SnapshotKind("nodeclasses", NodeClassesSnapshot, "nodeclasses", subjects.NODECLASSES, _ALWAYS_IGNORED)
-DAEMONSETS = SnapshotKind("daemonsets", DaemonSetsSnapshot, "daemonsets", subjects.DAEMONSETS,
-                          (*_ALWAYS_IGNORED, ("status",)))
+NODEPOOLS = SnapshotKind(
+    "nodepools",
+    NodePoolsSnapshot,
+    "nodepools",
+    subjects.NODEPOOLS,
+    (*_ALWAYS_IGNORED, ("status", "resources"), ("status", "nodes")),
+)
+NODECLASSES = SnapshotKind(
+    "nodeclasses", NodeClassesSnapshot, "nodeclasses", subjects.NODECLASSES, _ALWAYS_IGNORED
+)
+DAEMONSETS = SnapshotKind(
+    "daemonsets", DaemonSetsSnapshot, "daemonsets", subjects.DAEMONSETS, (*_ALWAYS_IGNORED, ("status",))
+)
 SNAPSHOT_KINDS: tuple[SnapshotKind, ...] = (NODEPOOLS, NODECLASSES, DAEMONSETS)
 
 
@@ -395,7 +423,9 @@ class SnapshotState:
     fingerprint: str | None = None
     sequence: int = 0
 
-    def decide(self, objects: Iterable[Mapping[str, Any]], *, decided_at: datetime | None = None) -> Event | None:
+    def decide(
+        self, objects: Iterable[Mapping[str, Any]], *, decided_at: datetime | None = None
+    ) -> Event | None:
         """The snapshot to publish for the current objects, or ``None`` when the content did not change.
 
         Call :meth:`published` with the log sequence once it is stored."""
@@ -404,8 +434,13 @@ class SnapshotState:
         if fingerprint == self.fingerprint:
             return None
         fields: dict[str, Any] = {self.kind.field_name: content}
-        return make_event(self.kind.event_type, producer=PRODUCER, key=(self.sequence, fingerprint),
-                          decided_at=decided_at or _now(), **fields)
+        return make_event(
+            self.kind.event_type,
+            producer=PRODUCER,
+            key=(self.sequence, fingerprint),
+            decided_at=decided_at or _now(),
+            **fields,
+        )
 
     def published(self, event: Event, sequence: int) -> None:
         self.fingerprint = snapshot_fingerprint(self.kind, getattr(event, self.kind.field_name))
@@ -441,9 +476,13 @@ def split_for_payload(pods: Sequence[Mapping[str, Any]], max_bytes: int) -> list
     return [part for part in parts if part]
 
 
-
-def pending_batch_event(pods: Sequence[Mapping[str, Any]], *, opened_at: float, closed_at: float,
-                        closed_by: Literal["idle", "max-duration", "shutdown"]) -> PendingBatch:
+def pending_batch_event(
+    pods: Sequence[Mapping[str, Any]],
+    *,
+    opened_at: float,
+    closed_at: float,
+    closed_by: Literal["idle", "max-duration", "shutdown"],
+) -> PendingBatch:
     """The ``PendingBatch`` for one closed window; ``batchId`` and ``correlationId`` are its own id."""
     uids = sorted(uid_of(pod) for pod in pods)
     opened = datetime.fromtimestamp(opened_at, UTC)

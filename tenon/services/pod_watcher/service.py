@@ -92,16 +92,25 @@ class PodWatcherSettings:
     :func:`.observations.split_for_payload`). The broker's own limit, when lower, wins."""
 
     def __post_init__(self) -> None:
-        for name in ("batch_idle_seconds", "batch_max_seconds", "rebatch_seconds", "absent_kind_retry_seconds"):
+        for name in (
+            "batch_idle_seconds",
+            "batch_max_seconds",
+            "rebatch_seconds",
+            "absent_kind_retry_seconds",
+        ):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise ValueError(f"pod-watcher settings: {name} must be a positive number, got {value!r}")
         if self.snapshot_debounce_seconds < 0:
-            raise ValueError("pod-watcher settings: snapshot_debounce_seconds must not be negative, "
-                             f"got {self.snapshot_debounce_seconds!r}")
+            raise ValueError(
+                "pod-watcher settings: snapshot_debounce_seconds must not be negative, "
+                f"got {self.snapshot_debounce_seconds!r}"
+            )
         if self.batch_max_seconds < self.batch_idle_seconds:
-            raise ValueError(f"pod-watcher settings: batch_max_seconds ({self.batch_max_seconds}) must not be "
-                             f"shorter than batch_idle_seconds ({self.batch_idle_seconds})")
+            raise ValueError(
+                f"pod-watcher settings: batch_max_seconds ({self.batch_max_seconds}) must not be "
+                f"shorter than batch_idle_seconds ({self.batch_idle_seconds})"
+            )
 
 
 SNAPSHOT_SOURCES: dict[obs.SnapshotName, tuple[ResourceRef, ...]] = {
@@ -132,18 +141,30 @@ class _SnapshotSource:
 class PodWatcher:
     """One leadership term of the pod-watcher (see the module docstring)."""
 
-    def __init__(self, kube: Kube, event_log: EventLog, settings: PodWatcherSettings, *,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        event_log: EventLog,
+        settings: PodWatcherSettings,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.kube = kube
         self.event_log = event_log
         self.settings = settings
         self.clock = clock
-        self.batcher = PendingBatcher(idle=settings.batch_idle_seconds, max_duration=settings.batch_max_seconds,
-                                      rebatch=settings.rebatch_seconds, clock=clock)
+        self.batcher = PendingBatcher(
+            idle=settings.batch_idle_seconds,
+            max_duration=settings.batch_max_seconds,
+            rebatch=settings.rebatch_seconds,
+            clock=clock,
+        )
         self.nodes = obs.node_tracker()
         self.bound_pods = obs.bound_pod_tracker()
-        self.snapshots = {kind.name: _SnapshotSource(obs.SnapshotState(kind), SNAPSHOT_SOURCES[kind.name])
-                          for kind in obs.SNAPSHOT_KINDS}
+        self.snapshots = {
+            kind.name: _SnapshotSource(obs.SnapshotState(kind), SNAPSHOT_SOURCES[kind.name])
+            for kind in obs.SNAPSHOT_KINDS
+        }
         self._pending_changed = asyncio.Event()
         self.published: dict[str, int] = {}
         """Events stored per type during this term (duplicates the broker dropped are not counted)."""
@@ -207,9 +228,15 @@ class PodWatcher:
                     uids = [str((pod.get("metadata") or {}).get("uid")) for pod in event.pods]
                     self.batcher.remember_batched(uids, event.decided_at.timestamp())
                     batches += 1
-        log.info("recovered from the log", extra={
-            "cluster_events": restored, "nodes": len(self.nodes.known), "bound_pods": len(self.bound_pods.known),
-            "recent_batches": batches})
+        log.info(
+            "recovered from the log",
+            extra={
+                "cluster_events": restored,
+                "nodes": len(self.nodes.known),
+                "bound_pods": len(self.bound_pods.known),
+                "recent_batches": batches,
+            },
+        )
 
     async def _batched_since(self, since: datetime) -> bool:
         """Whether the last PendingBatch is recent (a read by start time that finds nothing costs a timeout)."""
@@ -241,8 +268,9 @@ class PodWatcher:
         if expected == 0:
             return
         config = ConsumerConfig(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT)
-        subscription = await js.subscribe(subjects.CLUSTER, stream=subjects.EVENTS_STREAM, ordered_consumer=True,
-                                          config=config)
+        subscription = await js.subscribe(
+            subjects.CLUSTER, stream=subjects.EVENTS_STREAM, ordered_consumer=True, config=config
+        )
         try:
             for _ in range(expected):
                 try:
@@ -267,13 +295,23 @@ class PodWatcher:
         if not result.duplicate:
             name = type(event).__name__
             self.published[name] = self.published.get(name, 0) + 1
-        log.debug("published", extra={"subject": subject, "type": type(event).__name__, "id": event.id,
-                                      "sequence": result.sequence, "duplicate": result.duplicate})
+        log.debug(
+            "published",
+            extra={
+                "subject": subject,
+                "type": type(event).__name__,
+                "id": event.id,
+                "sequence": result.sequence,
+                "duplicate": result.duplicate,
+            },
+        )
         return result
 
     async def _publish_observations(self, events: list[Event]) -> None:
         for event in events:
-            subject = obs.node_subject(event) if isinstance(event, NodeObserved) else obs.bound_pod_subject(event)
+            subject = (
+                obs.node_subject(event) if isinstance(event, NodeObserved) else obs.bound_pod_subject(event)
+            )
             await self._publish(subject, event)
 
     @staticmethod
@@ -293,7 +331,9 @@ class PodWatcher:
         async for item in self._watch(resources.PODS):
             if isinstance(item, Relisted):
                 pods = [pod for pod in item.items if self._valid(pod)]
-                self.batcher.replace_pending({obs.uid_of(pod): obs.trimmed(pod) for pod in pods if obs.is_pending(pod)})
+                self.batcher.replace_pending(
+                    {obs.uid_of(pod): obs.trimmed(pod) for pod in pods if obs.is_pending(pod)}
+                )
                 await self._publish_observations(self.bound_pods.relisted(pods))
             elif self._valid(item.object):
                 await self._pod_changed(item)
@@ -350,13 +390,21 @@ class PodWatcher:
             sendable.append(pod)
         parts = obs.split_for_payload(sendable, self._max_payload())
         for index, part in enumerate(parts):
-            event = obs.pending_batch_event(part, opened_at=batch.opened_at, closed_at=batch.closed_at,
-                                            closed_by=batch.closed_by)
+            event = obs.pending_batch_event(
+                part, opened_at=batch.opened_at, closed_at=batch.closed_at, closed_by=batch.closed_by
+            )
             result = await self._publish(subjects.PENDING, event)
-            log.info("pending batch", extra={
-                "batch_id": event.batch_id, "pods": len(event.pods), "closed_by": batch.closed_by,
-                "part": f"{index + 1}/{len(parts)}", "window_seconds": round(batch.closed_at - batch.opened_at, 3),
-                "sequence": result.sequence})
+            log.info(
+                "pending batch",
+                extra={
+                    "batch_id": event.batch_id,
+                    "pods": len(event.pods),
+                    "closed_by": batch.closed_by,
+                    "part": f"{index + 1}/{len(parts)}",
+                    "window_seconds": round(batch.closed_at - batch.opened_at, 3),
+                    "sequence": result.sequence,
+                },
+            )
 
     def _max_payload(self) -> int:
         """The broker's message size limit (what the server announced), capped by the setting."""
@@ -386,9 +434,13 @@ class PodWatcher:
             await self.kube.request("GET", ref.path(), query={"limit": 1})
         except KubeApiError as exc:
             if exc.status == 404:
-                log.info("kind not served; treating it as empty", extra={
-                    "resource": f"{ref.plural}.{ref.api_version}",
-                    "retry_seconds": self.settings.absent_kind_retry_seconds})
+                log.info(
+                    "kind not served; treating it as empty",
+                    extra={
+                        "resource": f"{ref.plural}.{ref.api_version}",
+                        "retry_seconds": self.settings.absent_kind_retry_seconds,
+                    },
+                )
                 return False
         return True  # other errors: list_and_watch retries them with backoff
 
@@ -404,8 +456,14 @@ class PodWatcher:
                 continue
             result = await self._publish(source.state.kind.subject, event)
             source.state.published(event, result.sequence)
-            log.info("snapshot", extra={"kind": source.state.kind.name,
-                                        "objects": len(source.current()), "sequence": result.sequence})
+            log.info(
+                "snapshot",
+                extra={
+                    "kind": source.state.kind.name,
+                    "objects": len(source.current()),
+                    "sequence": result.sequence,
+                },
+            )
 
 
 def make_work(settings: PodWatcherSettings) -> Work:
@@ -420,8 +478,10 @@ def make_work(settings: PodWatcherSettings) -> Work:
                 await kube.close()
         except Exception:
             # the election only sees that the term ended; say why here, then let it campaign again
-            log.exception("pod-watcher term failed; the next term starts over from the log",
-                          extra={"identity": ctx.identity})
+            log.exception(
+                "pod-watcher term failed; the next term starts over from the log",
+                extra={"identity": ctx.identity},
+            )
             raise
 
     return work

@@ -97,7 +97,8 @@ def affected_claims(projection: ClusterProjection, event: ev.Event) -> list[Clai
         name = (event.node.get("metadata") or {}).get("name")
         provider_id = (event.node.get("spec") or {}).get("providerID")
         return [
-            c for c in projection.claims.values()
+            c
+            for c in projection.claims.values()
             if (c.registered and c.registered.node == name)
             or (c.launched and provider_id and c.launched.provider_id == provider_id)
         ]
@@ -107,8 +108,14 @@ def affected_claims(projection: ClusterProjection, event: ev.Event) -> list[Clai
 def due(projection: ClusterProjection, claim: ClaimState, cause: ev.Event) -> list[ev.Event]:
     """What is true of ``claim`` now and not yet recorded (level-triggered: deciding twice decides the same)."""
     if claim.phase == "Failed" and claim.abandoned is None and claim.launch_failures:
-        return [_abandoned(claim, f"no instance type could be launched: {claim.launch_failures[-1].reason}",
-                           cause, cause.decided_at)]
+        return [
+            _abandoned(
+                claim,
+                f"no instance type could be launched: {claim.launch_failures[-1].reason}",
+                cause,
+                cause.decided_at,
+            )
+        ]
     if claim.phase == "Launched" and claim.launched is not None:
         node = projection.node_by_provider_id(claim.launched.provider_id)
         if node is not None:
@@ -157,7 +164,9 @@ def _initialized(claim: ClaimState, node: str, cause: ev.Event) -> ev.NodeClaimI
     )
 
 
-def _abandoned(claim: ClaimState, reason: str, cause: ev.Event | None, now: datetime) -> ev.NodeClaimAbandoned:
+def _abandoned(
+    claim: ClaimState, reason: str, cause: ev.Event | None, now: datetime
+) -> ev.NodeClaimAbandoned:
     return ev.NodeClaimAbandoned(
         id=derive_id(PRODUCER, "NodeClaimAbandoned", claim.name),
         decided_at=now,

@@ -74,14 +74,28 @@ def nodeclaim_status(projection: ClusterProjection, claim: ClaimState) -> dict[s
     for kind in CONDITIONS:
         when = reached[kind]
         if when is not None:
-            conditions.append({"type": kind, "status": "True", "reason": kind, "message": "",
-                               "lastTransitionTime": _iso(when)})
+            conditions.append(
+                {
+                    "type": kind,
+                    "status": "True",
+                    "reason": kind,
+                    "message": "",
+                    "lastTransitionTime": _iso(when),
+                }
+            )
         else:
             reason, message = "Pending", ""
             if kind == "Launched" and claim.launch_failures:
                 reason, message = "LaunchFailed", claim.launch_failures[-1].reason
-            conditions.append({"type": kind, "status": "Unknown", "reason": reason, "message": message,
-                               "lastTransitionTime": _iso(claim.planned.decided_at)})
+            conditions.append(
+                {
+                    "type": kind,
+                    "status": "Unknown",
+                    "reason": reason,
+                    "message": message,
+                    "lastTransitionTime": _iso(claim.planned.decided_at),
+                }
+            )
     status["conditions"] = conditions
     if claim.launched:
         status["providerID"] = claim.launched.provider_id

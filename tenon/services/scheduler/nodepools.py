@@ -64,6 +64,12 @@ def nodepool_status(projection: ClusterProjection, name: str, now: datetime) -> 
     previous = {c.get("type"): c for c in ((nodepool.get("status") or {}).get("conditions") or [])}
     for condition in (validation, ready):
         before = previous.get(condition["type"])
-        if before is not None and before.get("status") == condition["status"] and before.get("lastTransitionTime"):
-            condition["lastTransitionTime"] = before["lastTransitionTime"]  # no transition: keep when it happened
+        if (
+            before is not None
+            and before.get("status") == condition["status"]
+            and before.get("lastTransitionTime")
+        ):
+            condition["lastTransitionTime"] = before[
+                "lastTransitionTime"
+            ]  # no transition: keep when it happened
     return {"resources": resources_in_use(projection, name), "conditions": [validation, ready]}

@@ -37,7 +37,9 @@ class NodeClaimObjects:
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._work(), name=f"nodeclaim-objects-{i}") for i in range(self.workers)]
+        self._tasks = [
+            asyncio.create_task(self._work(), name=f"nodeclaim-objects-{i}") for i in range(self.workers)
+        ]
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -65,7 +67,9 @@ class NodeClaimObjects:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("NodeClaim object write failed, will retry", extra={"nodeclaim": name, "error": str(exc)})
+                log.warning(
+                    "NodeClaim object write failed, will retry", extra={"nodeclaim": name, "error": str(exc)}
+                )
                 await asyncio.sleep(1.0)
                 self.sync(name)
             finally:
@@ -82,16 +86,18 @@ class NodeClaimObjects:
                 await self.kube.delete(NODECLAIMS, name)
             return
         try:
-            await self.kube.patch(NODECLAIMS, name, {"status": nodeclaim_status(self.projection, claim)},
-                                  subresource="status")
+            await self.kube.patch(
+                NODECLAIMS, name, {"status": nodeclaim_status(self.projection, claim)}, subresource="status"
+            )
             return
         except KubeApiError as exc:
             if exc.status != 404:
                 raise
         created = await self._create(name)
         if created is not None:
-            await self.kube.patch(NODECLAIMS, name, {"status": nodeclaim_status(self.projection, claim)},
-                                  subresource="status")
+            await self.kube.patch(
+                NODECLAIMS, name, {"status": nodeclaim_status(self.projection, claim)}, subresource="status"
+            )
 
     async def _create(self, name: str) -> dict[str, object] | None:
         claim = self.projection.claims[name]
@@ -105,6 +111,10 @@ class NodeClaimObjects:
         now = datetime.now(UTC)
         cause = self._causes.pop(name, None)
         story = [LoggedEvent(0, now, e) for e in (cause, claim.planned) if e is not None]
-        await post_event(self.kube, created, reason="Planned",
-                         message=nodeclaim_event_message(explain_nodeclaim(name, story)))
+        await post_event(
+            self.kube,
+            created,
+            reason="Planned",
+            message=nodeclaim_event_message(explain_nodeclaim(name, story)),
+        )
         return created

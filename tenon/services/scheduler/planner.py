@@ -90,12 +90,14 @@ def catalog_documents(catalog: ev.CatalogSnapshot) -> list[KubeObject]:
     ]
 
 
-EPHEMERAL_TAINTS = frozenset({
-    "node.kubernetes.io/not-ready",
-    "node.kubernetes.io/unreachable",
-    "node.cloudprovider.kubernetes.io/uninitialized",
-    "karpenter.sh/unregistered",
-})
+EPHEMERAL_TAINTS = frozenset(
+    {
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+        "node.cloudprovider.kubernetes.io/uninitialized",
+        "karpenter.sh/unregistered",
+    }
+)
 """Taints a node boots with and sheds by itself: a node tenon is still initializing is judged without them."""
 
 
@@ -217,7 +219,9 @@ def plan_pods(
     if not pods:
         return BatchOutcome()
     # parse everything at once; only when that fails, object by object to leave out exactly what is invalid
-    documents, invalid_pools, invalid_pods = cluster_documents(projection, pods, cause.decided_at, validate=False)
+    documents, invalid_pools, invalid_pods = cluster_documents(
+        projection, pods, cause.decided_at, validate=False
+    )
     try:
         inputs = parse_objects(documents)
     except InputError:
@@ -235,8 +239,13 @@ def plan_pods(
         tspec = template.get("spec") or {}
         prices = {c.instance_type: c.price for c in nc.considered}
         labels = {str(k): str(v) for k, v in ((template.get("metadata") or {}).get("labels") or {}).items()}
-        labels.update({NODEPOOL_LABEL: nc.node_pool, INSTANCE_TYPE_LABEL: nc.instance_type,
-                       CAPACITY_TYPE_LABEL: nc.capacity_type})
+        labels.update(
+            {
+                NODEPOOL_LABEL: nc.node_pool,
+                INSTANCE_TYPE_LABEL: nc.instance_type,
+                CAPACITY_TYPE_LABEL: nc.capacity_type,
+            }
+        )
         if nc.zone:
             labels[ZONE_LABEL] = nc.zone
         explanation = nc.to_json()["explanation"]
@@ -266,7 +275,8 @@ def plan_pods(
         ev.UnschedulablePod(pod=u.pod, reason=u.reason, reasons=dict(u.reasons)) for u in plan.unschedulable
     ]
     unschedulable += [
-        ev.UnschedulablePod(pod=key, reason=f"invalid pod: {why}") for key, why in sorted(invalid_pods.items())
+        ev.UnschedulablePod(pod=key, reason=f"invalid pod: {why}")
+        for key, why in sorted(invalid_pods.items())
     ]
     outcome.events.append(
         ev.BatchPlanned(
@@ -278,7 +288,11 @@ def plan_pods(
             batch_id=batch_id,
             nodeclaims=tuple(claims),
             existing=tuple(
-                ev.PodPlacement(pod=pod, node=placement.name, kind="NodeClaim" if placement.kind == "NodeClaim" else "Node")
+                ev.PodPlacement(
+                    pod=pod,
+                    node=placement.name,
+                    kind="NodeClaim" if placement.kind == "NodeClaim" else "Node",
+                )
                 for placement in plan.existing
                 for pod in placement.pods
             ),

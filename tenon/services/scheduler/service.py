@@ -67,14 +67,21 @@ class SchedulerService:
         self.objects = NodeClaimObjects(kube, self.projection)
 
     async def rebuild(self) -> None:
-        self._prefolded = await rebuild_projection(self.log, self.projection, durable="scheduler", producer="scheduler")
+        self._prefolded = await rebuild_projection(
+            self.log, self.projection, durable="scheduler", producer="scheduler"
+        )
         self._handled_floor = self.projection.sequence
 
     async def run(self) -> None:
         await self.rebuild()
         runner = self.log.consumer(
-            ConsumerSettings("scheduler", (subjects.ALL_EVENTS,), max_concurrency=1, max_deliver=8,
-                             backoff=(0.2, 0.5, 1.0, 2.0, 5.0)),
+            ConsumerSettings(
+                "scheduler",
+                (subjects.ALL_EVENTS,),
+                max_concurrency=1,
+                max_deliver=8,
+                backoff=(0.2, 0.5, 1.0, 2.0, 5.0),
+            ),
             self.handle,
         )
         await runner.start()
@@ -113,9 +120,12 @@ class SchedulerService:
         if decisions:
             log.info(
                 "decided",
-                extra={"input": type(event).__name__, "input_sequence": record.sequence,
-                       "decisions": [type(d).__name__ for d in decisions],
-                       "ms": round((time.perf_counter() - started) * 1000)},
+                extra={
+                    "input": type(event).__name__,
+                    "input_sequence": record.sequence,
+                    "decisions": [type(d).__name__ for d in decisions],
+                    "ms": round((time.perf_counter() - started) * 1000),
+                },
             )
         if isinstance(event, ev.NodeClaimEvent):
             self.objects.sync(event.nodeclaim)
@@ -128,9 +138,13 @@ class SchedulerService:
                 self.objects.sync(decision.nodeclaim, cause=cause)
                 log.info(
                     "claim planned",
-                    extra={"nodeclaim": decision.nodeclaim, "instance_type": decision.choice.instance_type,
-                           "price_per_hour": decision.choice.price_per_hour, "pods": len(decision.pods),
-                           "why": decision.explanation.get("chosen", "")},
+                    extra={
+                        "nodeclaim": decision.nodeclaim,
+                        "instance_type": decision.choice.instance_type,
+                        "price_per_hour": decision.choice.price_per_hour,
+                        "pods": len(decision.pods),
+                        "why": decision.explanation.get("chosen", ""),
+                    },
                 )
         elif isinstance(decision, ev.BatchPlanned):
             await self.log.publish(subjects.BATCH_DECISIONS, decision)
@@ -145,7 +159,9 @@ class SchedulerService:
                     await self._patch_node(decision.node, patch)
             await self._append(decision, expected=claim.last_sequence)
         elif isinstance(decision, ev.NodeClaimInitialized):
-            await self._patch_node(decision.node, {"metadata": {"labels": {"karpenter.sh/initialized": "true"}}})
+            await self._patch_node(
+                decision.node, {"metadata": {"labels": {"karpenter.sh/initialized": "true"}}}
+            )
             await self._append(decision, expected=self.projection.claims[decision.nodeclaim].last_sequence)
         elif isinstance(decision, ev.NodeClaimEvent):
             await self._append(decision, expected=self.projection.claims[decision.nodeclaim].last_sequence)
@@ -161,11 +177,15 @@ class SchedulerService:
             # Someone wrote to the claim after what this scheduler has folded (the launcher, disruption), or
             # this decision was recorded by an earlier delivery. Either way: not now. Decisions are
             # level-triggered, so when that event is folded the claim is looked at again.
-            log.info("decision deferred: the claim moved on", extra={
-                "nodeclaim": event.nodeclaim, "event": type(event).__name__, "why": str(conflict)})
+            log.info(
+                "decision deferred: the claim moved on",
+                extra={"nodeclaim": event.nodeclaim, "event": type(event).__name__, "why": str(conflict)},
+            )
             return False
         if result.duplicate:
-            log.info("duplicate suppressed", extra={"nodeclaim": event.nodeclaim, "event": type(event).__name__})
+            log.info(
+                "duplicate suppressed", extra={"nodeclaim": event.nodeclaim, "event": type(event).__name__}
+            )
         # Fold our own decision now rather than when the log delivers it back: the next input must see it
         # (a Node event right behind the one that registered the claim must not register it again). Replay
         # does the same with the recorded answers, so live and replayed decisions see the same state.
@@ -186,8 +206,10 @@ class SchedulerService:
         now = datetime.now(UTC)
         for name in list(self.projection.nodepools):
             status = nodepool_status(self.projection, name, now)
-            comparable = {"resources": status["resources"],
-                          "conditions": [(c["type"], c["status"], c["message"]) for c in status["conditions"]]}
+            comparable = {
+                "resources": status["resources"],
+                "conditions": [(c["type"], c["status"], c["message"]) for c in status["conditions"]],
+            }
             if self._nodepool_status.get(name) == comparable:
                 continue
             try:
@@ -196,10 +218,18 @@ class SchedulerService:
                 log.warning("could not update NodePool status", extra={"nodepool": name, "error": str(exc)})
                 continue
             self._nodepool_status[name] = comparable
-            problem = next((c["message"] for c in status["conditions"] if c["type"] == "ValidationSucceeded"
-                            and c["status"] == "False"), None)
+            problem = next(
+                (
+                    c["message"]
+                    for c in status["conditions"]
+                    if c["type"] == "ValidationSucceeded" and c["status"] == "False"
+                ),
+                None,
+            )
             if problem:
-                log.warning("NodePool invalid, left out of scheduling", extra={"nodepool": name, "reason": problem})
+                log.warning(
+                    "NodePool invalid, left out of scheduling", extra={"nodepool": name, "reason": problem}
+                )
 
     async def _tick_forever(self) -> None:
         while True:
@@ -212,11 +242,17 @@ class SchedulerService:
     async def tick(self) -> None:
         now = datetime.now(UTC)
         for abandoned in lifecycle.expired_claims(
-            self.projection, now, launch_timeout=self.launch_timeout,
+            self.projection,
+            now,
+            launch_timeout=self.launch_timeout,
             registration_timeout=self.registration_timeout,
         ):
-            log.warning("claim abandoned", extra={"nodeclaim": abandoned.nodeclaim, "reason": abandoned.reason})
-            if await self._append(abandoned, expected=self.projection.claims[abandoned.nodeclaim].last_sequence):
+            log.warning(
+                "claim abandoned", extra={"nodeclaim": abandoned.nodeclaim, "reason": abandoned.reason}
+            )
+            if await self._append(
+                abandoned, expected=self.projection.claims[abandoned.nodeclaim].last_sequence
+            ):
                 self.objects.sync(abandoned.nodeclaim)
         await self.sync_nodepools()
 
