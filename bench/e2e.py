@@ -104,6 +104,7 @@ from proto.events import (
     NodePoolsSnapshot,
     PendingBatch,
 )
+from tenon.core.wellknown import HOSTNAME, MAX_SIZE
 from tenon.runtime.eventlog import EventLogError
 from tenon.runtime.eventlog.connection import ConnectionSettings
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
@@ -115,7 +116,6 @@ NAMESPACE = "default"
 BATCH_IDLE_S = 1.0
 """pod-watcher's default idle window: the batch closes this long after the last new pending pod."""
 PLANNING_TARGET_S = BATCH_IDLE_S + 0.25
-MAX_SIZE_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
 CLUSTER_AUTOSCALER_BOUND = "30 s max, ~5 s avg (< 100 nodes)"
 KARPENTER_FIELD_SCALE_TO_ZERO = "~3 min (field)"
 FAST_PROFILE_WAITS = {
@@ -318,7 +318,7 @@ def infrastructure(
     )
     for doc in documents:
         if doc["kind"] == "MachineDeployment":
-            doc["metadata"]["annotations"][MAX_SIZE_ANNOTATION] = str(max_size)
+            doc["metadata"]["annotations"][MAX_SIZE] = str(max_size)
         elif doc["kind"] == "NodePool":
             spec = doc["spec"]
             spec["limits"] = {"cpu": str(max_size * 8 * 3)}
@@ -345,7 +345,7 @@ def deployment(
         pod_spec["affinity"] = {
             "podAntiAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": [
-                    {"labelSelector": {"matchLabels": {"app": name}}, "topologyKey": "kubernetes.io/hostname"}
+                    {"labelSelector": {"matchLabels": {"app": name}}, "topologyKey": HOSTNAME}
                 ]
             }
         }

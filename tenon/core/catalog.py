@@ -38,12 +38,7 @@ from typing import Any
 
 from tenon.core.errors import InputError
 from tenon.core.model import (
-    ARCH,
-    CAPACITY_TYPE,
-    INSTANCE_TYPE,
     ON_DEMAND,
-    OS,
-    ZONE,
     ClusterInput,
     InstanceType,
     MachineDeploymentType,
@@ -53,11 +48,18 @@ from tenon.core.model import (
     Taint,
 )
 from tenon.core.quantities import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, QuantityError, to_canonical
+from tenon.core.wellknown import (
+    ARCH,
+    CAPACITY_PREFIX,
+    CAPACITY_TYPE,
+    INSTANCE_TYPE,
+    KARPENTER_MEMBER,
+    MAX_SIZE,
+    OS,
+    PRICE_PER_HOUR,
+    ZONE,
+)
 
-MEMBER_LABEL = "node.cluster.x-k8s.io/karpenter-member"
-CAPACITY_PREFIX = "capacity.cluster-autoscaler.kubernetes.io/"
-MAX_SIZE = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
-PRICE_ANNOTATION = "tenon.sh/price-per-hour"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TYPE_LABEL = "cluster-api/accelerator"
 DEFAULT_MAX_PODS = 110
@@ -161,14 +163,14 @@ def _md_type(md: Mapping[str, Any]) -> tuple[MachineDeploymentType, float | None
         except ValueError:
             raise ValueError(f"annotation {MAX_SIZE}: {raw_max!r} is not an integer") from None
     price: float | None = None
-    raw_price = annotation(PRICE_ANNOTATION)
+    raw_price = annotation(PRICE_PER_HOUR)
     if raw_price is not None:
         try:
             price = float(raw_price)
         except ValueError:
-            raise ValueError(f"annotation {PRICE_ANNOTATION}: {raw_price!r} is not a number") from None
+            raise ValueError(f"annotation {PRICE_PER_HOUR}: {raw_price!r} is not a number") from None
         if not price >= 0:
-            raise ValueError(f"annotation {PRICE_ANNOTATION}: {raw_price!r} is negative")
+            raise ValueError(f"annotation {PRICE_PER_HOUR}: {raw_price!r} is negative")
     md_name = str(meta.get("name") or "")
     namespace = str(meta.get("namespace") or "default")
     type_name = labels.get(INSTANCE_TYPE) or md_name
@@ -199,7 +201,7 @@ def machine_deployment_types(
     for md in mds:
         meta = md.get("metadata") or {}
         name = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '?'}"
-        if MEMBER_LABEL not in (meta.get("labels") or {}):
+        if KARPENTER_MEMBER not in (meta.get("labels") or {}):
             continue
         try:
             parsed.append(_md_type(md))

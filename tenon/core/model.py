@@ -17,14 +17,6 @@ from functools import cached_property
 
 from tenon.core.requirements import LabelSelector, Requirement
 
-ZONE = "topology.kubernetes.io/zone"
-CAPACITY_TYPE = "karpenter.sh/capacity-type"
-HOSTNAME = "kubernetes.io/hostname"
-INSTANCE_TYPE = "node.kubernetes.io/instance-type"
-NODEPOOL = "karpenter.sh/nodepool"
-ARCH = "kubernetes.io/arch"
-OS = "kubernetes.io/os"
-
 ON_DEMAND = "on-demand"
 SPOT = "spot"
 

@@ -39,11 +39,7 @@ from typing import Any
 from tenon.core.catalog import instance_types_from_catalog, machine_deployment_types
 from tenon.core.errors import InputError
 from tenon.core.model import (
-    CAPACITY_TYPE,
-    INSTANCE_TYPE,
-    NODEPOOL,
     ON_DEMAND,
-    ZONE,
     ClusterInput,
     DaemonSet,
     HostPort,
@@ -62,8 +58,15 @@ from tenon.core.model import (
 )
 from tenon.core.quantities import PODS, QuantityError, to_canonical
 from tenon.core.requirements import NODE_OPERATORS, SELECTOR_OPERATORS, LabelSelector, Requirement
+from tenon.core.wellknown import (
+    CAPACITY_TYPE,
+    HOSTNAME,
+    INSTANCE_TYPE,
+    NODEPOOL,
+    NOMINATED_PODS,
+    ZONE,
+)
 
-NOMINATED_PODS = "tenon.sh/nominated-pods"
 WORKLOAD_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "Job")
 TAINT_EFFECTS = ("NoSchedule", "NoExecute", "PreferNoSchedule")
 
@@ -372,7 +375,7 @@ def _node(ctx: _Ctx, obj: Mapping[str, Any]) -> Node:
     if not allocatable:
         raise ctx.error("status.allocatable", "a Node needs status.allocatable (or status.capacity)")
     labels = ctx.labels(meta.get("labels"), "metadata.labels")
-    labels.setdefault("kubernetes.io/hostname", ctx.name)
+    labels.setdefault(HOSTNAME, ctx.name)
     return Node(
         ctx.name,
         labels,

@@ -28,11 +28,6 @@ from dataclasses import dataclass, field
 from tenon.core.catalog import instance_types_for_node_pool
 from tenon.core.explain import MAX_FALLBACKS, explain_choice
 from tenon.core.model import (
-    CAPACITY_TYPE,
-    HOSTNAME,
-    INSTANCE_TYPE,
-    NODEPOOL,
-    ZONE,
     ClusterInput,
     InstanceType,
     NodePool,
@@ -59,6 +54,13 @@ from tenon.core.topology import (
     allows_on_node,
     assign_domains,
     term_scope,
+)
+from tenon.core.wellknown import (
+    CAPACITY_TYPE,
+    HOSTNAME,
+    INSTANCE_TYPE,
+    NODEPOOL,
+    ZONE,
 )
 
 DEFAULT_MAX_PODS = 110

@@ -23,10 +23,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tenon.core.model import (
-    CAPACITY_TYPE,
-    HOSTNAME,
-    NODEPOOL,
-    ZONE,
     DaemonSet,
     HostPort,
     InstanceType,
@@ -37,6 +33,12 @@ from tenon.core.model import (
 )
 from tenon.core.quantities import format_resources
 from tenon.core.requirements import Requirement
+from tenon.core.wellknown import (
+    CAPACITY_TYPE,
+    HOSTNAME,
+    NODEPOOL,
+    ZONE,
+)
 
 OfferKey = tuple[str | None, str]  # (zone, capacity type)
 VARIABLE_KEYS = (ZONE, CAPACITY_TYPE, HOSTNAME)

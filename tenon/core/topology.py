@@ -37,8 +37,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from tenon.core.model import CAPACITY_TYPE, HOSTNAME, ZONE, Pod
+from tenon.core.model import Pod
 from tenon.core.requirements import LabelSelector
+from tenon.core.wellknown import CAPACITY_TYPE, HOSTNAME, ZONE
 
 DOMAIN_KEYS = (ZONE, CAPACITY_TYPE)
 

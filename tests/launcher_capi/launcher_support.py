@@ -24,15 +24,17 @@ from proto.events import (
     NodeClassesSnapshot,
 )
 from proto.ids import derive_id
+from tenon.core.wellknown import (
+    CAPACITY_PREFIX,
+    DEPLOYMENT_NAME,
+    KARPENTER_MEMBER,
+    MAX_SIZE,
+    PRICE_PER_HOUR,
+)
 from tenon.runtime.eventlog import EventLog
 from tenon.runtime.kube import load_kube
 from tenon.services.launcher_capi.service import CapiLauncher, LauncherSettings
 
-CAPACITY = "capacity.cluster-autoscaler.kubernetes.io/"
-MAX_SIZE = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
-PRICE = "tenon.sh/price-per-hour"
-CLAIM = "tenon.sh/nodeclaim"
-DELETE_MACHINE = "cluster.x-k8s.io/delete-machine"
 NODECLASS = "default"
 SIZES = {"c3-4": ("2", "4Gi", "0.048"), "c3-8": ("4", "8Gi", "0.096"), "c3-16": ("8", "16Gi", "0.192")}
 
@@ -42,10 +44,10 @@ def machine_deployment(
 ) -> dict[str, Any]:
     cpu, memory, price = SIZES.get(name, ("4", "8Gi", "0.1"))
     notes = {
-        CAPACITY + "cpu": cpu,
-        CAPACITY + "memory": memory,
-        PRICE: price,
-        CAPACITY + "labels": f"node.kubernetes.io/instance-type={name}",
+        CAPACITY_PREFIX + "cpu": cpu,
+        CAPACITY_PREFIX + "memory": memory,
+        PRICE_PER_HOUR: price,
+        CAPACITY_PREFIX + "labels": f"node.kubernetes.io/instance-type={name}",
     }
     if max_size is not None:
         notes[MAX_SIZE] = str(max_size)
@@ -56,7 +58,7 @@ def machine_deployment(
         "metadata": {
             "name": name,
             "namespace": "default",
-            "labels": {"node.cluster.x-k8s.io/karpenter-member": "", "cluster.x-k8s.io/cluster-name": "demo"},
+            "labels": {KARPENTER_MEMBER: "", "cluster.x-k8s.io/cluster-name": "demo"},
             "annotations": notes,
         },
         "spec": {
@@ -156,7 +158,7 @@ def machines_of(store: Store, md: str, *, include_deleting: bool = True) -> list
     return [
         m
         for m in items
-        if m["metadata"].get("labels", {}).get("cluster.x-k8s.io/deployment-name") == md
+        if m["metadata"].get("labels", {}).get(DEPLOYMENT_NAME) == md
         and (include_deleting or not m["metadata"].get("deletionTimestamp"))
     ]
 

@@ -10,6 +10,7 @@ import pytest
 from devtools.sandbox.testing import running_sandbox
 from proto.events import CatalogSnapshot
 from tenon.core.catalog import instance_types_from_catalog
+from tenon.core.wellknown import CAPACITY_PREFIX, PRICE_PER_HOUR
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tenon.services.launcher_capi.catalog import (
     SKIPPED_EVENT_REASON,
@@ -20,8 +21,6 @@ from tenon.services.launcher_capi.catalog import (
 )
 from tenon.services.launcher_capi.openstack import Flavor
 from tests.launcher_capi.launcher_support import (
-    CAPACITY,
-    PRICE,
     catalog_events,
     machine_deployment,
     md_rt,
@@ -33,16 +32,18 @@ from tests.launcher_capi.launcher_support import (
 
 
 def test_every_member_becomes_an_exact_instance_type_and_a_broken_one_is_skipped_by_name() -> None:
-    broken = machine_deployment("c3-4", annotations={CAPACITY + "cpu": "two"})
+    broken = machine_deployment("c3-4", annotations={CAPACITY_PREFIX + "cpu": "two"})
     outsider = machine_deployment("other")
     outsider["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] = "another-cluster"
-    big = machine_deployment("c3-16", replicas=3, max_size=5, annotations={CAPACITY + "memory": "15.5Gi"})
+    big = machine_deployment(
+        "c3-16", replicas=3, max_size=5, annotations={CAPACITY_PREFIX + "memory": "15.5Gi"}
+    )
     content = build_catalog(nodeclass(), [broken, machine_deployment("c3-8"), big, outsider])
 
     assert [t["name"] for t in content.instance_types] == ["c3-16", "c3-8"]
     assert [(s.namespace, s.name) for s in content.skipped] == [("default", "c3-4")]
     assert "MachineDeployment default/c3-4" in content.skipped[0].reason
-    assert CAPACITY + "cpu" in content.skipped[0].reason
+    assert CAPACITY_PREFIX + "cpu" in content.skipped[0].reason
     assert [md["metadata"]["name"] for md, _ in content.skipped_objects] == ["c3-4"]
     assert content.targets == {
         ("c3-16", "zone-a"): MachineDeploymentKey("default", "c3-16"),
@@ -72,7 +73,7 @@ def test_content_hash_follows_prices_and_replicas_but_not_status_or_launch_recor
     with_status["metadata"]["annotations"]["tenon.sh/scaled-up-for"] = "claim-a"  # the launcher's own record
     assert build_catalog(nodeclass(), [with_status]).content_hash == base
     repriced = copy.deepcopy(md)
-    repriced["metadata"]["annotations"][PRICE] = "0.2"
+    repriced["metadata"]["annotations"][PRICE_PER_HOUR] = "0.2"
     assert build_catalog(nodeclass(), [repriced]).content_hash != base
     grown = copy.deepcopy(md)
     grown["spec"]["replicas"] = 4
@@ -84,7 +85,7 @@ def test_content_hash_follows_prices_and_replicas_but_not_status_or_launch_recor
 
 def test_snapshot_ids_are_deterministic_but_a_return_to_old_content_gets_a_new_id() -> None:
     a = build_catalog(nodeclass(), [machine_deployment("c3-8")])
-    b = build_catalog(nodeclass(), [machine_deployment("c3-8", annotations={PRICE: "0.5"})])
+    b = build_catalog(nodeclass(), [machine_deployment("c3-8", annotations={PRICE_PER_HOUR: "0.5"})])
     first = catalog_snapshot(a, producer="launcher-capi", previous_id=None)
     assert catalog_snapshot(a, producer="launcher-capi", previous_id=None).id == first.id
     second = catalog_snapshot(b, producer="launcher-capi", previous_id=first.id)
@@ -95,7 +96,7 @@ def test_snapshot_ids_are_deterministic_but_a_return_to_old_content_gets_a_new_i
 
 def test_two_deployments_offering_the_same_type_and_zone_are_ambiguous() -> None:
     twin = machine_deployment(
-        "c3-8-b", annotations={CAPACITY + "labels": "node.kubernetes.io/instance-type=c3-8"}
+        "c3-8-b", annotations={CAPACITY_PREFIX + "labels": "node.kubernetes.io/instance-type=c3-8"}
     )
     content = build_catalog(nodeclass(), [machine_deployment("c3-8"), twin])
     assert [t["name"] for t in content.instance_types] == ["c3-8"]
@@ -105,7 +106,7 @@ def test_two_deployments_offering_the_same_type_and_zone_are_ambiguous() -> None
 
 def test_openstack_flavors_fill_missing_capacity_and_a_bad_selector_names_the_field() -> None:
     bare = machine_deployment("c3-8")
-    for key in (CAPACITY + "cpu", CAPACITY + "memory", PRICE):
+    for key in (CAPACITY_PREFIX + "cpu", CAPACITY_PREFIX + "memory", PRICE_PER_HOUR):
         del bare["metadata"]["annotations"][key]
     assert build_catalog(nodeclass(), [bare]).instance_types == ()
     content = build_catalog(
@@ -131,7 +132,9 @@ async def test_published_at_start_and_on_price_change_with_an_event_on_the_broke
 ) -> None:
     async with running_sandbox() as sb:
         store = sb.management_store
-        store.create(md_rt(store), machine_deployment("c3-4", annotations={CAPACITY + "memory": "lots"}))
+        store.create(
+            md_rt(store), machine_deployment("c3-4", annotations={CAPACITY_PREFIX + "memory": "lots"})
+        )
         store.create(md_rt(store), machine_deployment("c3-8"))
         store.create(md_rt(store), machine_deployment("c3-16"))
         await publish_nodeclasses(jetstream_log, nodeclass())
@@ -148,10 +151,10 @@ async def test_published_at_start_and_on_price_change_with_an_event_on_the_broke
             assert len(events) == 1
             assert events[0]["involvedObject"]["kind"] == "MachineDeployment"
             assert events[0]["involvedObject"]["name"] == "c3-4"
-            assert events[0]["type"] == "Warning" and CAPACITY + "memory" in events[0]["message"]
+            assert events[0]["type"] == "Warning" and CAPACITY_PREFIX + "memory" in events[0]["message"]
 
             md = store.get(md_rt(store), "c3-8", "default")
-            md["metadata"]["annotations"][PRICE] = "0.08"
+            md["metadata"]["annotations"][PRICE_PER_HOUR] = "0.08"
             store.update(md_rt(store), md)
             snapshots = await wait_until(lambda: _len_at_least(jetstream_log, 2), what="a second catalog")
             prices = {t["name"]: t["offerings"][0]["price"] for t in snapshots[-1].instance_types}

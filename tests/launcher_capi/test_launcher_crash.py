@@ -21,9 +21,9 @@ import pytest
 from devtools.broker import LocalNatsServer
 from devtools.sandbox.testing import SandboxHandle, running_sandbox
 from proto.events import NodeClaimLaunched
+from tenon.core.wellknown import NODECLAIM
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tests.launcher_capi.launcher_support import (
-    CLAIM,
     append_claim_event,
     claim_events,
     machine_deployment,
@@ -108,7 +108,7 @@ async def test_sigkill_after_scale_up_then_restart_creates_exactly_the_machines_
             assert replicas_of(store, "c3-8") == 2
             machines = machines_of(store, "c3-8")
             assert len(machines) == 2
-            assert sorted(m["metadata"]["annotations"][CLAIM] for m in machines) == ["claim-a", "claim-b"]
+            assert sorted(m["metadata"]["annotations"][NODECLAIM] for m in machines) == ["claim-a", "claim-b"]
         finally:
             second.send_signal(signal.SIGTERM)
             try:

@@ -20,10 +20,9 @@ from proto.events import (
     NodeClaimPlanned,
     NodeClaimTerminated,
 )
+from tenon.core.wellknown import DELETE_MACHINE, NODECLAIM
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tests.launcher_capi.launcher_support import (
-    CLAIM,
-    DELETE_MACHINE,
     abandoned,
     append_claim_event,
     claim_events,
@@ -58,7 +57,7 @@ async def test_planned_claim_scales_binds_and_launches_once_even_when_redelivere
             assert replicas_of(store, "c3-8") == 1
             assert len(machines) == 1
             machine = machines[0]
-            assert machine["metadata"]["annotations"][CLAIM] == "claim-a"
+            assert machine["metadata"]["annotations"][NODECLAIM] == "claim-a"
             assert machine["metadata"]["labels"]["karpenter.sh/nodepool"] == "default"
             assert launched.provider_id == machine["spec"]["providerID"]
             assert launched.machine == machine["metadata"]["name"]
@@ -105,7 +104,7 @@ async def test_max_size_reached_fails_over_to_the_next_choice(jetstream_log: Jet
             assert "max size 1" in failed.reason and "default/c3-8" in failed.reason
             assert launched.instance_type == "c3-16"
             assert replicas_of(store, "c3-8") == 1 and replicas_of(store, "c3-16") == 1
-            assert [m["metadata"]["annotations"].get(CLAIM) for m in machines_of(store, "c3-16")] == [
+            assert [m["metadata"]["annotations"].get(NODECLAIM) for m in machines_of(store, "c3-16")] == [
                 "claim-b"
             ]
 
@@ -134,7 +133,8 @@ async def test_abandoned_claim_removes_exactly_its_machine(jetstream_log: JetStr
                 await wait_until(functools.partial(_launched, jetstream_log, claim), what=f"{claim} Launched")
             assert replicas_of(store, "c3-8") == 3
             owner = {
-                m["metadata"]["annotations"][CLAIM]: m["metadata"]["name"] for m in machines_of(store, "c3-8")
+                m["metadata"]["annotations"][NODECLAIM]: m["metadata"]["name"]
+                for m in machines_of(store, "c3-8")
             }
             assert sorted(owner) == ["claim-1", "claim-2", "claim-3"]
 
@@ -157,7 +157,7 @@ async def test_leaked_machine_is_removed_after_the_grace_period(jetstream_log: J
             lambda: len(machines_of(store, "c3-8")) == 2 and machines_of(store, "c3-8"), what="two machines"
         )
         leaked = machines[0]
-        leaked["metadata"].setdefault("annotations", {})[CLAIM] = "claim-never-planned"
+        leaked["metadata"].setdefault("annotations", {})[NODECLAIM] = "claim-never-planned"
         store.update(store.resource("cluster.x-k8s.io/v1beta1", "Machine"), leaked)
         await publish_nodeclasses(jetstream_log, nodeclass())
         async with running_launcher(jetstream_log, sb, leak_grace=0.6) as launcher:

@@ -15,10 +15,9 @@ from devtools.broker import free_port
 from devtools.openstack_stub import OpenStackStub, nova_flavor
 from devtools.sandbox.testing import running_sandbox
 from proto.events import CatalogSnapshot, NodeClaimLaunched
+from tenon.core.wellknown import CAPACITY_PREFIX, PRICE_PER_HOUR
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tests.launcher_capi.launcher_support import (
-    CAPACITY,
-    PRICE,
     append_claim_event,
     catalog_events,
     claim_events,
@@ -72,7 +71,7 @@ def openstack_nodeclass(name: str, auth_url: str, stub: OpenStackStub) -> dict[s
 def bare(name: str) -> dict[str, Any]:
     """An MD that states no capacity and no price: the flavor and the price table must supply them."""
     md = machine_deployment(name)
-    for key in (CAPACITY + "cpu", CAPACITY + "memory", PRICE):
+    for key in (CAPACITY_PREFIX + "cpu", CAPACITY_PREFIX + "memory", PRICE_PER_HOUR):
         del md["metadata"]["annotations"][key]
     return md
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from devtools.broker import LocalNatsServer
 from devtools.sandbox.testing import SandboxHandle, running_sandbox
 from proto.events import NodeClaimLaunched
+from tenon.core.wellknown import NODECLAIM
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tests.launcher_capi.launcher_support import (
-    CLAIM,
     append_claim_event,
     catalog_events,
     claim_events,
@@ -127,7 +127,7 @@ async def test_two_replicas_act_once_and_the_standby_takes_over(
                 1,
             )
             assert replicas_of(store, "c3-8") == 2
-            owners = sorted(m["metadata"]["annotations"][CLAIM] for m in machines_of(store, "c3-8"))
+            owners = sorted(m["metadata"]["annotations"][NODECLAIM] for m in machines_of(store, "c3-8"))
             assert owners == ["claim-1", "claim-2"]
             assert "machinedeployment scaled" in messages(logs["second"])
         finally:

@@ -21,13 +21,12 @@ import pytest
 import yaml
 
 from devtools.openstack_stub import OpenStackStub, nova_flavor
+from tenon.core.wellknown import FLAVOR, INSTANCE_TYPE, KARPENTER_MEMBER, PRICE_PER_HOUR
 from tenon.services.launcher_capi.openstack import (
     CPU_ANNOTATION,
     EPHEMERAL_DISK_ANNOTATION,
-    FLAVOR_ANNOTATION,
     LABELS_ANNOTATION,
     MEMORY_ANNOTATION,
-    PRICE_ANNOTATION,
     Flavor,
     NodeClassError,
     OpenStackError,
@@ -94,7 +93,7 @@ def machine_deployment(name: str, annotations: dict[str, str] | None = None) -> 
         "metadata": {
             "name": name,
             "namespace": "capi",
-            "labels": {"node.cluster.x-k8s.io/karpenter-member": ""},
+            "labels": {KARPENTER_MEMBER: ""},
             "annotations": dict(annotations or {}),
         },
         "spec": {"replicas": 0},
@@ -132,9 +131,9 @@ def test_flavors_from_openstack_fill_capacity_and_prices(cloud: OpenStackStub) -
         CPU_ANNOTATION: "4",
         MEMORY_ANNOTATION: "8192Mi",
         EPHEMERAL_DISK_ANNOTATION: "80Gi",
-        PRICE_ANNOTATION: "0.1",
+        PRICE_PER_HOUR: "0.1",
     }
-    assert by_name["c3-16"][PRICE_ANNOTATION] == "0.2"
+    assert by_name["c3-16"][PRICE_PER_HOUR] == "0.2"
     assert by_name["c3-4"][CPU_ANNOTATION] == "2"
     assert len(notes) == 3
     assert "capi/c3-8" in notes[1] and "OpenStack flavor 'c3-8'" in notes[1] and "price table" in notes[1]
@@ -347,7 +346,7 @@ FLAVORS = {
 
 def test_annotations_win_over_flavor_facts_and_price_table() -> None:
     md = machine_deployment(
-        "c3-8", {CPU_ANNOTATION: "3500m", MEMORY_ANNOTATION: "7Gi", PRICE_ANNOTATION: "0.09"}
+        "c3-8", {CPU_ANNOTATION: "3500m", MEMORY_ANNOTATION: "7Gi", PRICE_PER_HOUR: "0.09"}
     )
 
     [enriched], [note] = enrich_machine_deployments([md], FLAVORS, {"c3-8": 0.1})
@@ -355,7 +354,7 @@ def test_annotations_win_over_flavor_facts_and_price_table() -> None:
     annotations = enriched["metadata"]["annotations"]
     assert annotations[CPU_ANNOTATION] == "3500m"
     assert annotations[MEMORY_ANNOTATION] == "7Gi"
-    assert annotations[PRICE_ANNOTATION] == "0.09"
+    assert annotations[PRICE_PER_HOUR] == "0.09"
     assert annotations[EPHEMERAL_DISK_ANNOTATION] == "80Gi", "only what is missing is filled"
     assert "kept its own cpu=3500m, memory=7Gi, price-per-hour=0.09" in note
     assert "price table says 0.1" in note
@@ -372,7 +371,7 @@ def test_empty_annotation_counts_as_missing() -> None:
     [
         (
             "workers-a",
-            {FLAVOR_ANNOTATION: "gpu-a", LABELS_ANNOTATION: "node.kubernetes.io/instance-type=c3-8"},
+            {FLAVOR: "gpu-a", LABELS_ANNOTATION: "node.kubernetes.io/instance-type=c3-8"},
             "16",
             "annotation tenon.sh/flavor",
         ),
@@ -397,16 +396,14 @@ def test_which_flavor_a_machine_deployment_uses(
 ) -> None:
     md = machine_deployment(name, {k: v for k, v in annotations.items() if k != "template-label"})
     if "template-label" in annotations:
-        md["spec"]["template"] = {
-            "metadata": {"labels": {"node.kubernetes.io/instance-type": annotations["template-label"]}}
-        }
+        md["spec"]["template"] = {"metadata": {"labels": {INSTANCE_TYPE: annotations["template-label"]}}}
     [enriched], [note] = enrich_machine_deployments([md], FLAVORS, {})
     assert enriched["metadata"]["annotations"][CPU_ANNOTATION] == expected_cpu
     assert source in note
 
 
 def test_unknown_flavor_leaves_machine_deployment_unchanged_and_says_so() -> None:
-    md = machine_deployment("workers-b", {FLAVOR_ANNOTATION: "m9.huge"})
+    md = machine_deployment("workers-b", {FLAVOR: "m9.huge"})
     [enriched], [note] = enrich_machine_deployments([md], FLAVORS, {"c3-8": 0.1})
     assert enriched == md
     assert "no OpenStack flavor 'm9.huge' (named by annotation tenon.sh/flavor)" in note
@@ -420,7 +417,7 @@ def test_boot_from_volume_flavor_leaves_ephemeral_disk_unset() -> None:
     annotations = enriched["metadata"]["annotations"]
     assert EPHEMERAL_DISK_ANNOTATION not in annotations
     assert annotations[MEMORY_ANNOTATION] == "8192Mi"
-    assert annotations[PRICE_ANNOTATION] == "0.00001", "plain decimals, never 1e-05"
+    assert annotations[PRICE_PER_HOUR] == "0.00001", "plain decimals, never 1e-05"
     assert "boot from volume" in note
 
 

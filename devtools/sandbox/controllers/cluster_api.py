@@ -51,7 +51,6 @@ from devtools.sandbox.controllers.informer import (
 from devtools.sandbox.controllers.kubelet import registered_node
 from devtools.sandbox.controllers.machine_nodes import (
     CLUSTER_NAME_LABEL,
-    DEPLOYMENT_NAME_LABEL,
     delete_policy,
     deletion_order,
     node_for_machine,
@@ -60,11 +59,11 @@ from devtools.sandbox.controllers.ownership import OwnerIndex, controller_ref, o
 from devtools.sandbox.controllers.predicates import is_terminating, node_is_ready
 from devtools.sandbox.errors import AlreadyExists, NotFound
 from devtools.sandbox.profiles import TimingProfile
+from tenon.core.wellknown import DEPLOYMENT_NAME, PAUSED
 
 log = logging.getLogger(__name__)
 
 MACHINE_FINALIZER = "machine.cluster.x-k8s.io"
-PAUSED_ANNOTATION = "cluster.x-k8s.io/paused"
 MIN_SIZE_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
 PROVIDER_ID_PREFIX = "openstack:///"
 MAX_MACHINE_WRITES_PER_RECONCILE = 200
@@ -83,7 +82,7 @@ def md_desired_replicas(md: dict[str, Any]) -> int:
 
 def is_paused(md: dict[str, Any]) -> bool:
     annotations = (md.get("metadata") or {}).get("annotations") or {}
-    return bool((md.get("spec") or {}).get("paused")) or PAUSED_ANNOTATION in annotations
+    return bool((md.get("spec") or {}).get("paused")) or PAUSED in annotations
 
 
 def machine_from_template(md: dict[str, Any]) -> dict[str, Any]:
@@ -96,7 +95,7 @@ def machine_from_template(md: dict[str, Any]) -> dict[str, Any]:
     machine_spec["clusterName"] = cluster
     labels = {
         **(template_meta.get("labels") or {}),
-        DEPLOYMENT_NAME_LABEL: meta["name"],
+        DEPLOYMENT_NAME: meta["name"],
         CLUSTER_NAME_LABEL: cluster,
     }
     return {
@@ -244,7 +243,7 @@ class ClusterApiController:
                     ((md.get("spec") or {}).get("selector") or {}).get("matchLabels", {}).items()
                 )
             )
-            or f"{DEPLOYMENT_NAME_LABEL}={md['metadata']['name']}"
+            or f"{DEPLOYMENT_NAME}={md['metadata']['name']}"
         )
         status = {
             "replicas": count,
@@ -269,7 +268,7 @@ class ClusterApiController:
         namespace = machine["metadata"].get("namespace")
         if ref is not None and ref.get("kind") == "MachineDeployment":
             return self.deployments.objects.get(f"{namespace}/{ref.get('name')}")
-        name = (machine["metadata"].get("labels") or {}).get(DEPLOYMENT_NAME_LABEL)
+        name = (machine["metadata"].get("labels") or {}).get(DEPLOYMENT_NAME)
         return self.deployments.objects.get(f"{namespace}/{name}") if name else None
 
     def _sync_machine(self, key: str) -> float | None:

@@ -51,8 +51,7 @@ from devtools.sandbox.controllers.informer import (
     split_key,
 )
 from devtools.sandbox.controllers.predicates import (
-    HOSTNAME_LABEL,
-    NOT_READY_TAINT,
+    NOT_READY_NO_SCHEDULE,
     get_condition,
     is_terminal,
     is_terminating,
@@ -61,6 +60,7 @@ from devtools.sandbox.controllers.predicates import (
 )
 from devtools.sandbox.errors import AlreadyExists, NotFound
 from devtools.sandbox.profiles import TimingProfile
+from tenon.core.wellknown import HOSTNAME, NOT_READY_TAINT
 
 log = logging.getLogger(__name__)
 
@@ -92,15 +92,15 @@ def registered_node(node: dict[str, Any], index: int) -> dict[str, Any]:
     meta = node.setdefault("metadata", {})
     name = meta.get("name", "")
     labels = meta.setdefault("labels", {})
-    labels.setdefault(HOSTNAME_LABEL, name)
+    labels.setdefault(HOSTNAME, name)
     labels.setdefault("kubernetes.io/os", "linux")
     labels.setdefault("kubernetes.io/arch", "amd64")
     labels.setdefault("beta.kubernetes.io/os", labels["kubernetes.io/os"])
     labels.setdefault("beta.kubernetes.io/arch", labels["kubernetes.io/arch"])
     spec = node.setdefault("spec", {})
     taints = spec.setdefault("taints", [])
-    if not any(t.get("key") == NOT_READY_TAINT["key"] and t.get("effect") == "NoSchedule" for t in taints):
-        taints.append({**NOT_READY_TAINT, "timeAdded": now_rfc3339()})
+    if not any(t.get("key") == NOT_READY_TAINT and t.get("effect") == "NoSchedule" for t in taints):
+        taints.append({**NOT_READY_NO_SCHEDULE, "timeAdded": now_rfc3339()})
     status = node.setdefault("status", {})
     if not status.get("capacity"):
         status["capacity"] = dict(status.get("allocatable") or DEFAULT_CAPACITY)
@@ -338,11 +338,11 @@ class Kubelet(InformerUser):
     def _remove_not_ready_taint(self, node: dict[str, Any]) -> None:
         """The node lifecycle controller's part: a Ready node loses the not-ready taint."""
         taints = (node.get("spec") or {}).get("taints") or []
-        if not any(t.get("key") == NOT_READY_TAINT["key"] for t in taints):
+        if not any(t.get("key") == NOT_READY_TAINT for t in taints):
             return
         fresh = self.store.get(self.nodes_rt, node["metadata"]["name"])
         fresh["spec"]["taints"] = [
-            t for t in fresh["spec"].get("taints") or [] if t.get("key") != NOT_READY_TAINT["key"]
+            t for t in fresh["spec"].get("taints") or [] if t.get("key") != NOT_READY_TAINT
         ]
         self.store.update(self.nodes_rt, fresh)
 

@@ -36,17 +36,22 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from devtools.sandbox.controllers.predicates import HOSTNAME_LABEL, ZONE_LABEL
 from devtools.sandbox.controllers.quantity import QuantityError, parse_quantity
+from tenon.core.wellknown import (
+    ARCH,
+    CAPACITY_PREFIX,
+    DELETE_MACHINE,
+    HOSTNAME,
+    INSTANCE_TYPE,
+    KARPENTER_MEMBER,
+    OS,
+    UNREGISTERED_TAINT,
+    ZONE,
+)
 
-CAPACITY_PREFIX = "capacity.cluster-autoscaler.kubernetes.io/"
-DELETE_MACHINE_ANNOTATION = "cluster.x-k8s.io/delete-machine"
-DEPLOYMENT_NAME_LABEL = "cluster.x-k8s.io/deployment-name"
 CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
-KARPENTER_MEMBER_LABEL = "node.cluster.x-k8s.io/karpenter-member"
 REGISTER_THROUGH_KARPENTER = "sandbox.tenon.sh/register-through-karpenter"
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-UNREGISTERED_TAINT = {"key": "karpenter.sh/unregistered", "effect": "NoExecute"}
+UNREGISTERED_NO_EXECUTE = {"key": UNREGISTERED_TAINT, "effect": "NoExecute"}
 SYNCED_LABEL_PREFIXES = ("node-role.kubernetes.io", "node-restriction.kubernetes.io", "node.cluster.x-k8s.io")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
@@ -94,7 +99,7 @@ def registers_through_karpenter(md: dict[str, Any] | None, machine: dict[str, An
         if override is not None:
             return override.strip().lower() == "true"
     for obj in (md, machine):
-        if obj is not None and KARPENTER_MEMBER_LABEL in ((obj.get("metadata") or {}).get("labels") or {}):
+        if obj is not None and KARPENTER_MEMBER in ((obj.get("metadata") or {}).get("labels") or {}):
             return True
     return False
 
@@ -135,20 +140,20 @@ def node_for_machine(machine: dict[str, Any], md: dict[str, Any] | None) -> dict
     )
     infra_name = (spec.get("infrastructureRef") or {}).get("name")
     instance_type = (
-        labels.get(INSTANCE_TYPE_LABEL)
-        or md_labels.get(INSTANCE_TYPE_LABEL)
-        or template_labels.get(INSTANCE_TYPE_LABEL)
+        labels.get(INSTANCE_TYPE)
+        or md_labels.get(INSTANCE_TYPE)
+        or template_labels.get(INSTANCE_TYPE)
         or infra_name
         or ((md or {}).get("metadata") or {}).get("name")
         or meta.get("name")
     )
     name = meta["name"]
-    labels[INSTANCE_TYPE_LABEL] = str(instance_type)
-    labels[HOSTNAME_LABEL] = name
+    labels[INSTANCE_TYPE] = str(instance_type)
+    labels[HOSTNAME] = name
     if spec.get("failureDomain"):
-        labels[ZONE_LABEL] = str(spec["failureDomain"])
-    labels.setdefault("kubernetes.io/os", "linux")
-    labels.setdefault("kubernetes.io/arch", "amd64")
+        labels[ZONE] = str(spec["failureDomain"])
+    labels.setdefault(OS, "linux")
+    labels.setdefault(ARCH, "amd64")
     capacity: dict[str, str] = {}
     for resource, annotation, default in (
         ("cpu", "cpu", "2"),
@@ -174,10 +179,8 @@ def node_for_machine(machine: dict[str, Any], md: dict[str, Any] | None) -> dict
             annotations.get(CAPACITY_PREFIX + "taints", ""), f"{where}: annotation {CAPACITY_PREFIX}taints"
         )
     )
-    if registers_through_karpenter(md, machine) and not any(
-        t["key"] == UNREGISTERED_TAINT["key"] for t in taints
-    ):
-        taints.append(dict(UNREGISTERED_TAINT))
+    if registers_through_karpenter(md, machine) and not any(t["key"] == UNREGISTERED_TAINT for t in taints):
+        taints.append(dict(UNREGISTERED_NO_EXECUTE))
     cluster = spec.get("clusterName") or (meta.get("labels") or {}).get(CLUSTER_NAME_LABEL) or ""
     node_annotations = {
         "cluster.x-k8s.io/machine": name,
@@ -216,7 +219,7 @@ def deletion_order(machines: list[dict[str, Any]], policy: str) -> list[dict[str
         created = str(meta.get("creationTimestamp") or "")
         if meta.get("deletionTimestamp"):
             priority = 0
-        elif DELETE_MACHINE_ANNOTATION in (meta.get("annotations") or {}):
+        elif DELETE_MACHINE in (meta.get("annotations") or {}):
             priority = 1
         elif not (machine.get("status") or {}).get("nodeRef"):
             priority = 2

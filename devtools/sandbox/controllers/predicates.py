@@ -28,11 +28,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from devtools.sandbox.controllers.quantity import add_into, max_into, resource_list
+from tenon.core.wellknown import NOT_READY_TAINT
 
-NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+NOT_READY_NO_SCHEDULE = {"key": NOT_READY_TAINT, "effect": "NoSchedule"}
 UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
-ZONE_LABEL = "topology.kubernetes.io/zone"
 SCHEDULING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 
 Obj = dict[str, Any]
@@ -125,10 +124,8 @@ def node_taints(node: Mapping[str, Any]) -> list[Obj]:
     kubelet has marked it NotReady) would look schedulable.
     """
     taints = list((node.get("spec") or {}).get("taints") or [])
-    if get_condition(node, "Ready") is None and not any(
-        t.get("key") == NOT_READY_TAINT["key"] for t in taints
-    ):
-        taints.append(dict(NOT_READY_TAINT))
+    if get_condition(node, "Ready") is None and not any(t.get("key") == NOT_READY_TAINT for t in taints):
+        taints.append(dict(NOT_READY_NO_SCHEDULE))
     return taints
 
 

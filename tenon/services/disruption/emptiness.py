@@ -25,12 +25,11 @@ from datetime import datetime, timedelta
 
 from proto import events as ev
 from proto.ids import derive_id
+from tenon.core.wellknown import DO_NOT_DISRUPT, NODEPOOL
 from tenon.domain.projection import ClaimState, ClusterProjection, KubeObject
 from tenon.services.disruption.budgets import BudgetError, allowance, parse_duration
 
 PRODUCER = "disruption"
-DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
-NODEPOOL_LABEL = "karpenter.sh/nodepool"
 EMPTY_POLICIES = ("WhenEmpty", "WhenEmptyOrUnderutilized")
 NOMINATION_TTL = timedelta(seconds=60)
 """How long a new node is kept for the pending pods it was bought for (they may have been deleted meanwhile)."""
@@ -81,7 +80,7 @@ def pool_counts(projection: ClusterProjection, pool: str) -> tuple[int, int]:
         if c.registered and c.disruption and not c.terminated
     }
     for name, node in projection.nodes.items():
-        if ((node.get("metadata") or {}).get("labels") or {}).get(NODEPOOL_LABEL) != pool:
+        if ((node.get("metadata") or {}).get("labels") or {}).get(NODEPOOL) != pool:
             continue
         total += 1
         deleting = bool((node.get("metadata") or {}).get("deletionTimestamp"))

@@ -24,6 +24,7 @@ from typing import Any
 from proto import events as ev
 from proto import subjects
 from proto.ids import derive_id
+from tenon.core.wellknown import DISRUPTED_TAINT, TERMINATION_FINALIZER
 from tenon.domain.projection import ClaimState, ClusterProjection, KubeObject
 from tenon.runtime.eventlog import ConcurrencyConflict, EventLog
 from tenon.runtime.kube import NODES, PODS, Kube, KubeApiError
@@ -32,8 +33,7 @@ from tenon.services.disruption.budgets import BudgetError, parse_duration
 log = logging.getLogger("tenon.disruption.termination")
 
 PRODUCER = "disruption"
-DISRUPTED_TAINT = {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}
-TERMINATION_FINALIZER = "karpenter.sh/termination"
+DISRUPTED_NO_SCHEDULE = {"key": DISRUPTED_TAINT, "effect": "NoSchedule"}
 CRITICAL = ("system-cluster-critical", "system-node-critical")
 
 
@@ -45,7 +45,7 @@ def _tolerates_disrupted(pod: KubeObject) -> bool:
     for toleration in (pod.get("spec") or {}).get("tolerations") or []:
         if toleration.get("operator") == "Exists" and not toleration.get("key"):
             return True
-        if toleration.get("key") == DISRUPTED_TAINT["key"] and toleration.get("effect") in (
+        if toleration.get("key") == DISRUPTED_TAINT and toleration.get("effect") in (
             None,
             "",
             "NoSchedule",
@@ -171,13 +171,13 @@ class Terminator:
             try:
                 node = await self.kube.get(NODES, node_name)
                 taints = list((node.get("spec") or {}).get("taints") or [])
-                if any(t.get("key") == DISRUPTED_TAINT["key"] for t in taints):
+                if any(t.get("key") == DISRUPTED_TAINT for t in taints):
                     return
                 await self.kube.patch(
                     NODES,
                     node_name,
                     {
-                        "spec": {"taints": [*taints, dict(DISRUPTED_TAINT)]},
+                        "spec": {"taints": [*taints, dict(DISRUPTED_NO_SCHEDULE)]},
                         "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
                     },
                 )
@@ -241,9 +241,9 @@ async def remove_stale_taints(kube: Kube, projection: ClusterProjection) -> list
     cleaned = []
     for name, node in projection.nodes.items():
         taints: list[dict[str, Any]] = (node.get("spec") or {}).get("taints") or []
-        if name in disrupting or not any(t.get("key") == DISRUPTED_TAINT["key"] for t in taints):
+        if name in disrupting or not any(t.get("key") == DISRUPTED_TAINT for t in taints):
             continue
-        kept = [t for t in taints if t.get("key") != DISRUPTED_TAINT["key"]]
+        kept = [t for t in taints if t.get("key") != DISRUPTED_TAINT]
         try:
             await kube.patch(NODES, name, {"spec": {"taints": kept}})
             cleaned.append(name)

@@ -44,12 +44,13 @@ from typing import Any
 
 from proto.events import CatalogSnapshot, KubeObject, SkippedSource
 from proto.ids import derive_id
-from tenon.core.catalog import MEMBER_LABEL, machine_deployment_types
+from tenon.core.catalog import machine_deployment_types
 from tenon.core.errors import InputError
 from tenon.core.model import InstanceType, SkippedObject
 from tenon.core.objects import parse_objects
 from tenon.core.quantities import CPU, EPHEMERAL_STORAGE, MEMORY
 from tenon.core.requirements import LabelSelector
+from tenon.core.wellknown import KARPENTER_MEMBER, SCALED_DOWN_FOR, SCALED_UP_FOR
 from tenon.runtime.eventlog.factories import make_event
 from tenon.services.launcher_capi.openstack import Flavor, enrich_machine_deployments
 
@@ -57,8 +58,6 @@ NODECLASS_KIND = "ClusterAPINodeClass"
 PROVIDER = "cluster-api"
 SKIPPED_EVENT_REASON = "TenonMachineDeploymentSkipped"
 EVENT_COMPONENT = "tenon-launcher-capi"
-SCALED_UP_FOR = "tenon.sh/scaled-up-for"
-SCALED_DOWN_FOR = "tenon.sh/scaled-down-for"
 BOOKKEEPING_ANNOTATIONS = (SCALED_UP_FOR, SCALED_DOWN_FOR)
 """The launcher's records on an MD (see :mod:`.launching`): they say nothing about what the MD offers."""
 
@@ -138,7 +137,7 @@ def member_machine_deployments(
     members = []
     for md in mds:
         labels = {str(k): str(v) for k, v in ((md.get("metadata") or {}).get("labels") or {}).items()}
-        if MEMBER_LABEL in labels and (selector is None or selector.matches(labels)):
+        if KARPENTER_MEMBER in labels and (selector is None or selector.matches(labels)):
             members.append(dict(md))
     return sorted(members, key=md_key)
 

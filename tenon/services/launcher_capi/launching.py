@@ -63,15 +63,18 @@ from proto.events import (
     NodeClaimPlanned,
     NodeClaimTerminated,
 )
+from tenon.core.wellknown import (
+    DELETE_MACHINE,
+    DEPLOYMENT_NAME,
+    MAX_SIZE,
+    NODECLAIM,
+    PAUSED,
+    SCALED_DOWN_FOR,
+    SCALED_UP_FOR,
+)
 from tenon.runtime.eventlog.factories import make_event
-from tenon.services.launcher_capi.catalog import SCALED_DOWN_FOR, SCALED_UP_FOR, MachineDeploymentKey
+from tenon.services.launcher_capi.catalog import MachineDeploymentKey
 
-CLAIM_ANNOTATION = "tenon.sh/nodeclaim"
-NODEPOOL_LABEL = "karpenter.sh/nodepool"
-DELETE_MACHINE_ANNOTATION = "cluster.x-k8s.io/delete-machine"
-DEPLOYMENT_NAME_LABEL = "cluster.x-k8s.io/deployment-name"
-PAUSED_ANNOTATION = "cluster.x-k8s.io/paused"
-MAX_SIZE_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
 PRODUCER = "launcher-capi"
 
 Targets = Mapping[str, Mapping[tuple[str, str | None], MachineDeploymentKey]]
@@ -173,7 +176,7 @@ def machine_deployment_view(md: Mapping[str, Any]) -> MachineDeploymentView:
     annotations = meta.get("annotations") or {}
     spec = md.get("spec") or {}
     try:
-        max_size: int | None = int(annotations[MAX_SIZE_ANNOTATION])
+        max_size: int | None = int(annotations[MAX_SIZE])
     except (KeyError, TypeError, ValueError):
         max_size = (
             None  # missing or unparseable means no limit, as in cluster-autoscaler (the catalog skips it)
@@ -183,7 +186,7 @@ def machine_deployment_view(md: Mapping[str, Any]) -> MachineDeploymentView:
         replicas=int(spec.get("replicas") or 0),
         resource_version=str(meta.get("resourceVersion") or ""),
         max_size=max_size,
-        paused=bool(spec.get("paused")) or PAUSED_ANNOTATION in annotations,
+        paused=bool(spec.get("paused")) or PAUSED in annotations,
         scaled_up_for=_name_list(annotations.get(SCALED_UP_FOR)),
         scaled_down_for=_name_list(annotations.get(SCALED_DOWN_FOR)),
     )
@@ -213,11 +216,11 @@ def machine_view(machine: Mapping[str, Any], first_seen: float) -> MachineView:
     return MachineView(
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name") or ""),
-        deployment=labels.get(DEPLOYMENT_NAME_LABEL),
-        claim=annotations.get(CLAIM_ANNOTATION) or None,
+        deployment=labels.get(DEPLOYMENT_NAME),
+        claim=annotations.get(NODECLAIM) or None,
         provider_id=(machine.get("spec") or {}).get("providerID") or None,
         deleting=bool(meta.get("deletionTimestamp")),
-        marked=DELETE_MACHINE_ANNOTATION in annotations,
+        marked=DELETE_MACHINE in annotations,
         created=str(meta.get("creationTimestamp") or ""),
         first_seen=first_seen,
     )
@@ -521,7 +524,7 @@ def _decide_deployment(
                     claim,
                     choice,
                     f"MachineDeployment {view.key} is at its max size {view.max_size} "
-                    f"(annotation {MAX_SIZE_ANNOTATION})",
+                    f"(annotation {MAX_SIZE})",
                 )
             )
         else:

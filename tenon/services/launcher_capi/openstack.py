@@ -56,16 +56,14 @@ from typing import Any
 
 import yaml
 
+from tenon.core.wellknown import CAPACITY_PREFIX, FLAVOR, INSTANCE_TYPE, PRICE_PER_HOUR
+
 # -- annotation and label keys -------------------------------------------------------------------------------
 
-CAPACITY_PREFIX = "capacity.cluster-autoscaler.kubernetes.io/"
 CPU_ANNOTATION = CAPACITY_PREFIX + "cpu"
 MEMORY_ANNOTATION = CAPACITY_PREFIX + "memory"
 EPHEMERAL_DISK_ANNOTATION = CAPACITY_PREFIX + "ephemeral-disk"
 LABELS_ANNOTATION = CAPACITY_PREFIX + "labels"
-PRICE_ANNOTATION = "tenon.sh/price-per-hour"
-FLAVOR_ANNOTATION = "tenon.sh/flavor"
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 
 NODECLASS_KIND = "ClusterAPINodeClass"
 DEFAULT_TIMEOUT_SECONDS = 10.0
@@ -553,23 +551,23 @@ def flavor_name_for(md: Mapping[str, Any]) -> tuple[str | None, str]:
     metadata: Mapping[str, Any] = raw_metadata if isinstance(raw_metadata, Mapping) else {}
     raw_annotations = metadata.get("annotations")
     annotations: Mapping[str, Any] = raw_annotations if isinstance(raw_annotations, Mapping) else {}
-    explicit = annotations.get(FLAVOR_ANNOTATION)
+    explicit = annotations.get(FLAVOR)
     if isinstance(explicit, str) and explicit.strip():
-        return explicit.strip(), f"annotation {FLAVOR_ANNOTATION}"
+        return explicit.strip(), f"annotation {FLAVOR}"
     labels = annotations.get(LABELS_ANNOTATION)
     if isinstance(labels, str):
-        instance_type = _labels_annotation(labels).get(INSTANCE_TYPE_LABEL)
+        instance_type = _labels_annotation(labels).get(INSTANCE_TYPE)
         if instance_type:
-            return instance_type, f"{INSTANCE_TYPE_LABEL} in annotation {LABELS_ANNOTATION}"
+            return instance_type, f"{INSTANCE_TYPE} in annotation {LABELS_ANNOTATION}"
     # The catalog names the instance type after this label too, so the flavor and the type name agree.
     spec = md.get("spec")
     template = spec.get("template") if isinstance(spec, Mapping) else None
     template_metadata = template.get("metadata") if isinstance(template, Mapping) else None
     template_labels = template_metadata.get("labels") if isinstance(template_metadata, Mapping) else None
     if isinstance(template_labels, Mapping):
-        instance_type = template_labels.get(INSTANCE_TYPE_LABEL)
+        instance_type = template_labels.get(INSTANCE_TYPE)
         if isinstance(instance_type, str) and instance_type.strip():
-            return instance_type.strip(), f"label {INSTANCE_TYPE_LABEL} in spec.template.metadata.labels"
+            return instance_type.strip(), f"label {INSTANCE_TYPE} in spec.template.metadata.labels"
     name = metadata.get("name")
     if isinstance(name, str) and name:
         return name, "the MachineDeployment's name"
@@ -650,8 +648,8 @@ def enrich_machine_deployments(
                     from_flavor.append(f"{short}={value}")
 
         price = prices.get(flavor_name) if flavor_name is not None else None
-        if _present(annotations, PRICE_ANNOTATION):
-            own = annotations[PRICE_ANNOTATION].strip()
+        if _present(annotations, PRICE_PER_HOUR):
+            own = annotations[PRICE_PER_HOUR].strip()
             extra = ""
             if price is not None and _parse_float(own) != price:
                 extra = f" (the NodeClass price table says {_format_price(price)})"
@@ -659,8 +657,8 @@ def enrich_machine_deployments(
         elif price is None:
             missing.append(f"price: the NodeClass price table has no entry for {flavor_name!r}")
         else:
-            annotations[PRICE_ANNOTATION] = _format_price(price)
-            from_table.append(f"price-per-hour={annotations[PRICE_ANNOTATION]}")
+            annotations[PRICE_PER_HOUR] = _format_price(price)
+            from_table.append(f"price-per-hour={annotations[PRICE_PER_HOUR]}")
 
         parts: list[str] = []
         if from_flavor:

@@ -48,7 +48,7 @@ from proto.events import (
     NodeClaimRegistered,
     NodeClassesSnapshot,
 )
-from tenon.core.catalog import MEMBER_LABEL
+from tenon.core.wellknown import DELETE_MACHINE, KARPENTER_MEMBER, NODECLAIM, NODEPOOL
 from tenon.runtime.eventlog import ConcurrencyConflict, ConsumerSettings, EventLog, LogRecord, TransientError
 from tenon.runtime.kube import (
     EVENTS,
@@ -70,9 +70,6 @@ from tenon.services.launcher_capi.catalog import (
     skipped_machine_deployment_event,
 )
 from tenon.services.launcher_capi.launching import (
-    CLAIM_ANNOTATION,
-    DELETE_MACHINE_ANNOTATION,
-    NODEPOOL_LABEL,
     PRODUCER,
     AppendClaimEvent,
     BindMachine,
@@ -184,7 +181,7 @@ class CapiLauncher:
         await self.rebuild()
         tasks = [
             asyncio.create_task(
-                self._watch(MACHINEDEPLOYMENTS, self.deployments, MEMBER_LABEL), name="watch-mds"
+                self._watch(MACHINEDEPLOYMENTS, self.deployments, KARPENTER_MEMBER), name="watch-mds"
             ),
             asyncio.create_task(self._watch(MACHINES, self.machines, None), name="watch-machines"),
         ]
@@ -319,7 +316,7 @@ class CapiLauncher:
         if claim.drained is not None and claim.ended is None:
             return True
         return any(
-            ((m.get("metadata") or {}).get("annotations") or {}).get(CLAIM_ANNOTATION) == name
+            ((m.get("metadata") or {}).get("annotations") or {}).get(NODECLAIM) == name
             for m in self.machines.objects.values()
         )
 
@@ -463,7 +460,7 @@ class CapiLauncher:
     async def _mark(self, mark: MarkMachine) -> None:
         stamp = datetime.now(UTC).isoformat()
         await self._patch_machine(
-            mark.namespace, mark.name, {"metadata": {"annotations": {DELETE_MACHINE_ANNOTATION: stamp}}}
+            mark.namespace, mark.name, {"metadata": {"annotations": {DELETE_MACHINE: stamp}}}
         )
         log.info(
             "machine marked for deletion",
@@ -473,11 +470,11 @@ class CapiLauncher:
     async def _bind(self, bind: BindMachine) -> None:
         # Leader election makes this launcher the only writer of the binding annotation, so no precondition:
         # the Cluster API controller rewrites the Machine often while it boots and would make one fail.
-        labels = {NODEPOOL_LABEL: bind.nodepool} if bind.nodepool else {}
+        labels = {NODEPOOL: bind.nodepool} if bind.nodepool else {}
         await self._patch_machine(
             bind.namespace,
             bind.name,
-            {"metadata": {"annotations": {CLAIM_ANNOTATION: bind.claim}, "labels": labels}},
+            {"metadata": {"annotations": {NODECLAIM: bind.claim}, "labels": labels}},
         )
         log.info("machine bound", extra={"machine": f"{bind.namespace}/{bind.name}", "nodeclaim": bind.claim})
 

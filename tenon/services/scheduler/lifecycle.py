@@ -26,11 +26,10 @@ from typing import Any
 
 from proto import events as ev
 from proto.ids import derive_id
+from tenon.core.wellknown import REGISTERED, TERMINATION_FINALIZER, UNREGISTERED_TAINT
 from tenon.domain.projection import ClaimState, ClusterProjection, KubeObject
 
 PRODUCER = "scheduler"
-UNREGISTERED_TAINT = "karpenter.sh/unregistered"
-TERMINATION_FINALIZER = "karpenter.sh/termination"
 LAUNCH_TIMEOUT = timedelta(minutes=5)
 REGISTRATION_TIMEOUT = timedelta(minutes=15)
 
@@ -63,8 +62,8 @@ def registration_patch(claim: ClaimState, node: KubeObject) -> dict[str, Any] | 
     meta = node.get("metadata") or {}
     labels = meta.get("labels") or {}
     wanted_labels = {k: v for k, v in claim.planned.labels.items() if labels.get(k) != v}
-    if labels.get("karpenter.sh/registered") != "true":
-        wanted_labels["karpenter.sh/registered"] = "true"
+    if labels.get(REGISTERED) != "true":
+        wanted_labels[REGISTERED] = "true"
     taints = list((node.get("spec") or {}).get("taints") or [])
     kept = [t for t in taints if t.get("key") != UNREGISTERED_TAINT]
     present = {(t.get("key"), t.get("effect")) for t in kept}

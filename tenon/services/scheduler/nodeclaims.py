@@ -7,11 +7,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from tenon.core.wellknown import BATCH, INSTANCE_TYPE, NOMINATED_PODS, PRICE_PER_HOUR, TERMINATION_FINALIZER
 from tenon.domain.projection import ClaimState, ClusterProjection
-from tenon.services.scheduler.planner import NOMINATED_PODS
 
 CONDITIONS = ("Launched", "Registered", "Initialized", "Ready")
-TERMINATION_FINALIZER = "karpenter.sh/termination"
 
 
 def _iso(moment: datetime) -> str:
@@ -34,8 +33,8 @@ def nodeclaim_spec(projection: ClusterProjection, claim: ClaimState) -> dict[str
     planned = claim.planned
     assert planned is not None
     types = [planned.choice.instance_type, *(f.instance_type for f in planned.fallbacks)]
-    requirements = [r for r in planned.requirements if r.get("key") != "node.kubernetes.io/instance-type"]
-    requirements.append({"key": "node.kubernetes.io/instance-type", "operator": "In", "values": types})
+    requirements = [r for r in planned.requirements if r.get("key") != INSTANCE_TYPE]
+    requirements.append({"key": INSTANCE_TYPE, "operator": "In", "values": types})
     return {
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodeClaim",
@@ -46,8 +45,8 @@ def nodeclaim_spec(projection: ClusterProjection, claim: ClaimState) -> dict[str
             "finalizers": [TERMINATION_FINALIZER],
             "annotations": {
                 NOMINATED_PODS: ",".join(planned.pods),
-                "tenon.sh/price-per-hour": str(planned.choice.price_per_hour),
-                "tenon.sh/batch": planned.batch_id or "",
+                PRICE_PER_HOUR: str(planned.choice.price_per_hour),
+                BATCH: planned.batch_id or "",
             },
         },
         "spec": {

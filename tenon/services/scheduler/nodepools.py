@@ -12,6 +12,7 @@ from typing import Any
 
 from tenon.core import InputError, parse_objects
 from tenon.core.quantities import QuantityError, format_quantity, to_canonical
+from tenon.core.wellknown import NODEPOOL
 from tenon.domain.projection import ClusterProjection
 
 
@@ -27,7 +28,7 @@ def resources_in_use(projection: ClusterProjection, name: str) -> dict[str, str]
     totals: dict[str, int] = {}
     nodes = 0
     for node in projection.nodes.values():
-        if ((node.get("metadata") or {}).get("labels") or {}).get("karpenter.sh/nodepool") != name:
+        if ((node.get("metadata") or {}).get("labels") or {}).get(NODEPOOL) != name:
             continue
         nodes += 1
         for resource, value in ((node.get("status") or {}).get("capacity") or {}).items():

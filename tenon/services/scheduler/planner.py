@@ -32,14 +32,19 @@ from typing import Any
 from proto import events as ev
 from proto.ids import derive_id
 from tenon.core import InputError, Plan, PlannedNodeClaim, parse_objects, solve
+from tenon.core.wellknown import (
+    CAPACITY_TYPE,
+    INSTANCE_TYPE,
+    NODEPOOL,
+    NOMINATED_PODS,
+    NOT_READY_TAINT,
+    UNREACHABLE_TAINT,
+    UNREGISTERED_TAINT,
+    ZONE,
+)
 from tenon.domain.projection import ClusterProjection, KubeObject, object_key
 
 PRODUCER = "scheduler"
-NOMINATED_PODS = "tenon.sh/nominated-pods"
-NODEPOOL_LABEL = "karpenter.sh/nodepool"
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-ZONE_LABEL = "topology.kubernetes.io/zone"
-CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
 
 
 @dataclass
@@ -60,11 +65,11 @@ def nodeclaim_document(
     """A live claim as the scheduling core reads in-flight capacity; ``nominated`` are the pods it was bought
     for that are still pending (one that landed elsewhere must not hold room here too)."""
     labels = dict(planned.labels)
-    labels.setdefault(NODEPOOL_LABEL, planned.nodepool)
-    labels.setdefault(INSTANCE_TYPE_LABEL, planned.choice.instance_type)
-    labels.setdefault(CAPACITY_TYPE_LABEL, planned.choice.capacity_type)
+    labels.setdefault(NODEPOOL, planned.nodepool)
+    labels.setdefault(INSTANCE_TYPE, planned.choice.instance_type)
+    labels.setdefault(CAPACITY_TYPE, planned.choice.capacity_type)
     if planned.choice.zone:
-        labels.setdefault(ZONE_LABEL, planned.choice.zone)
+        labels.setdefault(ZONE, planned.choice.zone)
     return {
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodeClaim",
@@ -92,10 +97,10 @@ def catalog_documents(catalog: ev.CatalogSnapshot) -> list[KubeObject]:
 
 EPHEMERAL_TAINTS = frozenset(
     {
-        "node.kubernetes.io/not-ready",
-        "node.kubernetes.io/unreachable",
+        NOT_READY_TAINT,
+        UNREACHABLE_TAINT,
         "node.cloudprovider.kubernetes.io/uninitialized",
-        "karpenter.sh/unregistered",
+        UNREGISTERED_TAINT,
     }
 )
 """Taints a node boots with and sheds by itself: a node tenon is still initializing is judged without them."""
@@ -241,13 +246,13 @@ def plan_pods(
         labels = {str(k): str(v) for k, v in ((template.get("metadata") or {}).get("labels") or {}).items()}
         labels.update(
             {
-                NODEPOOL_LABEL: nc.node_pool,
-                INSTANCE_TYPE_LABEL: nc.instance_type,
-                CAPACITY_TYPE_LABEL: nc.capacity_type,
+                NODEPOOL: nc.node_pool,
+                INSTANCE_TYPE: nc.instance_type,
+                CAPACITY_TYPE: nc.capacity_type,
             }
         )
         if nc.zone:
-            labels[ZONE_LABEL] = nc.zone
+            labels[ZONE] = nc.zone
         explanation = nc.to_json()["explanation"]
         explanation["requests"] = dict(nc.requests)
         outcome.events.append(

@@ -29,6 +29,7 @@ from typing import Any
 
 from proto import events as ev
 from proto import subjects
+from tenon.core.wellknown import INITIALIZED
 from tenon.domain.projection import ClusterProjection
 from tenon.runtime.eventlog import ConcurrencyConflict, ConsumerSettings, LogRecord, TransientError
 from tenon.runtime.kube import NODEPOOLS, NODES, Kube, KubeApiError
@@ -159,9 +160,7 @@ class SchedulerService:
                     await self._patch_node(decision.node, patch)
             await self._append(decision, expected=claim.last_sequence)
         elif isinstance(decision, ev.NodeClaimInitialized):
-            await self._patch_node(
-                decision.node, {"metadata": {"labels": {"karpenter.sh/initialized": "true"}}}
-            )
+            await self._patch_node(decision.node, {"metadata": {"labels": {INITIALIZED: "true"}}})
             await self._append(decision, expected=self.projection.claims[decision.nodeclaim].last_sequence)
         elif isinstance(decision, ev.NodeClaimEvent):
             await self._append(decision, expected=self.projection.claims[decision.nodeclaim].last_sequence)
