@@ -134,13 +134,16 @@ class _Solve:
             self.feasible[pod.key] = cache[key]
         self.unschedulable: dict[str, dict[str, str]] = dict(excluded or {})
         self.pinned: set[str] = set()
-        self._okeys_cache: dict[int, frozenset[OfferKey]] = {}
+        # by feasibility; the dict is kept with its answer so that its id() is never reused for another one
+        self._okeys_cache: dict[int, tuple[dict[int, frozenset[OfferKey]], frozenset[OfferKey]]] = {}
         self._explained: dict[tuple[object, ...], tuple[str, list[str], list[Considered]]] = {}
         self._sorted_templates: dict[str, list[Template]] = {}
         self._formatted: dict[tuple[int, ...], dict[str, str]] = {}
         self._feasible_by_spec = cache
         self.rules = HostnameRules()
-        self.rules.register(list(self.pending) + self.bound)
+        # pods destined to an in-flight claim occupy its room, so their hostname rules count there too
+        destined_pods = [p for p in inputs.pods if not p.node_name and p.key in destined]
+        self.rules.register(list(self.pending) + self.bound + destined_pods)
 
     # -- existing room -------------------------------------------------------------------------------------
     def rooms(self) -> list[_Room]:
@@ -394,10 +397,11 @@ class _Solve:
                 continue
             okeys = None
             if restricted:
-                okeys = self._okeys_cache.get(id(feasible))
-                if okeys is None:
-                    okeys = frozenset(k for offs in feasible.values() for k in offs)
-                    self._okeys_cache[id(feasible)] = okeys
+                cached_okeys = self._okeys_cache.get(id(feasible))
+                if cached_okeys is None:
+                    cached_okeys = (feasible, frozenset(k for offs in feasible.values() for k in offs))
+                    self._okeys_cache[id(feasible)] = cached_okeys
+                okeys = cached_okeys[1]
             if len(members) > 1 and not feasible:
                 for pod in members:
                     self.unschedulable[pod.key] = {

@@ -324,3 +324,76 @@ def test_nodepool_requirement_filters_types_and_offerings():
     plan = plan_for(node_pool(requirements=req), cat, pod("a"))
     nc = plan.node_claims[0]
     assert (nc.zone, nc.capacity_type) == ("z2", "on-demand")
+
+
+def _in_flight_claim(name: str, nominated: str, instance_type: str = "amd") -> dict:
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {
+            "name": name,
+            "annotations": {"tenon.sh/nominated-pods": nominated},
+            "labels": {
+                "karpenter.sh/nodepool": "default",
+                "node.kubernetes.io/instance-type": instance_type,
+                "topology.kubernetes.io/zone": "z1",
+                "karpenter.sh/capacity-type": "on-demand",
+            },
+        },
+    }
+
+
+def test_pod_destined_to_in_flight_claim_keeps_its_hostname_rules_there():
+    """A claim bought for a host-port / anti-affinity pod: the pod's rules hold on the claim's room."""
+    ports = [{"name": "c", "ports": [{"hostPort": 8080}], "resources": {"requests": {"cpu": "100m"}}}]
+    plan = plan_for(
+        node_pool(),
+        two_arch_catalog(),
+        _in_flight_claim("claim-a", "default/first"),
+        pod("first", containers=ports),
+        pod("second", containers=ports),
+        pod("third"),
+    )
+    assert [(e.name, e.pods) for e in plan.existing] == [("claim-a", ("default/third",))]
+    assert [nc.pods for nc in plan.node_claims] == [("default/second",)]
+
+    plan = plan_for(
+        node_pool(),
+        two_arch_catalog(),
+        _in_flight_claim("claim-a", "default/first"),
+        pod("first", labels={"app": "db"}, affinity=anti_affinity({"app": "db"})),
+        pod("second", labels={"app": "db"}),
+    )
+    assert plan.existing == ()
+    assert [nc.pods for nc in plan.node_claims] == [("default/second",)]
+
+
+def test_pods_that_cannot_share_a_node_leave_other_pinned_pods_schedulable():
+    """Two pods with hostname affinity that fit no type together must not take zone-spread pods with them."""
+    cat = catalog(itype("small", 2, 8, 0.1, zones=("z1", "z2")), itype("big", 4, 16, 0.2, zones=("z1", "z2")))
+    together = affinity({"app": "a"}, "kubernetes.io/hostname")
+    docs = [
+        pod(
+            name,
+            "3",
+            "1Gi",
+            {"app": "a"},
+            affinity=together,
+            nodeSelector={"topology.kubernetes.io/zone": "z1"},
+        )
+        for name in ("a1", "a2")
+    ]
+    docs += [
+        pod(
+            f"s{i}",
+            "500m",
+            "1Gi",
+            {"app": "s"},
+            topologySpreadConstraints=spread({"app": "s"}, "topology.kubernetes.io/zone"),
+        )
+        for i in range(4)
+    ]
+    plan = plan_for(node_pool(), cat, *docs)
+    assert sorted(u.pod for u in plan.unschedulable) == ["default/a1", "default/a2"]
+    zones = Counter(nc.zone for nc in plan.node_claims for _ in nc.pods)
+    assert zones == {"z1": 2, "z2": 2}
