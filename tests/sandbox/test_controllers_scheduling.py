@@ -9,7 +9,7 @@ import pytest
 
 from devtools.sandbox.controllers.cluster_state import ClusterState
 from devtools.sandbox.controllers.predicates import pod_requests, tolerates
-from devtools.sandbox.controllers.quantity import QuantityError, to_units
+from devtools.sandbox.controllers.resource_lists import InvalidResources, resource_list
 from devtools.sandbox.controllers.scheduling_filters import NO_NODES_MESSAGE, Decision, choose_node
 from devtools.sandbox.profiles import get_profile
 from tests.sandbox.controller_support import node, pod
@@ -41,14 +41,14 @@ def bound(name: str, node_name: str, **kwargs: Any) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- requests
-def test_quantities_parse_exactly_and_reject_garbage() -> None:
-    assert to_units("cpu", "100m") == 100
-    assert to_units("cpu", "1.5") == 1500
-    assert to_units("memory", "2Gi") == 2 * 2**30
-    assert to_units("memory", "1e3") == 1000
-    assert to_units("memory", "500M") == 500_000_000
-    with pytest.raises(QuantityError, match=r"requests\.cpu: invalid quantity 'lots'"):
-        to_units("cpu", "lots", "requests.cpu")
+def test_resource_lists_parse_exactly_and_name_the_field_of_garbage() -> None:
+    parsed = resource_list({"cpu": "1.5", "memory": "2Gi", "ephemeral-storage": "1e3", "pods": 3}, "x")
+    assert parsed == {"cpu": 1500, "memory": 2 * 2**30, "ephemeral-storage": 1000, "pods": 3}
+    assert resource_list({"cpu": "100m", "memory": "500M"}, "x") == {"cpu": 100, "memory": 500_000_000}
+    with pytest.raises(InvalidResources, match=r'requests\[cpu\]: quantity "lots": not a number'):
+        resource_list({"cpu": "lots"}, "requests")
+    with pytest.raises(InvalidResources, match=r'requests\[cpu\]: quantity "1e5000": too large'):
+        resource_list({"cpu": "1e5000"}, "requests")
 
 
 def test_pod_requests_take_init_container_max_sidecars_and_overhead() -> None:
@@ -67,7 +67,7 @@ def test_pod_requests_take_init_container_max_sidecars_and_overhead() -> None:
 def test_bad_request_names_the_pod_and_field() -> None:
     item = pod("web-1", cpu="lots")
     with pytest.raises(
-        QuantityError, match=r"pod default/web-1: spec.containers\[0\].resources.requests.cpu"
+        InvalidResources, match=r"pod default/web-1: spec.containers\[0\].resources.requests\[cpu\]"
     ):
         pod_requests(item)
 

@@ -15,7 +15,7 @@ store (pods, nodes, apps, policy) and the **management** store (Cluster API; it 
 
 Every controller is event-driven (list + watch through ``informer.Informer``) with a periodic re-list as a
 safety net, and times its simulated delays with the :class:`TimingProfile` it is given. Pure decision code
-lives in ``predicates``, ``quantity``, ``scheduling_filters``, ``cluster_state``, ``topology_index``,
+lives in ``predicates``, ``resource_lists``, ``scheduling_filters``, ``cluster_state``, ``topology_index``,
 ``machine_nodes`` and the ``*_status`` / builder functions of each module; the classes only move data between
 stores and that code. ``informer`` holds the shared plumbing (list+watch caches shared per store, delayed work
 queues, workers).

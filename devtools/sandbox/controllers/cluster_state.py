@@ -18,6 +18,7 @@ rule).
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -31,7 +32,9 @@ from devtools.sandbox.controllers.predicates import (
     pod_key,
     pod_requests,
 )
-from devtools.sandbox.controllers.quantity import QuantityError, add_into, subtract_into
+from devtools.sandbox.controllers.resource_lists import add_into, subtract_into
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -116,6 +119,12 @@ class ClusterState:
         self.booked: list[tuple[PodEntry, NodeInfo]] = []
         self.derived: dict[str, Any] = {}
 
+    def _skip(self, key: str, err: ValueError) -> None:
+        """Leave out an object the cache cannot use, saying why once per distinct reason."""
+        if self.bad_objects.get(key) != str(err):
+            log.warning("sandbox scheduler: ignoring %s: %s", key, err)
+        self.bad_objects[key] = str(err)
+
     def _bump(self) -> None:
         self.topology_version += 1
         self.booked = []
@@ -125,8 +134,8 @@ class ClusterState:
         name = node["metadata"]["name"]
         try:
             allocatable = node_allocatable(node)
-        except QuantityError as err:
-            self.bad_objects[f"node/{name}"] = str(err)
+        except ValueError as err:  # InvalidResources: admission refuses these; log and skip
+            self._skip(f"node/{name}", err)
             self.remove_node(name)
             return None
         self.bad_objects.pop(f"node/{name}", None)
@@ -214,8 +223,8 @@ class ClusterState:
         before = _topology_signature(known) if known is not None else None
         try:
             requests = pod_requests(pod)
-        except (QuantityError, ValueError) as err:
-            self.bad_objects[f"pod/{key}"] = str(err)
+        except ValueError as err:  # InvalidResources or a malformed field: log and skip the pod
+            self._skip(f"pod/{key}", err)
             self.remove_pod(key)
             return None
         self.bad_objects.pop(f"pod/{key}", None)

@@ -36,7 +36,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from devtools.sandbox.controllers.quantity import QuantityError, parse_quantity
+from tenon.core.quantities import QuantityError, parse_quantity
 from tenon.core.wellknown import (
     ARCH,
     CAPACITY_PREFIX,
@@ -109,9 +109,9 @@ def _quantity(annotations: dict[str, str], name: str, default: str | None, where
     if value is None:
         return None
     try:
-        parse_quantity(value, f"{where}: annotation {CAPACITY_PREFIX}{name}")
+        parse_quantity(value)
     except QuantityError as err:
-        raise ValueError(str(err)) from None
+        raise ValueError(f"{where}: annotation {CAPACITY_PREFIX}{name}: {err}") from None
     return str(value).strip()
 
 

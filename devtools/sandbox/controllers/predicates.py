@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from devtools.sandbox.controllers.quantity import add_into, max_into, resource_list
+from devtools.sandbox.controllers.resource_lists import add_into, max_into, resource_list
 from tenon.core.wellknown import NOT_READY_TAINT
 
 NOT_READY_NO_SCHEDULE = {"key": NOT_READY_TAINT, "effect": "NoSchedule"}
