@@ -4,11 +4,15 @@ The real API server rejects objects its clients could not parse back; kubernetes
 on a missing required field (OwnerReference ``apiVersion/kind/name/uid``, Taint ``key/effect``, Condition
 ``type/status``, Container ``name``, Event ``involvedObject``) or a timestamp that is not RFC 3339. So the
 sandbox validates every write against those rules and answers 422 ``Invalid`` naming the object and field,
-instead of storing something that would later break a watcher far from the cause.
+instead of storing something that would later break a watcher far from the cause. Resource quantities
+(pod and workload template requests, limits and overhead; node capacity and allocatable) are checked as the
+kube-apiserver checks them, by :mod:`devtools.sandbox.resource_validation`, every problem of an object
+reported in one answer.
 
 Defaulting copies the handful of defaults the rest of the system relies on: pods get ``schedulerName``,
-``restartPolicy``, ``terminationGracePeriodSeconds`` and the DefaultTolerationSeconds admission's ``not-ready``/
-``unreachable`` NoExecute tolerations; Deployments, ReplicaSets and MachineDeployments get ``replicas: 1``.
+``restartPolicy``, ``terminationGracePeriodSeconds`` and the DefaultTolerationSeconds admission's
+``not-ready``/``unreachable`` NoExecute tolerations, and a container's limit stands for its missing request
+(``SetDefaults_Pod``); Deployments, ReplicaSets and MachineDeployments get ``replicas: 1``.
 
 Functions here are pure: plain dicts in, a new or validated dict out, :class:`Invalid` on bad input.
 """
@@ -16,10 +20,13 @@ Functions here are pure: plain dicts in, a new or validated dict out, :class:`In
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from devtools.sandbox import resource_validation
 from devtools.sandbox.errors import Invalid
+from devtools.sandbox.resource_validation import FieldError
 from devtools.sandbox.resources import ResourceType
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -47,18 +54,38 @@ _REPLICATED = frozenset({"deployments", "replicasets", "machinedeployments"})
 def _who(rt: ResourceType, obj: dict[str, Any]) -> str:
     meta: dict[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
     name = meta.get("name") or meta.get("generateName") or "<unnamed>"
-    return f'{rt.kind} "{name}"'
+    kind = f"{rt.kind}.{rt.group}" if rt.group else rt.kind  # the API server's qualified kind
+    return f'{kind} "{name}"'
+
+
+_CAUSE_REASONS = (
+    ("Required value", "FieldValueRequired"),
+    ("Unsupported value", "FieldValueNotSupported"),
+    ("Forbidden", "FieldValueForbidden"),
+)
+
+
+def _cause(field: str, problem: str) -> dict[str, str]:
+    reason = next((r for prefix, r in _CAUSE_REASONS if problem.startswith(prefix)), "FieldValueInvalid")
+    return {"reason": reason, "message": problem, "field": field}
 
 
 def _invalid(rt: ResourceType, obj: dict[str, Any], field: str, problem: str) -> Invalid:
+    return _invalid_all(rt, obj, [(field, problem)])
+
+
+def _invalid_all(rt: ResourceType, obj: dict[str, Any], errors: list[FieldError]) -> Invalid:
+    """One 422 for every problem found, worded as the API server words an aggregate of field errors."""
     meta: dict[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
+    listed = [f"{field}: {problem}" for field, problem in errors]
+    summary = listed[0] if len(listed) == 1 else f"[{', '.join(listed)}]"
     return Invalid(
-        f"{_who(rt, obj)} is invalid: {field}: {problem}",
+        f"{_who(rt, obj)} is invalid: {summary}",
         details={
             "name": meta.get("name", ""),
             "group": rt.group,
             "kind": rt.kind,
-            "causes": [{"reason": "FieldValueInvalid", "message": problem, "field": field}],
+            "causes": [_cause(field, problem) for field, problem in errors],
         },
     )
 
@@ -105,7 +132,7 @@ def apply_defaults(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
             ):
                 tolerations.append(dict(default))
         spec["tolerations"] = tolerations
-        obj = {**obj, "spec": spec}
+        obj = {**obj, "spec": resource_validation.default_requests_from_limits(spec)}
     elif rt.plural in _REPLICATED and isinstance(obj.get("spec"), dict) and "replicas" not in obj["spec"]:
         obj = {**obj, "spec": {**obj["spec"], "replicas": 1}}
     return obj
@@ -113,6 +140,24 @@ def apply_defaults(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
 
 def validate(rt: ResourceType, obj: dict[str, Any]) -> None:
     """Raise :class:`Invalid` if the object would break clients or violate the kind's basic rules."""
+    _validate_name(rt, obj)
+    meta = obj["metadata"]
+    for map_field in ("labels", "annotations"):
+        _validate_string_map(rt, obj, meta.get(map_field), map_field)
+    _validate_finalizers(rt, obj, meta.get("finalizers"))
+    _validate_owner_references(rt, obj, meta.get("ownerReferences"))
+    for key in ("spec", "status"):
+        if key in obj and obj[key] is not None and not isinstance(obj[key], dict):
+            raise _invalid(rt, obj, key, "Invalid value: must be an object")
+    _validate_conditions(rt, obj)
+    kind_rules = _KIND_RULES.get((rt.group, rt.plural))
+    if kind_rules is not None:
+        kind_rules(rt, obj)
+    if rt.group and rt.plural in _REPLICATED:
+        _validate_replicas(rt, obj)
+
+
+def _validate_name(rt: ResourceType, obj: dict[str, Any]) -> None:
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
         raise _invalid(rt, obj, "metadata", "Required value: metadata must be an object")
@@ -131,68 +176,86 @@ def validate(rt: ResourceType, obj: dict[str, Any]) -> None:
         raise _invalid(
             rt, obj, "metadata.name", f'Invalid value: "{name}": a namespace name must be an RFC 1123 label'
         )
-    for map_field in ("labels", "annotations"):
-        values = meta.get(map_field)
-        if values is None:
-            continue
-        if not isinstance(values, dict):
-            raise _invalid(
-                rt, obj, f"metadata.{map_field}", "Invalid value: must be a map of string to string"
-            )
-        for key, value in values.items():
-            if not isinstance(value, str):
-                raise _invalid(
-                    rt, obj, f"metadata.{map_field}[{key}]", "Invalid value: values must be strings"
-                )
-            if map_field == "labels":
-                if not is_label_key(key):
-                    raise _invalid(
-                        rt,
-                        obj,
-                        f"metadata.labels[{key}]",
-                        f'Invalid value: "{key}": a label key is an optional DNS-subdomain prefix and "/" '
-                        "followed by a name of at most 63 alphanumeric characters, '-', '_' or '.'",
-                    )
-                if not is_label_value(value):
-                    raise _invalid(
-                        rt,
-                        obj,
-                        f"metadata.labels[{key}]",
-                        f'Invalid value: "{value}": a label value must be at most 63 alphanumeric '
-                        "characters, '-', '_' or '.', starting and ending with an alphanumeric",
-                    )
-    finalizers = meta.get("finalizers")
+
+
+def _validate_string_map(rt: ResourceType, obj: dict[str, Any], values: Any, map_field: str) -> None:
+    """``metadata.labels`` / ``metadata.annotations``: strings only, and label syntax for labels."""
+    if values is None:
+        return
+    if not isinstance(values, dict):
+        raise _invalid(rt, obj, f"metadata.{map_field}", "Invalid value: must be a map of string to string")
+    for key, value in values.items():
+        if not isinstance(value, str):
+            raise _invalid(rt, obj, f"metadata.{map_field}[{key}]", "Invalid value: values must be strings")
+        if map_field == "labels":
+            _validate_label(rt, obj, key, value)
+
+
+def _validate_label(rt: ResourceType, obj: dict[str, Any], key: str, value: str) -> None:
+    if not is_label_key(key):
+        raise _invalid(
+            rt,
+            obj,
+            f"metadata.labels[{key}]",
+            f'Invalid value: "{key}": a label key is an optional DNS-subdomain prefix and "/" '
+            "followed by a name of at most 63 alphanumeric characters, '-', '_' or '.'",
+        )
+    if not is_label_value(value):
+        raise _invalid(
+            rt,
+            obj,
+            f"metadata.labels[{key}]",
+            f'Invalid value: "{value}": a label value must be at most 63 alphanumeric '
+            "characters, '-', '_' or '.', starting and ending with an alphanumeric",
+        )
+
+
+def _validate_finalizers(rt: ResourceType, obj: dict[str, Any], finalizers: Any) -> None:
     if finalizers is not None and (
         not isinstance(finalizers, list) or not all(isinstance(f, str) and f for f in finalizers)
     ):
         raise _invalid(rt, obj, "metadata.finalizers", "Invalid value: must be a list of non-empty strings")
-    owners = meta.get("ownerReferences")
-    if owners is not None:
-        if not isinstance(owners, list):
-            raise _invalid(rt, obj, "metadata.ownerReferences", "Invalid value: must be a list")
-        for i, ref in enumerate(owners):
-            for required in ("apiVersion", "kind", "name", "uid"):
-                if not isinstance(ref, dict) or not ref.get(required):
-                    raise _invalid(rt, obj, f"metadata.ownerReferences[{i}].{required}", "Required value")
-    for key in ("spec", "status"):
-        if key in obj and obj[key] is not None and not isinstance(obj[key], dict):
-            raise _invalid(rt, obj, key, "Invalid value: must be an object")
-    _validate_conditions(rt, obj)
-    if rt.group == "":
-        if rt.plural == "pods":
-            _validate_pod(rt, obj)
-        elif rt.plural == "nodes":
-            _validate_taints(rt, obj, (obj.get("spec") or {}).get("taints"), "spec.taints")
-        elif rt.plural == "events" and not isinstance(obj.get("involvedObject"), dict):
-            raise _invalid(rt, obj, "involvedObject", "Required value")
-    elif rt.plural in _REPLICATED:
-        replicas = (obj.get("spec") or {}).get("replicas")
-        if replicas is not None and (
-            not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0
-        ):
-            raise _invalid(
-                rt, obj, "spec.replicas", f"Invalid value: {replicas!r}: must be a non-negative integer"
-            )
+
+
+def _validate_owner_references(rt: ResourceType, obj: dict[str, Any], owners: Any) -> None:
+    if owners is None:
+        return
+    if not isinstance(owners, list):
+        raise _invalid(rt, obj, "metadata.ownerReferences", "Invalid value: must be a list")
+    for i, ref in enumerate(owners):
+        for required in ("apiVersion", "kind", "name", "uid"):
+            if not isinstance(ref, dict) or not ref.get(required):
+                raise _invalid(rt, obj, f"metadata.ownerReferences[{i}].{required}", "Required value")
+
+
+def _validate_replicas(rt: ResourceType, obj: dict[str, Any]) -> None:
+    replicas = (obj.get("spec") or {}).get("replicas")
+    if replicas is not None and (not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0):
+        raise _invalid(
+            rt, obj, "spec.replicas", f"Invalid value: {replicas!r}: must be a non-negative integer"
+        )
+
+
+def _validate_node(rt: ResourceType, obj: dict[str, Any]) -> None:
+    _validate_taints(rt, obj, (obj.get("spec") or {}).get("taints"), "spec.taints")
+    errors = resource_validation.node_errors(obj.get("status"))
+    if errors:
+        raise _invalid_all(rt, obj, errors)
+
+
+def _validate_event(rt: ResourceType, obj: dict[str, Any]) -> None:
+    if not isinstance(obj.get("involvedObject"), dict):
+        raise _invalid(rt, obj, "involvedObject", "Required value")
+
+
+def _validate_pod_template(rt: ResourceType, obj: dict[str, Any]) -> None:
+    """A workload's ``spec.template.spec``: the resources of the pods it will create."""
+    template = (obj.get("spec") or {}).get("template")
+    if not isinstance(template, dict):
+        return
+    errors = resource_validation.pod_spec_errors(template.get("spec"), "spec.template.spec")
+    if errors:
+        raise _invalid_all(rt, obj, errors)
 
 
 def _validate_conditions(rt: ResourceType, obj: dict[str, Any]) -> None:
@@ -251,6 +314,19 @@ def _validate_pod(rt: ResourceType, obj: dict[str, Any]) -> None:
         for i, container in enumerate(containers):
             if not isinstance(container, dict) or not container.get("name"):
                 raise _invalid(rt, obj, f"spec.{list_field}[{i}].name", "Required value")
+    errors = resource_validation.pod_spec_errors(spec, "spec")
+    if errors:
+        raise _invalid_all(rt, obj, errors)
+
+
+_KIND_RULES: dict[tuple[str, str], Callable[[ResourceType, dict[str, Any]], None]] = {
+    ("", "pods"): _validate_pod,
+    ("", "nodes"): _validate_node,
+    ("", "events"): _validate_event,
+    ("apps", "deployments"): _validate_pod_template,
+    ("apps", "replicasets"): _validate_pod_template,
+    ("apps", "daemonsets"): _validate_pod_template,
+}
 
 
 # Pod spec fields an update may change (the rest of a pod's spec is immutable once created).
@@ -260,7 +336,7 @@ _MUTABLE_POD_SPEC = frozenset(
 
 
 def check_pod_spec_update(rt: ResourceType, old: dict[str, Any], new: dict[str, Any]) -> None:
-    """Pod updates may change only images, a few scalar fields and add tolerations (``nodeName`` needs binding)."""
+    """Pod updates may change only images, a few scalar fields and tolerations (nodeName needs binding)."""
     old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
 
     def comparable(spec: dict[str, Any]) -> dict[str, Any]:

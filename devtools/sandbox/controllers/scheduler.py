@@ -34,7 +34,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from devtools.sandbox.controllers.cluster_state import ClusterState
+from devtools.sandbox.controllers.cluster_state import ClusterState, PodEntry
 from devtools.sandbox.controllers.conditions import set_condition
 from devtools.sandbox.controllers.events import EventRecorder
 from devtools.sandbox.controllers.informer import InformerFactory, InformerUser, StoreLike
@@ -219,50 +219,62 @@ class Scheduler(InformerUser):
             item = self.pending.get(key)
             if entry is None or item is None or not wants_scheduling(entry.pod):
                 continue
-            klass = equivalence_key(entry.pod, entry.requests)
-            decision = failed_classes.get(klass) if klass is not None else None
-            reason = "Unschedulable"
-            if decision is None:
-                try:
-                    decision = choose_node(entry.pod, entry.requests, self.state)
-                except ValueError as err:  # malformed affinity/selector: not a capacity problem
-                    decision, reason = Decision(None, f"pod {key}: {err}"), "SchedulerError"
-                except Exception as err:  # a pod shape we did not foresee must not stop scheduling
-                    log.exception("sandbox scheduler: cannot evaluate pod %s", key)
-                    decision, reason = (
-                        Decision(None, f"pod {key}: cannot be evaluated: {err!r}"),
-                        "SchedulerError",
-                    )
-            if decision.node_name is not None:
-                if self._bind(entry.pod, decision.node_name):
-                    self.events.record(
-                        entry.pod,
-                        "Normal",
-                        "Scheduled",
-                        f"Successfully assigned {key} to {decision.node_name}",
-                    )
-                    self.state.assume(key, decision.node_name)
-                    self.pending.pop(key, None)
-                    self.binds += 1
-                else:  # lost a race (pod bound or deleted meanwhile): not Unschedulable, just try again
-                    item.next_try = self._now() + self.profile.scheduler_backoff_initial
-                continue
-            if klass is not None and reason == "Unschedulable":
-                failed_classes[klass] = decision
-            deferred = self._mark_unschedulable(entry.pod, decision.message, item, reason)
-            self.failures += 1
-            item.attempts += 1
-            item.last_attempt = self._now()
-            backoff = min(
-                self.profile.scheduler_backoff_max,
-                self.profile.scheduler_backoff_initial * 2 ** (item.attempts - 1),
-            )
-            item.backoff_until = self._now() + backoff
-            # With nothing changing, the pod waits for the periodic flush (the real scheduler's
-            # unschedulable queue); a cluster change brings it back at ``backoff_until``.
-            item.next_try = self._now() + max(backoff, self.profile.resync_period)
-            if deferred:  # come back when the new message may be written
-                item.next_try = min(item.next_try, item.status_written + self.profile.scheduler_backoff_max)
+            try:
+                self._schedule_one(entry, item, failed_classes)
+            except Exception:  # an object we did not foresee must not stop scheduling the others
+                log.exception("sandbox scheduler: skipping pod %s this cycle", key)
+                item.next_try = self._now() + self.profile.scheduler_backoff_max
+
+    def _decide(
+        self, entry: PodEntry, klass: str | None, failed_classes: dict[str, Decision]
+    ) -> tuple[Decision, str]:
+        """A node for the pod (or why none), and the PodScheduled reason a failure is reported with."""
+        decision = failed_classes.get(klass) if klass is not None else None
+        if decision is not None:
+            return decision, "Unschedulable"
+        try:
+            return choose_node(entry.pod, entry.requests, self.state), "Unschedulable"
+        except ValueError as err:  # malformed affinity/selector: not a capacity problem
+            return Decision(None, f"pod {entry.key}: {err}"), "SchedulerError"
+        except Exception as err:  # a pod shape we did not foresee must not stop scheduling
+            log.exception("sandbox scheduler: cannot evaluate pod %s", entry.key)
+            return Decision(None, f"pod {entry.key}: cannot be evaluated: {err!r}"), "SchedulerError"
+
+    def _schedule_one(self, entry: PodEntry, item: _Pending, failed_classes: dict[str, Decision]) -> None:
+        key = entry.key
+        klass = equivalence_key(entry.pod, entry.requests)
+        decision, reason = self._decide(entry, klass, failed_classes)
+        if decision.node_name is not None:
+            if self._bind(entry.pod, decision.node_name):
+                self.events.record(
+                    entry.pod, "Normal", "Scheduled", f"Successfully assigned {key} to {decision.node_name}"
+                )
+                self.state.assume(key, decision.node_name)
+                self.pending.pop(key, None)
+                self.binds += 1
+            else:  # lost a race (pod bound or deleted meanwhile): not Unschedulable, just try again
+                item.next_try = self._now() + self.profile.scheduler_backoff_initial
+            return
+        if klass is not None and reason == "Unschedulable":
+            failed_classes[klass] = decision
+        self._back_off(entry, item, decision, reason)
+
+    def _back_off(self, entry: PodEntry, item: _Pending, decision: Decision, reason: str) -> None:
+        """Report the failure and decide when the pod is tried again."""
+        deferred = self._mark_unschedulable(entry.pod, decision.message, item, reason)
+        self.failures += 1
+        item.attempts += 1
+        item.last_attempt = self._now()
+        backoff = min(
+            self.profile.scheduler_backoff_max,
+            self.profile.scheduler_backoff_initial * 2 ** (item.attempts - 1),
+        )
+        item.backoff_until = self._now() + backoff
+        # With nothing changing, the pod waits for the periodic flush (the real scheduler's
+        # unschedulable queue); a cluster change brings it back at ``backoff_until``.
+        item.next_try = self._now() + max(backoff, self.profile.resync_period)
+        if deferred:  # come back when the new message may be written
+            item.next_try = min(item.next_try, item.status_written + self.profile.scheduler_backoff_max)
 
     # -------------------------------------------------------------------------------------------- writes
     def _bind(self, pod: dict[str, Any], node_name: str) -> bool:
