@@ -27,6 +27,7 @@ from devtools.sandbox.testing import running_sandbox
 from proto import subjects
 from proto.events import InstanceChoice, NodeClaimPlanned, NodeClassesSnapshot
 from proto.ids import derive_id
+from tenon.runtime.claims import append_claim_event
 from tenon.runtime.eventlog.connection import ConnectionSettings
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tenon.runtime.kube import load_kube
@@ -120,7 +121,7 @@ def _decide_ms(count: int, repeats: int) -> float:
 
 
 async def _append(event_log: JetStreamEventLog, event: NodeClaimPlanned) -> None:
-    await event_log.append(subjects.nodeclaim(event.nodeclaim), event, expected_last_sequence=0)
+    await append_claim_event(event_log, event, expected=0)
 
 
 async def _hops(sequential: int, burst: int) -> dict[str, Any]:

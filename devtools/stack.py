@@ -2,7 +2,7 @@
 
 :class:`LocalStack` is what ``tenon up`` (and ``make run``) and the end-to-end tests stand on. It starts
 ``nats-server`` from the wheel, ``tenon sandbox`` (a workload and a management cluster, two kubeconfigs), then
-each service as ``python -m tenon.services.<name>`` with the environment a Deployment would give it
+each service as ``tenon run <name>`` (``python -m tenon.cli.main run <name>``) with the environment a Deployment would give it
 (``TENON_NATS_URL``, ``TENON_KUBECONFIG``, ``TENON_MANAGEMENT_KUBECONFIG``), logging JSON lines to
 ``<run dir>/<service>.log``. Services can be killed and restarted individually (``kill(name)``,
 ``start_service(name)``), which is how tests prove crash safety. ``stop()`` ends everything, services first,
@@ -32,13 +32,8 @@ from devtools.broker import LOCAL_MAX_PAYLOAD, LocalNatsServer, free_port
 from devtools.processes import kill_process, stop_process
 from tenon.runtime.kube import Kube, KubeApiError, load_kube
 from tenon.runtime.kube.resources import BY_KIND
+from tenon.services import SERVICES
 
-SERVICE_MODULES: dict[str, str] = {
-    "pod-watcher": "tenon.services.pod_watcher",
-    "scheduler": "tenon.services.scheduler",
-    "launcher-capi": "tenon.services.launcher_capi",
-    "disruption": "tenon.services.disruption",
-}
 MANAGEMENT_KINDS = {"MachineDeployment", "Machine", "MachineSet", "Cluster"}
 DEMO_DIR = Path(__file__).resolve().parents[1] / "deploy" / "examples" / "capi-demo"
 
@@ -48,7 +43,7 @@ class LocalStack:
     profile: str = "fast"
     time_scale: float = 1.0
     run_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="tenon-run-")))
-    services: tuple[str, ...] = tuple(SERVICE_MODULES)
+    services: tuple[str, ...] = tuple(SERVICES)
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -121,7 +116,7 @@ class LocalStack:
         """Start one replica of a service; returns its key in ``processes`` (``name``, or ``name#2``...)."""
         key = name if replica == 1 else f"{name}#{replica}"
         env = {"TENON_IDENTITY": f"{name}-{replica}-{os.getpid()}"}
-        self._spawn(key, [sys.executable, "-m", SERVICE_MODULES[name]], env)
+        self._spawn(key, [sys.executable, "-m", "tenon.cli.main", "run", name], env)
         return key
 
     def _spawn(self, name: str, command: list[str], extra: Mapping[str, str] | None = None) -> None:

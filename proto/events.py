@@ -41,6 +41,9 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", rename=
     producer: str
     causation_id: str | None = None
     correlation_id: str | None = None
+    basis: int | None = None
+    """For a decision taken on a clock tick rather than in answer to an event (``causation_id`` is then
+    ``None``): the log sequence the deciding state covered, so a replay decides it from the same state."""
 
     subject_hint: ClassVar[str] = ""
     """The subject family the event is published on (documentation; see :mod:`proto.subjects`)."""

@@ -12,7 +12,7 @@ Subjects partition it so that consumers filter cheaply:
     tenon.catalog.<nodeclass>                     CatalogSnapshot
     tenon.pending                                 PendingBatch
     tenon.scheduling.batch                        BatchPlanned (the scheduler's answer to a batch)
-    tenon.nodeclaim.<nodeclaim>                   the NodeClaim lifecycle (an aggregate subject per claim)
+    tenon.nodeclaim.<nodeclaim>.<step>            the NodeClaim lifecycle (the aggregate is tenon.nodeclaim.<nodeclaim>.*)
     tenon.disruption.decision                     DisruptionDecision
     tenon.interruption.<provider>                 InterruptionNotice
 
@@ -39,7 +39,7 @@ DAEMONSETS = "tenon.cluster.daemonsets"
 CATALOGS = "tenon.catalog.*"
 PENDING = "tenon.pending"
 BATCH_DECISIONS = "tenon.scheduling.batch"
-NODECLAIMS = "tenon.nodeclaim.*"
+NODECLAIMS = "tenon.nodeclaim.>"
 DISRUPTION_DECISIONS = "tenon.disruption.decision"
 INTERRUPTIONS = "tenon.interruption.*"
 DEADLETTERS = "tenon.deadletter.>"
@@ -75,8 +75,34 @@ def catalog(nodeclass: str) -> str:
     return f"tenon.catalog.{token(nodeclass)}"
 
 
+NODECLAIM_STEPS: dict[str, str] = {
+    "NodeClaimPlanned": "planned",
+    "NodeClaimLaunched": "launched",
+    "NodeClaimLaunchFailed": "launch-failed",
+    "NodeClaimRegistered": "registered",
+    "NodeClaimInitialized": "initialized",
+    "NodeClaimAbandoned": "abandoned",
+    "DisruptionRequested": "disruption-requested",
+    "NodeClaimDrained": "drained",
+    "NodeClaimTerminated": "terminated",
+}
+"""Event type -> the last token of its subject. One subject per step (not one per claim) so that broker
+permissions can say who may write which step (the scheduler plans, a launcher launches, ...); the claim's
+history is still one ordered story, read and appended to through the wildcard :func:`nodeclaim`."""
+
+
 def nodeclaim(name: str) -> str:
-    return f"tenon.nodeclaim.{token(name)}"
+    """The claim's whole history: every step's subject (what an append's expected sequence is checked on)."""
+    return f"tenon.nodeclaim.{token(name)}.*"
+
+
+def nodeclaim_step(name: str, event_type: str) -> str:
+    """The subject one lifecycle event of the claim is written on."""
+    try:
+        step = NODECLAIM_STEPS[event_type]
+    except KeyError:
+        raise ValueError(f"{event_type} is not a NodeClaim lifecycle event") from None
+    return f"tenon.nodeclaim.{token(name)}.{step}"
 
 
 def interruption(provider: str) -> str:

@@ -20,7 +20,7 @@ recomputation:
 * **Where it is in its life.** The claim's aggregate subject holds its lifecycle, in order. Each step is shown
   with its time relative to ``Planned`` (the broker's time of storage, not ``decidedAt``: the scheduler stamps
   a plan with its batch's decision time so that replays derive the same ids). The phase is the one the
-  services themselves compute (:class:`tenon.domain.projection.ClaimState`), so ``explain`` never disagrees with
+  services themselves compute (:class:`tenon.domain.nodeclaim.NodeClaim`), so ``explain`` never disagrees with
   the scheduler about where a claim is.
 * **Why it was or was not disrupted.** Every ``DisruptionDecision`` that names the claim, as a candidate
   (method, reason, the budget that allowed it) or as blocked (what blocked it); a ``DisruptionRequested``

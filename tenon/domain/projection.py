@@ -6,8 +6,8 @@ scheduler`` honest.
 
 It keeps: Nodes and bound pods (from pod-watcher's observations), NodePools, NodeClasses and DaemonSets (latest
 snapshots), catalogs per NodeClass (from the launchers), pending pods seen in batches (until they are bound or
-gone), and one :class:`ClaimState` per NodeClaim (from its aggregate subject), including the stream sequence of
-its last event, which is what an optimistic append on the claim must expect.
+gone), and every NodeClaim's aggregate (:class:`tenon.domain.nodeclaim.NodeClaim`, folded from its subjects),
+including the stream sequence of its last event, which is what an optimistic append on the claim must expect.
 
 ``apply`` mutates in place and returns the projection (a replay holds one projection and folds the whole range
 into it; copying thousands of objects per event would cost more than the decisions).
@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+import msgspec
+
 from proto import events as ev
+from tenon.domain.nodeclaim import ClaimBook, NodeClaim
 
 KubeObject = dict[str, Any]
 
-LIVE_PHASES = ("Planned", "Launched", "Registered", "Initialized")
 PENDING_TTL = timedelta(seconds=60)
 
 
@@ -31,50 +33,6 @@ def object_key(obj: KubeObject) -> str:
     meta = obj.get("metadata") or {}
     namespace = meta.get("namespace")
     return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
-
-
-@dataclass
-class ClaimState:
-    name: str
-    planned: ev.NodeClaimPlanned | None = None
-    launched: ev.NodeClaimLaunched | None = None
-    launch_failures: list[ev.NodeClaimLaunchFailed] = field(default_factory=list)
-    registered: ev.NodeClaimRegistered | None = None
-    initialized: ev.NodeClaimInitialized | None = None
-    abandoned: ev.NodeClaimAbandoned | None = None
-    disruption: ev.DisruptionRequested | None = None
-    drained: ev.NodeClaimDrained | None = None
-    terminated: ev.NodeClaimTerminated | None = None
-    last_sequence: int = 0
-
-    @property
-    def phase(self) -> str:
-        if self.terminated:
-            return "Terminated"
-        if self.abandoned:
-            return "Abandoned"
-        if self.launch_failures and not self.launch_failures[-1].retryable and not self.launched:
-            return "Failed"
-        if self.disruption:
-            return "Disrupting"
-        if self.initialized:
-            return "Initialized"
-        if self.registered:
-            return "Registered"
-        if self.launched:
-            return "Launched"
-        return "Planned"
-
-    @property
-    def live(self) -> bool:
-        """Capacity the scheduler may count on (or is still waiting for)."""
-        return self.planned is not None and self.phase in LIVE_PHASES
-
-    @property
-    def instance_type(self) -> str | None:
-        if self.launched:
-            return self.launched.instance_type
-        return self.planned.choice.instance_type if self.planned else None
 
 
 @dataclass
@@ -86,7 +44,7 @@ class ClusterProjection:
     nodeclasses: dict[str, KubeObject] = field(default_factory=dict)
     daemonsets: dict[str, KubeObject] = field(default_factory=dict)
     catalogs: dict[str, ev.CatalogSnapshot] = field(default_factory=dict)
-    claims: dict[str, ClaimState] = field(default_factory=dict)
+    claims: ClaimBook = field(default_factory=ClaimBook)
     pods_by_node: dict[str, dict[str, KubeObject]] = field(default_factory=dict)
     last_pod_activity: dict[str, datetime] = field(default_factory=dict)
     """Node name -> when a pod last arrived on it or left it (for consolidateAfter)."""
@@ -96,11 +54,8 @@ class ClusterProjection:
     every few seconds, so one not offered for :data:`PENDING_TTL` is gone (deleted before it was ever bound)."""
     """Pods seen in PendingBatches and not (yet) bound or gone: what an abandoned claim's pods go back to."""
 
-    def claim(self, name: str) -> ClaimState:
-        state = self.claims.get(name)
-        if state is None:
-            state = self.claims[name] = ClaimState(name)
-        return state
+    def claim(self, name: str) -> NodeClaim:
+        return self.claims.claim(name)
 
     def still_pending(self, key: str, now: datetime) -> bool:
         """Whether the pod ``key`` is pending as of ``now`` (offered recently and not bound since)."""
@@ -122,68 +77,83 @@ class ClusterProjection:
         return None
 
     def apply(self, event: ev.Event, sequence: int = 0) -> ClusterProjection:
+        """Fold ``event`` (stored at ``sequence``; 0 for a decision folded before the log hands it back).
+        A NodeClaim event that cannot belong to its claim's story raises
+        :class:`tenon.domain.nodeclaim.ImpossibleStory` and changes nothing."""
+        if isinstance(event, ev.NodeClaimEvent):
+            self.claims.fold(event, sequence)
+        else:
+            fold = _FOLDS.get(type(event))
+            if fold is not None:
+                fold(self, event)
         if sequence:
             self.sequence = max(self.sequence, sequence)
-        match event:
-            case ev.NodeObserved():
-                name = object_key(event.node)
-                if event.change == "removed":
-                    self.nodes.pop(name, None)
-                else:
-                    self.nodes[name] = event.node
-            case ev.BoundPodObserved():
-                key = object_key(event.pod)
-                node_name = (event.pod.get("spec") or {}).get("nodeName")
-                if node_name:
-                    self.last_pod_activity[node_name] = event.decided_at
-                previous = self.bound_pods.pop(key, None)
-                if previous is not None:
-                    self.pods_by_node.get((previous.get("spec") or {}).get("nodeName") or "", {}).pop(
-                        key, None
-                    )
-                if event.change != "removed":
-                    self.bound_pods[key] = event.pod
-                    self.pods_by_node.setdefault(node_name or "", {})[key] = event.pod
-                self.pending.pop(key, None)
-                self.pending_seen.pop(key, None)
-            case ev.NodePoolsSnapshot():
-                self.nodepools = {object_key(np): np for np in event.nodepools}
-            case ev.NodeClassesSnapshot():
-                self.nodeclasses = {object_key(nc): nc for nc in event.nodeclasses}
-            case ev.DaemonSetsSnapshot():
-                self.daemonsets = {object_key(ds): ds for ds in event.daemonsets}
-            case ev.CatalogSnapshot():
-                self.catalogs[event.node_class] = event
-            case ev.PendingBatch():
-                for pod in event.pods:
-                    key = object_key(pod)
-                    if key not in self.bound_pods:
-                        self.pending[key] = pod
-                        self.pending_seen[key] = event.decided_at
-            case ev.NodeClaimEvent():
-                self._apply_claim(event, sequence)
         return self
 
-    def _apply_claim(self, event: ev.NodeClaimEvent, sequence: int) -> None:
-        state = self.claim(event.nodeclaim)
-        if sequence:
-            state.last_sequence = max(state.last_sequence, sequence)
-        match event:
-            case ev.NodeClaimPlanned():
-                state.planned = event
-            case ev.NodeClaimLaunched():
-                state.launched = event
-            case ev.NodeClaimLaunchFailed():
-                state.launch_failures.append(event)
-            case ev.NodeClaimRegistered():
-                state.registered = event
-            case ev.NodeClaimInitialized():
-                state.initialized = event
-            case ev.NodeClaimAbandoned():
-                state.abandoned = event
-            case ev.DisruptionRequested():
-                state.disruption = event
-            case ev.NodeClaimDrained():
-                state.drained = event
-            case ev.NodeClaimTerminated():
-                state.terminated = event
+    def _node_observed(self, event: ev.NodeObserved) -> None:
+        name = object_key(event.node)
+        if event.change == "removed":
+            self.nodes.pop(name, None)
+        else:
+            self.nodes[name] = event.node
+
+    def _bound_pod_observed(self, event: ev.BoundPodObserved) -> None:
+        key = object_key(event.pod)
+        node_name = (event.pod.get("spec") or {}).get("nodeName")
+        if node_name:
+            self.last_pod_activity[node_name] = event.decided_at
+        previous = self.bound_pods.pop(key, None)
+        if previous is not None:
+            previous_node = (previous.get("spec") or {}).get("nodeName") or ""
+            self.pods_by_node.get(previous_node, {}).pop(key, None)
+        if event.change != "removed":
+            self.bound_pods[key] = event.pod
+            self.pods_by_node.setdefault(node_name or "", {})[key] = event.pod
+        self.pending.pop(key, None)
+        self.pending_seen.pop(key, None)
+
+    def _nodepools(self, event: ev.NodePoolsSnapshot) -> None:
+        self.nodepools = {object_key(np): np for np in event.nodepools}
+
+    def _nodeclasses(self, event: ev.NodeClassesSnapshot) -> None:
+        self.nodeclasses = {object_key(nc): nc for nc in event.nodeclasses}
+
+    def _daemonsets(self, event: ev.DaemonSetsSnapshot) -> None:
+        self.daemonsets = {object_key(ds): ds for ds in event.daemonsets}
+
+    def _catalog(self, event: ev.CatalogSnapshot) -> None:
+        self.catalogs[event.node_class] = event
+
+    def _pending_batch(self, event: ev.PendingBatch) -> None:
+        for pod in event.pods:
+            key = object_key(pod)
+            if key not in self.bound_pods:
+                self.pending[key] = pod
+                self.pending_seen[key] = event.decided_at
+
+
+_FOLDS: dict[type[ev.Event], Any] = {
+    ev.NodeObserved: ClusterProjection._node_observed,
+    ev.BoundPodObserved: ClusterProjection._bound_pod_observed,
+    ev.NodePoolsSnapshot: ClusterProjection._nodepools,
+    ev.NodeClassesSnapshot: ClusterProjection._nodeclasses,
+    ev.DaemonSetsSnapshot: ClusterProjection._daemonsets,
+    ev.CatalogSnapshot: ClusterProjection._catalog,
+    ev.PendingBatch: ClusterProjection._pending_batch,
+}
+"""Event type -> how it changes the projection (NodeClaim events go to the claim's aggregate)."""
+
+
+def _decode_hook(kind: type, obj: Any) -> Any:
+    if kind is ClaimBook:
+        return ClaimBook({name: msgspec.convert(claim, NodeClaim) for name, claim in obj.items()})
+    raise NotImplementedError(f"cannot decode {kind}")
+
+
+def encode_projection(projection: ClusterProjection) -> bytes:
+    """The projection as bytes (for snapshots); :func:`decode_projection` reads it back."""
+    return msgspec.msgpack.encode(projection)
+
+
+def decode_projection(data: bytes) -> ClusterProjection:
+    return msgspec.msgpack.decode(data, type=ClusterProjection, dec_hook=_decode_hook)

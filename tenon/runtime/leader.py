@@ -13,37 +13,39 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from nats.js import JetStreamContext
-from nats.js.errors import BucketNotFoundError, KeyWrongLastSequenceError, NotFoundError
-from nats.js.kv import KeyValue
+from tenon.runtime.eventlog.interface import EventLog
+from tenon.runtime.eventlog.keyvalue import KeyValue, RevisionMismatch
 
 log = logging.getLogger("tenon.leader")
 
 BUCKET = "tenon_leases"
 
 
-async def lease_bucket(js: JetStreamContext, ttl: float) -> KeyValue:
-    try:
-        return await js.key_value(BUCKET)
-    except (BucketNotFoundError, NotFoundError):
-        return await js.create_key_value(bucket=BUCKET, ttl=ttl, history=1)
+class ServiceFailed(RuntimeError):
+    """The leader's work failed ``max_failures`` terms in a row: the process should exit and be restarted."""
 
 
 class LeaderElection:
-    def __init__(self, js: JetStreamContext, *, group: str, identity: str, ttl: float = 10.0) -> None:
-        self.js = js
+    def __init__(
+        self, event_log: EventLog, *, group: str, identity: str, ttl: float = 10.0, max_failures: int = 5
+    ) -> None:
+        self.event_log = event_log
         self.group = group
         self.identity = identity
         self.ttl = ttl
+        self.max_failures = max_failures
         self.is_leader = False
         self.terms = 0
+        self.failures = 0
+        """Terms in a row whose work raised (reset by a term that ends cleanly or is lost, not failed)."""
 
     async def run(self, lead: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Campaign forever; while leader, run ``lead()`` (cancelled when leadership is lost)."""
-        kv = await lease_bucket(self.js, self.ttl)
+        kv = await self.event_log.key_value(BUCKET, ttl=self.ttl)
         interval = self.ttl / 3
         while True:
             revision = await self._acquire(kv)
@@ -60,7 +62,7 @@ class LeaderElection:
                     if done:
                         break
                     try:
-                        revision = await kv.update(self.group, self.identity.encode(), last=revision)
+                        revision = await kv.update(self.group, self.identity.encode(), revision=revision)
                     except Exception as exc:
                         log.warning(
                             "lost leadership",
@@ -76,13 +78,31 @@ class LeaderElection:
             if work.done() and not work.cancelled() and work.exception() is None:
                 await self._release(kv, revision)
                 return
-            await asyncio.sleep(interval)
+            if not work.cancelled() and work.exception() is not None:
+                await self._release(kv, revision)  # a standby may take over while this one backs off
+            await asyncio.sleep(self._after_term(work, interval))
+
+    def _after_term(self, work: asyncio.Task[None], interval: float) -> float:
+        """Say why a term ended; how long to wait before campaigning again. Raises :class:`ServiceFailed`
+        after ``max_failures`` failed terms in a row."""
+        error = None if work.cancelled() else work.exception()
+        if error is None:
+            self.failures = 0
+            return interval
+        self.failures += 1
+        log.error(
+            "the leader's work failed",
+            exc_info=error,
+            extra={"group": self.group, "identity": self.identity, "failures_in_a_row": self.failures},
+        )
+        if self.failures >= self.max_failures:
+            raise ServiceFailed(f"{self.group}: {self.failures} terms failed in a row; last: {error}")
+        return interval * 2 ** min(self.failures, 5) * random.uniform(0.5, 1.0)
 
     async def _acquire(self, kv: KeyValue) -> int | None:
         try:
-            revision: int = await kv.create(self.group, self.identity.encode())
-            return revision
-        except KeyWrongLastSequenceError:
+            return await kv.create(self.group, self.identity.encode())
+        except RevisionMismatch:
             return None
         except Exception as exc:  # broker unavailable: keep campaigning
             log.warning("campaign failed", extra={"group": self.group, "error": str(exc)})
@@ -90,4 +110,4 @@ class LeaderElection:
 
     async def _release(self, kv: KeyValue, revision: int) -> None:
         with contextlib.suppress(Exception):
-            await kv.delete(self.group, last=revision)
+            await kv.delete(self.group, revision=revision)

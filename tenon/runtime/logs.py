@@ -49,9 +49,9 @@ class TextFormatter(logging.Formatter):
         return f"{text}  {fields}" if fields else text
 
 
-def configure_logging(service: str, level: str | None = None) -> None:
+def configure_logging(service: str, level: str | None = None, fmt: str | None = None) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    if os.environ.get("TENON_LOG_FORMAT", "json") == "text":
+    if (fmt or os.environ.get("TENON_LOG_FORMAT", "json")) == "text":
         handler.setFormatter(TextFormatter())
     else:
         handler.setFormatter(JsonFormatter(service))

@@ -1,110 +1,273 @@
-"""How every tenon service process runs: logs, broker, leader election, signals, graceful stop.
+"""How every tenon service process runs: settings, logs, broker, leader election, signals, loud failures.
 
-A service is an async function ``work(ctx)`` that runs only while its replica is the leader of the service's
-group (so two replicas never act twice) and returns when ``ctx.stopping`` is set. :func:`serve` wires the rest:
-JSON logs, a provisioned event log, the election, SIGINT/SIGTERM to a clean stop.
+A service is a :class:`ServiceDefinition`: its name, its settings class (a dataclass of :func:`.settings.setting`
+fields that extends :class:`CommonSettings`) and its ``work(ctx, settings)``, an async function that runs only
+while its replica leads the service's group (so two replicas never act twice) and returns when ``ctx.stopping``
+is set. A service that decides from the log builds its work with :func:`decider_work` from a decider and an
+executor (:mod:`.decider`); that is the usual case.
+
+:func:`main` does the rest, identically for every service: settings from flags and the environment (a bad value
+is one line naming the variable, exit 2), JSON logs, traces, a provisioned event log with the configured
+retention, the election, SIGINT/SIGTERM to a clean stop. When the leader's work fails it says why (with the
+traceback), gives up the lease and campaigns again after a backoff; after ``max_failures`` failures in a row the
+process exits 1 so that its supervisor restarts it rather than leaving it alive and useless.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
 import signal
 import socket
-from collections.abc import Awaitable, Callable
+import sys
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
+from tenon.runtime.decider import Decider, DeciderRuntime, Executor, RuntimeSettings
 from tenon.runtime.eventlog.connection import ConnectionSettings
+from tenon.runtime.eventlog.interface import EventLog
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
+from tenon.runtime.eventlog.provisioning import default_streams
 from tenon.runtime.eventlog.tracing import configure_tracing
-from tenon.runtime.leader import LeaderElection
+from tenon.runtime.leader import LeaderElection, ServiceFailed
 from tenon.runtime.logs import configure_logging
+from tenon.runtime.settings import SettingsError, load, setting
 
 log = logging.getLogger("tenon.service")
+
+DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class CommonSettings:
+    """What every service reads: the broker, the event log's retention, identity, leadership, snapshots."""
+
+    nats_url: str = setting("TENON_NATS_URL", "nats://127.0.0.1:4222", "NATS servers, comma-separated")
+    nats_user: str | None = setting("TENON_NATS_USER", None, "NATS user (with TENON_NATS_PASSWORD)")
+    nats_password: str | None = setting("TENON_NATS_PASSWORD", None, "NATS password")
+    nats_token: str | None = setting("TENON_NATS_TOKEN", None, "NATS token")
+    nats_creds: str | None = setting("TENON_NATS_CREDS", None, "NATS .creds file (JWT + nkey)", kind="path")
+    nats_nkey_seed: str | None = setting("TENON_NATS_NKEY_SEED", None, "NATS nkey seed file", kind="path")
+    nats_tls_ca: str | None = setting(
+        "TENON_NATS_TLS_CA", None, "CA bundle for the broker's TLS", kind="path"
+    )
+    nats_tls_cert: str | None = setting("TENON_NATS_TLS_CERT", None, "client certificate (mTLS)", kind="path")
+    nats_tls_key: str | None = setting("TENON_NATS_TLS_KEY", None, "client key (mTLS)", kind="path")
+    events_max_age: float = setting(
+        "TENON_EVENTS_MAX_AGE",
+        14 * DAY,
+        "how long the event log keeps events (snapshots and resyncs keep state beyond it)",
+        kind="duration",
+        minimum=1,
+    )
+    events_replicas: int = setting(
+        "TENON_EVENTS_REPLICAS",
+        1,
+        "replicas of the event streams (3 on a NATS cluster)",
+        kind="int",
+        minimum=1,
+        maximum=5,
+    )
+    events_duplicate_window: float = setting(
+        "TENON_EVENTS_DUPLICATE_WINDOW",
+        120.0,
+        "how long the broker remembers event ids to drop repeats (at most the max age)",
+        kind="duration",
+        minimum=0.1,
+    )
+    identity: str | None = setting(
+        "TENON_IDENTITY", None, "this replica's name in the election (default host:pid)"
+    )
+    lease_ttl: float = setting(
+        "TENON_LEASE_TTL",
+        6.0,
+        "leadership lease; a dead leader is replaced after it",
+        kind="duration",
+        minimum=1,
+    )
+    max_failures: int = setting(
+        "TENON_MAX_FAILURES",
+        5,
+        "failed leadership terms in a row before the process exits 1",
+        kind="int",
+        minimum=1,
+    )
+    snapshot_every: int = setting(
+        "TENON_SNAPSHOT_EVERY",
+        1000,
+        "snapshot the service's state after this many handled events",
+        kind="int",
+        minimum=1,
+    )
+    snapshot_interval: float = setting(
+        "TENON_SNAPSHOT_INTERVAL",
+        60.0,
+        "... or this long after the last snapshot",
+        kind="duration",
+        minimum=0.1,
+    )
+    log_format: str = setting("TENON_LOG_FORMAT", "json", "json, or text for a terminal")
+    log_level: str = setting("TENON_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR")
+
+    def __post_init__(self) -> None:
+        if self.log_format not in ("json", "text"):
+            raise SettingsError(f"TENON_LOG_FORMAT: {self.log_format!r} is not json or text")
+        if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise SettingsError(f"TENON_LOG_LEVEL: {self.log_level!r} is not DEBUG, INFO, WARNING or ERROR")
+
+    def connection(self, name: str) -> ConnectionSettings:
+        return ConnectionSettings(
+            servers=tuple(s.strip() for s in self.nats_url.split(",") if s.strip()),
+            name=name,
+            user=self.nats_user,
+            password=self.nats_password,
+            token=self.nats_token,
+            creds_file=self.nats_creds,
+            nkey_seed_file=self.nats_nkey_seed,
+            tls_ca_file=self.nats_tls_ca,
+            tls_cert_file=self.nats_tls_cert,
+            tls_key_file=self.nats_tls_key,
+        )
+
+    def runtime(self, tick_seconds: float = 0.0) -> RuntimeSettings:
+        return RuntimeSettings(
+            tick_seconds=tick_seconds,
+            snapshot_every=self.snapshot_every,
+            snapshot_interval=self.snapshot_interval,
+        )
+
+    @property
+    def resync_interval(self) -> float:
+        """How often writers of cluster facts re-assert them: well inside the log's retention."""
+        return max(1.0, self.events_max_age / 4)
+
+
+SettingsT = TypeVar("SettingsT", bound=CommonSettings)
 
 
 @dataclass
 class ServiceContext:
     name: str
     identity: str
-    event_log: JetStreamEventLog
+    event_log: EventLog
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-Work = Callable[[ServiceContext], Awaitable[None]]
+Work = Callable[[ServiceContext, Any], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class ServiceDefinition(Generic[SettingsT]):
+    name: str
+    description: str
+    settings: type[SettingsT]
+    work: Callable[[ServiceContext, SettingsT], Awaitable[None]]
+    decider: Callable[[SettingsT], Decider[Any]] | None = None
+    """The pure decision function, for ``tenon replay`` (None: the service decides nothing from the log)."""
+
+
+def decider_work(
+    make_decider: Callable[[SettingsT], Decider[Any]],
+    make_executor: Callable[
+        [ServiceContext, SettingsT, Decider[Any]], Awaitable[tuple[Executor, Callable[[], Awaitable[None]]]]
+    ],
+    tick_seconds: Callable[[SettingsT], float] = lambda _: 0.0,
+) -> Callable[[ServiceContext, SettingsT], Awaitable[None]]:
+    """The leader's work of a decider service: one :class:`DeciderRuntime` term. ``make_executor`` returns the
+    executor and a function that releases what it opened (clients)."""
+
+    async def work(ctx: ServiceContext, settings: SettingsT) -> None:
+        decider = make_decider(settings)
+        executor, close = await make_executor(ctx, settings, decider)
+        try:
+            runtime = DeciderRuntime(
+                decider, executor, ctx.event_log, settings.runtime(tick_seconds(settings))
+            )
+            await runtime.run(ctx.stopping)
+        finally:
+            await close()
+
+    return work
 
 
 def default_identity(name: str) -> str:
-    return os.environ.get("TENON_IDENTITY") or f"{name}@{socket.gethostname()}:{os.getpid()}"
+    return f"{name}@{socket.gethostname()}:{os.getpid()}"
 
 
-async def serve(
-    name: str,
-    work: Work,
-    *,
-    connection: ConnectionSettings | None = None,
-    lease_ttl: float = 6.0,
-    identity: str | None = None,
-) -> None:
-    """Run ``work`` as the leader of ``name`` until SIGINT/SIGTERM."""
-    identity = identity or default_identity(name)
-    connection = connection or ConnectionSettings.from_env(name=f"tenon-{name}")
-    event_log = await JetStreamEventLog.connect(connection)
-    ctx = ServiceContext(name, identity, event_log)
+async def serve(definition: ServiceDefinition[SettingsT], settings: SettingsT) -> int:
+    """Run ``definition`` as the leader of its group until SIGINT/SIGTERM; the process exit code."""
+    identity = settings.identity or default_identity(definition.name)
+    connection = settings.connection(f"tenon-{definition.name}")
+    streams = default_streams(
+        replicas=settings.events_replicas,
+        max_age=settings.events_max_age,
+        duplicate_window=min(settings.events_duplicate_window, settings.events_max_age),
+    )
+    event_log = await JetStreamEventLog.connect(connection, streams)
+    ctx = ServiceContext(definition.name, identity, event_log)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, ctx.stopping.set)
-    election = LeaderElection(event_log.js, group=name, identity=identity, ttl=lease_ttl)
+    election = LeaderElection(
+        event_log,
+        group=definition.name,
+        identity=identity,
+        ttl=settings.lease_ttl,
+        max_failures=settings.max_failures,
+    )
 
     async def lead() -> None:
-        await work(ctx)
+        await definition.work(ctx, settings)
 
     log.info("starting", extra={"identity": identity, "broker": connection.describe()})
+    code = 0
     campaign = asyncio.create_task(election.run(lead))
     stop = asyncio.create_task(ctx.stopping.wait())
     await asyncio.wait({campaign, stop}, return_when=asyncio.FIRST_COMPLETED)
-    if not campaign.done():
-        if election.is_leader:
-            # let the leader's work see ``stopping`` and drain before the campaign is torn down
-            try:
-                await asyncio.wait_for(asyncio.shield(campaign), timeout=30)
-            except TimeoutError:
-                campaign.cancel()
-        else:
+    if campaign.done():
+        code = _campaign_outcome(campaign)
+    elif election.is_leader:
+        # let the leader's work see ``stopping`` and drain before the campaign is torn down
+        try:
+            await asyncio.wait_for(asyncio.shield(campaign), timeout=30)
+        except TimeoutError:
             campaign.cancel()
-        await asyncio.gather(campaign, return_exceptions=True)
+    else:
+        campaign.cancel()
+    await asyncio.gather(campaign, return_exceptions=True)
     stop.cancel()
     await event_log.close()
-    log.info("stopped", extra={"identity": identity})
+    log.info("stopped", extra={"identity": identity, "exit_code": code})
+    return code
 
 
-def run_service(name: str, work: Work) -> int:
-    configure_logging(name)
-    configure_tracing(name)
-    asyncio.run(serve(name, work))
+def _campaign_outcome(campaign: asyncio.Task[None]) -> int:
+    if campaign.cancelled():
+        return 0
+    error = campaign.exception()
+    if isinstance(error, ServiceFailed):
+        log.error("giving up: the service keeps failing", extra={"why": str(error)})
+        return 1
+    if error is not None:
+        log.error("the election failed", exc_info=error)
+        return 1
     return 0
 
 
-def workload_service_main(
-    name: str,
-    work: Callable[[ServiceContext, str | None], Awaitable[None]],
-    description: str,
-    argv: list[str] | None = None,
-) -> int:
-    """``python -m tenon.services.<name> [--kubeconfig PATH]`` for a service that talks to the workload cluster."""
-    parser = argparse.ArgumentParser(
-        prog=f"python -m tenon.services.{name.replace('-', '_')}", description=description
-    )
-    parser.add_argument(
-        "--kubeconfig",
-        default=os.environ.get("TENON_KUBECONFIG"),
-        help="kubeconfig of the workload cluster (default: TENON_KUBECONFIG, else in-cluster)",
-    )
-    args = parser.parse_args(argv)
-
-    async def run(ctx: ServiceContext) -> None:
-        await work(ctx, args.kubeconfig)
-
-    return run_service(name, run)
+def main(definition: ServiceDefinition[Any], argv: Sequence[str] | None = None) -> int:
+    """``tenon run <service>`` and ``python -m tenon.services.<service>``."""
+    try:
+        settings = load(
+            definition.settings,
+            argv,
+            prog=f"tenon run {definition.name}",
+            description=definition.description,
+        )
+    except SettingsError as exc:
+        print(f"tenon run {definition.name}: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(definition.name, settings.log_level, settings.log_format)
+    configure_tracing(definition.name)
+    return asyncio.run(serve(definition, settings))

@@ -11,6 +11,7 @@ from proto import events as ev
 from tenon.domain.projection import ClusterProjection
 from tenon.services.disruption import emptiness
 from tenon.services.disruption.budgets import BudgetError, allowance, cron_matches, parse_duration
+from tests.support.events import build_event
 
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 
@@ -43,8 +44,9 @@ def cluster(
     for i in range(nodes):
         claim, node = f"default-{i}", f"node-{i}"
         projection.apply(
-            ev.NodeClaimPlanned(
-                **envelope(f"p{i}"),
+            build_event(
+                ev.NodeClaimPlanned,
+                f"p{i}",
                 nodeclaim=claim,
                 nodepool="default",
                 node_class="default",
@@ -56,14 +58,14 @@ def cluster(
             )
         )
         projection.apply(
-            ev.NodeClaimLaunched(
-                **envelope(f"l{i}"), nodeclaim=claim, provider_id=f"p://{i}", instance_type="c3-4"
+            build_event(
+                ev.NodeClaimLaunched, f"l{i}", nodeclaim=claim, provider_id=f"p://{i}", instance_type="c3-4"
             )
         )
         projection.apply(
-            ev.NodeClaimRegistered(**envelope(f"r{i}"), nodeclaim=claim, node=node, provider_id=f"p://{i}")
+            build_event(ev.NodeClaimRegistered, f"r{i}", nodeclaim=claim, node=node, provider_id=f"p://{i}")
         )
-        projection.apply(ev.NodeClaimInitialized(**envelope(f"i{i}"), nodeclaim=claim, node=node))
+        projection.apply(build_event(ev.NodeClaimInitialized, f"i{i}", nodeclaim=claim, node=node))
         projection.apply(
             ev.NodeObserved(
                 **envelope(f"n{i}"),
@@ -190,8 +192,9 @@ def test_policy_and_never_opt_out() -> None:
 def test_a_new_node_waiting_for_its_pods_is_not_empty() -> None:
     projection = cluster(1, nodepool([{"nodes": "100%"}], consolidateAfter="0s"))
     pod = app_pod("on-its-way")
-    projection.claims["default-0"].planned = ev.NodeClaimPlanned(
-        **envelope("p0"),
+    projection.claims["default-0"].planned = build_event(
+        ev.NodeClaimPlanned,
+        "p0",
         nodeclaim="default-0",
         nodepool="default",
         node_class="default",

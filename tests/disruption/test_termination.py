@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,24 +14,18 @@ from proto import subjects
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tenon.runtime.kube import NODECLAIMS, NODES, PODS, Kube, load_kube
 from tenon.runtime.kube.resources import PODDISRUPTIONBUDGETS
-from tenon.runtime.service import ServiceContext
-from tenon.services.disruption.service import DisruptionService
+from tenon.services.disruption.decider import DisruptionDecider
+from tenon.services.disruption.service import DisruptionExecutor
+from tests.support.events import build_event
+from tests.support.services import caught_up
+from tests.support.services import running as running_service
+from tests.support.waiting import until
 
 CLAIM, NODE = "default-abcde", "node-a"
 
 
 def envelope(event_id: str) -> dict[str, Any]:
     return {"id": event_id, "decided_at": datetime.now(UTC), "producer": "test"}
-
-
-async def until(predicate: Callable[[], Any], timeout: float = 15.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.1)
 
 
 @pytest.fixture
@@ -105,8 +98,9 @@ async def seed(event_log: JetStreamEventLog, kube: Kube) -> None:
     subject = subjects.nodeclaim(CLAIM)
     await event_log.publish(subjects.NODEPOOLS, ev.NodePoolsSnapshot(**envelope("np"), nodepools=(pool,)))
     for event in (
-        ev.NodeClaimPlanned(
-            **envelope("plan"),
+        build_event(
+            ev.NodeClaimPlanned,
+            "plan",
             nodeclaim=CLAIM,
             nodepool="default",
             node_class="default",
@@ -116,11 +110,11 @@ async def seed(event_log: JetStreamEventLog, kube: Kube) -> None:
             requirements=(),
             labels={},
         ),
-        ev.NodeClaimLaunched(
-            **envelope("launch"), nodeclaim=CLAIM, provider_id="p://a", instance_type="c3-8"
+        build_event(
+            ev.NodeClaimLaunched, "launch", nodeclaim=CLAIM, provider_id="p://a", instance_type="c3-8"
         ),
-        ev.NodeClaimRegistered(**envelope("reg"), nodeclaim=CLAIM, node=NODE, provider_id="p://a"),
-        ev.NodeClaimInitialized(**envelope("init"), nodeclaim=CLAIM, node=NODE),
+        build_event(ev.NodeClaimRegistered, "reg", nodeclaim=CLAIM, node=NODE, provider_id="p://a"),
+        build_event(ev.NodeClaimInitialized, "init", nodeclaim=CLAIM, node=NODE),
     ):
         await event_log.append(
             subject, event, expected_last_sequence=await event_log.last_subject_sequence(subject)
@@ -138,18 +132,16 @@ async def claim_events(event_log: JetStreamEventLog) -> list[ev.Event]:
     return [r.decode() async for r in event_log.read(subjects.nodeclaim(CLAIM))]
 
 
-def start(event_log: JetStreamEventLog, kube: Kube) -> tuple[ServiceContext, asyncio.Task[None]]:
-    ctx = ServiceContext("disruption", "test", event_log)
-    service = DisruptionService(ctx, kube, tick_seconds=0.2)
-    service.terminator.max_backoff = 0.3
-    return ctx, asyncio.create_task(service.run())
+def start(event_log: JetStreamEventLog, kube: Kube) -> Any:
+    return running_service(DisruptionDecider(), DisruptionExecutor(kube, max_backoff=0.3), event_log)
 
 
 async def test_pdb_holds_the_drain_and_a_restart_finishes_it_once(
     jetstream_log: JetStreamEventLog, kube: Kube
 ) -> None:
     await seed(jetstream_log, kube)
-    ctx, task = start(jetstream_log, kube)
+    first = start(jetstream_log, kube)
+    runtime = await first.__aenter__()
 
     async def guarded_running() -> bool:
         pod = await kube.get(PODS, "guarded", "default")
@@ -166,14 +158,16 @@ async def test_pdb_holds_the_drain_and_a_restart_finishes_it_once(
     await until(tainted)
     requested = [e for e in await claim_events(jetstream_log) if isinstance(e, ev.DisruptionRequested)]
     assert [r.method for r in requested] == ["delete"]
-    await asyncio.sleep(1.5)  # the PDB (maxUnavailable 0) refuses every eviction meanwhile
+    # the PDB (maxUnavailable 0) refuses the evictions: the pod stays, nothing is drained
+    terminator = runtime.executor.terminator
+    await until(lambda: terminator.evictions_refused >= 2, what="evictions refused by the PDB")
     assert await kube.get_or_none(PODS, "guarded", "default") is not None
     assert not any(isinstance(e, ev.NodeClaimDrained) for e in await claim_events(jetstream_log))
 
     # the service dies mid-drain; a new leader resumes the same termination
-    ctx.stopping.set()
-    await asyncio.wait_for(task, 20)
-    ctx, task = start(jetstream_log, kube)
+    await first.__aexit__(None, None, None)
+    second = start(jetstream_log, kube)
+    runtime = await second.__aenter__()
     await kube.patch(PODDISRUPTIONBUDGETS, "guarded", {"spec": {"maxUnavailable": 1}}, namespace="default")
 
     async def drained() -> list[ev.Event]:
@@ -186,11 +180,10 @@ async def test_pdb_holds_the_drain_and_a_restart_finishes_it_once(
         return await kube.get_or_none(NODES, NODE) is None
 
     await until(node_gone)
-    await asyncio.sleep(0.5)
+    await until(lambda: caught_up(runtime))
     assert len(await drained()) == 1
     assert len([e for e in await claim_events(jetstream_log) if isinstance(e, ev.DisruptionRequested)]) == 1
-    ctx.stopping.set()
-    await asyncio.wait_for(task, 20)
+    await second.__aexit__(None, None, None)
 
 
 async def test_kubectl_delete_node_takes_the_graceful_path(
@@ -199,7 +192,8 @@ async def test_kubectl_delete_node_takes_the_graceful_path(
     await seed(jetstream_log, kube)
     await kube.patch(NODES, NODE, {"metadata": {"finalizers": ["karpenter.sh/termination"]}})
     await kube.patch(PODDISRUPTIONBUDGETS, "guarded", {"spec": {"maxUnavailable": 1}}, namespace="default")
-    ctx, task = start(jetstream_log, kube)
+    service = start(jetstream_log, kube)
+    await service.__aenter__()
     await kube.delete(NODES, NODE)  # what `kubectl delete node` does; tenon's finalizer holds the Node
     deleting = await kube.get(NODES, NODE)
     assert deleting["metadata"].get("deletionTimestamp")
@@ -222,5 +216,4 @@ async def test_kubectl_delete_node_takes_the_graceful_path(
         return await kube.get_or_none(NODES, NODE) is None
 
     await until(node_gone)  # the finalizer came off once the drain was done
-    ctx.stopping.set()
-    await asyncio.wait_for(task, 20)
+    await service.__aexit__(None, None, None)

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import pytest
 
 from devtools.broker import LocalNatsServer, free_port
-from proto import subjects
+from proto import registry, subjects
 from proto.events import Event, InstanceChoice, NodeClaimLaunched, NodeClaimPlanned, NodeObserved
 from tenon.cli.main import main
 from tenon.runtime.eventlog.connection import ConnectionSettings
@@ -85,9 +85,9 @@ async def record_a_run(url: str) -> None:
     await event_log.publish(subjects.node("n1"), node)
     for claim in ("c1", "c2"):
         planned = plan(claim)
-        await event_log.publish(subjects.nodeclaim(claim), planned)
+        await event_log.publish(registry.subject_of(planned), planned)
         for decision in live.decide(state, planned):
-            await event_log.publish(subjects.nodeclaim(claim), decision)
+            await event_log.publish(registry.subject_of(decision), decision)
             state = live.evolve(state, decision)
     await event_log.close()
 
@@ -115,7 +115,7 @@ def test_tap_prints_a_line_per_event_and_filters(recorded: str, capsys: pytest.C
 
     assert (
         main(
-            ["tap", "--server", recorded, "--no-follow", "--from-seq", "4", "--subject", "tenon.nodeclaim.*"]
+            ["tap", "--server", recorded, "--no-follow", "--from-seq", "4", "--subject", "tenon.nodeclaim.>"]
         )
         == 0
     )

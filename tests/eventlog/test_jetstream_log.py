@@ -79,7 +79,7 @@ async def test_republishing_an_event_is_deduplicated(jetstream_log: JetStreamEve
 
 
 async def test_append_detects_a_concurrent_writer(jetstream_log: JetStreamEventLog) -> None:
-    subject = subjects.nodeclaim("default-abc")
+    subject = subjects.nodeclaim_step("default-abc", "NodeClaimLaunched")
     assert await jetstream_log.last_subject_sequence(subject) == 0
     first = await jetstream_log.append(subject, launched("default-abc", 0), expected_last_sequence=0)
     await jetstream_log.publish(subjects.node("other"), node_event("other"))  # other subjects don't matter
@@ -96,11 +96,11 @@ async def test_append_detects_a_concurrent_writer(jetstream_log: JetStreamEventL
 async def test_read_by_sequence_subject_and_stop(jetstream_log: JetStreamEventLog) -> None:
     for i in range(5):
         await jetstream_log.publish(subjects.node(f"n{i}"), node_event(f"n{i}"))
-    await jetstream_log.publish(subjects.nodeclaim("c1"), launched("c1"))
+    await jetstream_log.publish(subjects.nodeclaim_step("c1", "NodeClaimLaunched"), launched("c1"))
     middle = [r.sequence async for r in jetstream_log.read(start_sequence=2, stop_sequence=4)]
     assert middle == [2, 3, 4]
     claims = [r.subject async for r in jetstream_log.read(subjects.NODECLAIMS)]
-    assert claims == [subjects.nodeclaim("c1")]
+    assert claims == [subjects.nodeclaim_step("c1", "NodeClaimLaunched")]
     nothing = [r async for r in jetstream_log.read(start_sequence=99)]
     assert nothing == []
 
@@ -228,7 +228,9 @@ async def test_same_subject_in_order_other_subjects_concurrently(jetstream_log: 
 
     for n in range(4):
         for claim in ("a", "b", "c", "d"):
-            await jetstream_log.publish(subjects.nodeclaim(claim), launched(claim, n))
+            await jetstream_log.publish(
+                subjects.nodeclaim_step(claim, "NodeClaimLaunched"), launched(claim, n)
+            )
     runner = jetstream_log.consumer(
         ConsumerSettings("ordered", (subjects.NODECLAIMS,), max_concurrency=8), handler
     )
@@ -321,7 +323,7 @@ async def test_trace_context_follows_events_across_consumers(jetstream_log: JetS
 
     async def scheduler(record: LogRecord) -> None:
         record.decode()
-        await jetstream_log.publish(subjects.nodeclaim("c1"), launched("c1"))
+        await jetstream_log.publish(subjects.nodeclaim_step("c1", "NodeClaimLaunched"), launched("c1"))
 
     seen: list[LogRecord] = []
 
@@ -345,7 +347,7 @@ async def test_trace_context_follows_events_across_consumers(jetstream_log: JetS
     assert {
         "pod-watcher emits",
         f"{subjects.node('first')} process",
-        f"{subjects.nodeclaim('c1')} process",
+        f"{subjects.nodeclaim_step('c1', 'NodeClaimLaunched')} process",
     } <= names
     assert "traceparent" in seen[0].headers
 

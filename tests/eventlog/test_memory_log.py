@@ -26,7 +26,7 @@ def launched(claim: str, n: int = 0) -> NodeClaimLaunched:
 
 async def test_dedupe_and_append_conflicts() -> None:
     log = InMemoryEventLog()
-    subject = subjects.nodeclaim("c1")
+    subject = subjects.nodeclaim_step("c1", "NodeClaimLaunched")
     first = await log.append(subject, launched("c1"), expected_last_sequence=0)
     again = await log.append(subject, launched("c1"), expected_last_sequence=0)
     assert again.duplicate and again.sequence == first.sequence
@@ -37,9 +37,9 @@ async def test_dedupe_and_append_conflicts() -> None:
 
 async def test_consumer_retries_then_dead_letters_and_goes_on() -> None:
     log = InMemoryEventLog()
-    await log.publish(subjects.nodeclaim("bad"), launched("bad"))
-    await log.publish(subjects.nodeclaim("good"), launched("good"))
-    await log.publish_raw(subjects.nodeclaim("junk"), b"junk")
+    await log.publish(subjects.nodeclaim_step("bad", "NodeClaimLaunched"), launched("bad"))
+    await log.publish(subjects.nodeclaim_step("good", "NodeClaimLaunched"), launched("good"))
+    await log.publish_raw(subjects.nodeclaim_step("junk", "NodeClaimLaunched"), b"junk")
     seen: list[str] = []
 
     async def handler(record: LogRecord) -> None:
@@ -61,8 +61,8 @@ async def test_consumer_retries_then_dead_letters_and_goes_on() -> None:
     assert seen == ["good"]
     letters = log.events(subjects.DEADLETTER_STREAM)
     assert {letter.original_subject for letter in letters if isinstance(letter, DeadLetter)} == {
-        subjects.nodeclaim("bad"),
-        subjects.nodeclaim("junk"),
+        subjects.nodeclaim_step("bad", "NodeClaimLaunched"),
+        subjects.nodeclaim_step("junk", "NodeClaimLaunched"),
     }
 
 
@@ -78,7 +78,7 @@ async def test_read_follow_sees_new_events() -> None:
 
     task = asyncio.create_task(follow())
     await asyncio.sleep(0.01)
-    await log.publish(subjects.nodeclaim("a"), launched("a"))
-    await log.publish(subjects.nodeclaim("b"), launched("b"))
+    await log.publish(subjects.nodeclaim_step("a", "NodeClaimLaunched"), launched("a"))
+    await log.publish(subjects.nodeclaim_step("b", "NodeClaimLaunched"), launched("b"))
     await asyncio.wait_for(task, 2)
     assert got == [1, 2]

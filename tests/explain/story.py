@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from proto import events as ev
-from proto import subjects
+from proto import registry, subjects
 from tenon.domain.explain import LoggedEvent
 from tenon.domain.projection import ClusterProjection
 from tenon.runtime.eventlog.factories import make_event
@@ -66,7 +66,7 @@ def subject_of(event: ev.Event) -> str:
         case ev.BatchPlanned():
             return subjects.BATCH_DECISIONS
         case ev.NodeClaimEvent():
-            return subjects.nodeclaim(event.nodeclaim)
+            return subjects.nodeclaim_step(event.nodeclaim, type(event).__name__)
         case ev.DisruptionDecision():
             return subjects.DISRUPTION_DECISIONS
         case ev.BoundPodObserved():
@@ -180,11 +180,17 @@ class Story:
         return claims, answer
 
     def claim_event(
-        self, event_type: type[ev.NodeClaimEvent], claim: str, *, at: float, producer: str, **fields: Any
+        self,
+        event_type: type[ev.NodeClaimEvent],
+        claim: str,
+        *,
+        at: float,
+        producer: str | None = None,
+        **fields: Any,
     ) -> ev.NodeClaimEvent:
         event = make_event(
             event_type,
-            producer=producer,
+            producer=producer or registry.first_writer(event_type),
             key=(claim, event_type.__name__, at),
             decided_at=self.start + timedelta(seconds=at),
             correlation_id=claim,

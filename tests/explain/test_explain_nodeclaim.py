@@ -97,7 +97,6 @@ def test_the_life_of_a_claim_with_a_fallback_launch_and_a_termination() -> None:
         ev.NodeClaimTerminated,
         name,
         at=3712.5,
-        producer="disruption",
         reason="node deleted",
         machine="c3-16-abcde",
     )
@@ -244,9 +243,7 @@ def test_a_claim_not_in_the_log_says_how_much_was_searched() -> None:
 
 def test_a_claim_whose_plan_aged_out_still_tells_what_is_left() -> None:
     story = Story()
-    story.claim_event(
-        ev.NodeClaimTerminated, "default-old", at=5, producer="disruption", reason="node deleted"
-    )
+    story.claim_event(ev.NodeClaimTerminated, "default-old", at=5, reason="node deleted")
     explanation = explain_nodeclaim("default-old", story.log)
     assert explanation.found and explanation.phase == "Terminated"
     assert "its NodeClaimPlanned is not in the log" in explanation.text()

@@ -17,6 +17,13 @@ def test_a_pod_that_got_a_new_claim_and_ended_bound_on_its_node() -> None:
     batch = story.pending([big], at=10)
     (planned,), _ = story.plan(batch, at=11)
     story.claim_event(
+        ev.NodeClaimLaunched,
+        planned.nodeclaim,
+        at=40,
+        provider_id="openstack:///m-1",
+        instance_type="c3-8",
+    )
+    story.claim_event(
         ev.NodeClaimRegistered,
         planned.nodeclaim,
         at=60,

@@ -34,6 +34,7 @@ from tenon.core.wellknown import (
 from tenon.runtime.eventlog import EventLog
 from tenon.runtime.kube import load_kube
 from tenon.services.launcher_capi.service import CapiLauncher, LauncherSettings
+from tests.support.events import append_to_claim
 
 NODECLASS = "default"
 SIZES = {"c3-4": ("2", "4Gi", "0.048"), "c3-8": ("4", "8Gi", "0.096"), "c3-16": ("8", "16Gi", "0.192")}
@@ -132,9 +133,7 @@ async def publish_nodeclasses(event_log: EventLog, *objects: dict[str, Any]) -> 
 
 
 async def append_claim_event(event_log: EventLog, event: Any) -> int:
-    subject = subjects.nodeclaim(event.nodeclaim)
-    last = await event_log.last_subject_sequence(subject)
-    return (await event_log.append(subject, event, expected_last_sequence=last)).sequence
+    return await append_to_claim(event_log, event)
 
 
 async def claim_events(event_log: EventLog, claim: str) -> list[Event]:

@@ -11,6 +11,7 @@ import yaml
 from proto import events as ev
 from tenon.domain.projection import ClusterProjection
 from tenon.services.scheduler.planner import plan_batch
+from tests.support.events import build_event
 
 DEMO = Path(__file__).parents[2] / "deploy" / "examples" / "capi-demo"
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
@@ -76,12 +77,12 @@ def test_pods_offered_again_while_their_node_boots_buy_nothing() -> None:
     assert planned(plan_batch(projection, batch("b2", pod("big-0", "3"))).events) == []  # in flight: planned
 
     projection.apply(
-        ev.NodeClaimLaunched(
-            **envelope("l"), nodeclaim=claim.nodeclaim, provider_id="p://1", instance_type="c3-8"
+        build_event(
+            ev.NodeClaimLaunched, "l", nodeclaim=claim.nodeclaim, provider_id="p://1", instance_type="c3-8"
         )
     )
     projection.apply(
-        ev.NodeClaimRegistered(**envelope("r"), nodeclaim=claim.nodeclaim, node="n1", provider_id="p://1")
+        build_event(ev.NodeClaimRegistered, "r", nodeclaim=claim.nodeclaim, node="n1", provider_id="p://1")
     )
     projection.apply(
         ev.NodeObserved(

@@ -16,13 +16,17 @@ from devtools.sandbox.testing import SandboxHandle, running_sandbox
 from proto import events as ev
 from proto import subjects
 from proto.codec import encode
+from tenon.runtime.decider import DeciderRuntime
 from tenon.runtime.eventlog.factories import make_event
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tenon.runtime.kube import EVENTS, NODECLAIMS, NODEPOOLS, NODES, Kube, load_kube
 from tenon.runtime.replay import replay
-from tenon.runtime.service import ServiceContext
 from tenon.services.scheduler.decider import SchedulerDecider
-from tenon.services.scheduler.service import SchedulerService
+from tenon.services.scheduler.service import SchedulerExecutor
+from tests.support.events import append_to_claim
+from tests.support.services import caught_up
+from tests.support.services import running as running_service
+from tests.support.waiting import until
 
 DEMO = Path(__file__).parents[2] / "deploy" / "examples" / "capi-demo"
 
@@ -104,9 +108,7 @@ async def seed(event_log: JetStreamEventLog, kube: Kube, nodepools: list[dict[st
 
 
 @pytest.fixture
-async def running(jetstream_log: JetStreamEventLog, kube: Kube) -> AsyncIterator[SchedulerService]:
-    ctx = ServiceContext("scheduler", "test", jetstream_log)
-    service = SchedulerService(ctx, kube, tick_seconds=0.2, launch_timeout=timedelta(seconds=3))
+async def running(jetstream_log: JetStreamEventLog, kube: Kube) -> AsyncIterator[DeciderRuntime[Any]]:
     nodepools = [d for d in demo_objects("nodepool.yaml") if d["kind"] == "NodePool"]
     broken = copy.deepcopy(nodepools[0])
     broken["metadata"]["name"] = "broken"
@@ -114,14 +116,13 @@ async def running(jetstream_log: JetStreamEventLog, kube: Kube) -> AsyncIterator
         {"key": "karpenter.sh/capacity-type", "operator": "Sideways"}
     ]
     await seed(jetstream_log, kube, [*nodepools, broken])
-    task = asyncio.create_task(service.run())
-    yield service
-    ctx.stopping.set()
-    await asyncio.wait_for(task, 20)
+    decider = SchedulerDecider(launch_timeout=timedelta(seconds=3))
+    async with running_service(decider, SchedulerExecutor(kube), jetstream_log) as runtime:
+        yield runtime
 
 
 async def test_a_3_vcpu_pod_gets_one_c3_8_and_a_nodeclaim_object(
-    running: SchedulerService, jetstream_log: JetStreamEventLog, kube: Kube
+    running: DeciderRuntime[Any], jetstream_log: JetStreamEventLog, kube: Kube
 ) -> None:
     batch = observed(
         ev.PendingBatch,
@@ -132,7 +133,7 @@ async def test_a_3_vcpu_pod_gets_one_c3_8_and_a_nodeclaim_object(
         window_closed_by="idle",
     )
     await jetstream_log.publish(subjects.PENDING, batch)
-    planned = await wait_for(lambda: [c.planned for c in running.projection.claims.values() if c.planned])
+    planned = await wait_for(lambda: [c.planned for c in running.state.claims.values() if c.planned])
     [claim] = planned
     assert claim.choice.instance_type == "c3-8"
     assert claim.pods == ("default/big-0",)
@@ -160,12 +161,14 @@ async def test_a_3_vcpu_pod_gets_one_c3_8_and_a_nodeclaim_object(
     await jetstream_log.publish_raw(
         subjects.PENDING, encode(batch), headers={"Nats-Msg-Id": "another-message-id"}
     )
-    await asyncio.sleep(1.0)
-    assert len([c for c in running.projection.claims.values() if c.planned]) == 1
+    redelivered = await jetstream_log.last_subject_sequence(subjects.PENDING)
+    await until(lambda: running.handled >= redelivered, what="the repeated batch handled")
+    await until(lambda: caught_up(running))
+    assert len([c for c in running.state.claims.values() if c.planned]) == 1
 
 
 async def test_invalid_nodepool_gets_a_condition_and_the_others_still_work(
-    running: SchedulerService, jetstream_log: JetStreamEventLog, kube: Kube
+    running: DeciderRuntime[Any], jetstream_log: JetStreamEventLog, kube: Kube
 ) -> None:
     async def validation() -> dict[str, Any]:
         pool = await kube.get(NODEPOOLS, "broken")
@@ -192,15 +195,15 @@ async def test_invalid_nodepool_gets_a_condition_and_the_others_still_work(
     await jetstream_log.publish(subjects.PENDING, batch)
 
     def planned() -> list[str]:
-        return sorted(c.planned.choice.instance_type for c in running.projection.claims.values() if c.planned)
+        return sorted(c.planned.choice.instance_type for c in running.state.claims.values() if c.planned)
 
-    await wait_for(lambda: len(planned()) >= 2)  # the claims of one answer are appended one after the other
-    await asyncio.sleep(0.3)
+    answered = await jetstream_log.last_subject_sequence(subjects.PENDING)
+    await until(lambda: running.handled >= answered, what="the batch answered")
     assert planned() == ["c3-16", "c3-4"]
 
 
 async def test_registration_and_initialization_sync_the_node(
-    running: SchedulerService, jetstream_log: JetStreamEventLog, kube: Kube
+    running: DeciderRuntime[Any], jetstream_log: JetStreamEventLog, kube: Kube
 ) -> None:
     await jetstream_log.publish(
         subjects.PENDING,
@@ -213,10 +216,10 @@ async def test_registration_and_initialization_sync_the_node(
             window_closed_by="idle",
         ),
     )
-    [claim] = await wait_for(lambda: [c for c in running.projection.claims.values() if c.planned])
+    [claim] = await wait_for(lambda: [c for c in running.state.claims.values() if c.planned])
     name = claim.name
-    await jetstream_log.append(
-        subjects.nodeclaim(name),
+    await append_to_claim(
+        jetstream_log,
         make_event(
             ev.NodeClaimLaunched,
             producer="launcher-capi",
@@ -225,7 +228,6 @@ async def test_registration_and_initialization_sync_the_node(
             provider_id="openstack:///abc",
             instance_type="c3-8",
         ),
-        expected_last_sequence=claim.last_sequence,
     )
     node = {
         "apiVersion": "v1",
@@ -245,7 +247,7 @@ async def test_registration_and_initialization_sync_the_node(
     await jetstream_log.publish(
         subjects.node("c3-8-abc"), observed(ev.NodeObserved, ("n", 1), change="added", node=created)
     )
-    await wait_for(lambda: running.projection.claims[name].registered)
+    await wait_for(lambda: running.state.claims[name].registered)
     patched = await kube.get(NODES, "c3-8-abc")
     assert patched["metadata"]["labels"]["karpenter.sh/nodepool"] == "default"
     assert not any(t["key"] == "karpenter.sh/unregistered" for t in patched["spec"].get("taints", []))
@@ -254,7 +256,7 @@ async def test_registration_and_initialization_sync_the_node(
     await jetstream_log.publish(
         subjects.node("c3-8-abc"), observed(ev.NodeObserved, ("n", 2), change="changed", node=patched)
     )
-    await wait_for(lambda: running.projection.claims[name].initialized)
+    await wait_for(lambda: running.state.claims[name].initialized)
 
     async def conditions() -> dict[str, str]:
         obj = await kube.get(NODECLAIMS, name)
@@ -274,7 +276,7 @@ async def test_registration_and_initialization_sync_the_node(
 
 
 async def test_a_claim_never_launched_is_abandoned_and_its_pods_planned_again(
-    running: SchedulerService, jetstream_log: JetStreamEventLog, kube: Kube
+    running: DeciderRuntime[Any], jetstream_log: JetStreamEventLog, kube: Kube
 ) -> None:
     await jetstream_log.publish(
         subjects.PENDING,
@@ -287,11 +289,11 @@ async def test_a_claim_never_launched_is_abandoned_and_its_pods_planned_again(
             window_closed_by="idle",
         ),
     )
-    [first] = await wait_for(lambda: [c for c in running.projection.claims.values() if c.planned])
-    abandoned = await wait_for(lambda: running.projection.claims[first.name].abandoned, timeout=20)
+    [first] = await wait_for(lambda: [c for c in running.state.claims.values() if c.planned])
+    abandoned = await wait_for(lambda: running.state.claims[first.name].abandoned, timeout=20)
     assert "not launched within" in abandoned.reason
     second = await wait_for(
-        lambda: [c for c in running.projection.claims.values() if c.planned and c.name != first.name]
+        lambda: [c for c in running.state.claims.values() if c.planned and c.name != first.name]
     )
     assert second[0].planned.pods == ("default/big-0",)
     deadline = asyncio.get_running_loop().time() + 5
@@ -306,26 +308,22 @@ async def test_a_restarted_scheduler_answers_what_came_while_it_was_down_and_not
     nodepools = [d for d in demo_objects("nodepool.yaml") if d["kind"] == "NodePool"]
     await seed(jetstream_log, kube, nodepools)
 
-    def start() -> tuple[ServiceContext, SchedulerService, asyncio.Task[None]]:
-        ctx = ServiceContext("scheduler", "test", jetstream_log)
-        service = SchedulerService(ctx, kube, tick_seconds=0.2)
-        return ctx, service, asyncio.create_task(service.run())
+    def start() -> Any:
+        return running_service(SchedulerDecider(), SchedulerExecutor(kube), jetstream_log)
 
-    ctx, first, task = start()
-    await jetstream_log.publish(
-        subjects.PENDING,
-        observed(
-            ev.PendingBatch,
-            ("before",),
-            batch_id="before",
-            pods=(pod("a-0", "3"),),
-            window_opened_at=datetime.now(UTC),
-            window_closed_by="idle",
-        ),
-    )
-    await wait_for(lambda: [c for c in first.projection.claims.values() if c.planned])
-    ctx.stopping.set()
-    await asyncio.wait_for(task, 20)
+    async with start() as first:
+        await jetstream_log.publish(
+            subjects.PENDING,
+            observed(
+                ev.PendingBatch,
+                ("before",),
+                batch_id="before",
+                pods=(pod("a-0", "3"),),
+                window_opened_at=datetime.now(UTC),
+                window_closed_by="idle",
+            ),
+        )
+        await wait_for(lambda: [c for c in first.state.claims.values() if c.planned])
 
     # while no scheduler runs, another batch arrives
     await jetstream_log.publish(
@@ -339,10 +337,9 @@ async def test_a_restarted_scheduler_answers_what_came_while_it_was_down_and_not
             window_closed_by="idle",
         ),
     )
-    ctx, second, task = start()
-    await wait_for(lambda: len([c for c in second.projection.claims.values() if c.planned]) == 2)
-    await asyncio.sleep(0.5)
-    ctx.stopping.set()
-    await asyncio.wait_for(task, 20)
+    async with start() as second:
+        await wait_for(lambda: len([c for c in second.state.claims.values() if c.planned]) == 2)
+        # the second batch was answered once the first answer was in the log behind it: all caught up
+        await until(lambda: caught_up(second))
     planned = await events_of(jetstream_log, ev.NodeClaimPlanned)
     assert sorted(p.batch_id for p in planned) == ["before", "while-down"]  # each answered exactly once

@@ -8,7 +8,9 @@ from datetime import datetime
 
 from proto import subjects
 from proto.events import Event
-from tenon.runtime.eventlog.records import ConsumerSettings, LogRecord, PublishResult
+from tenon.runtime.eventlog.keyvalue import KeyValue
+from tenon.runtime.eventlog.records import ConsumerSettings, LogBounds, LogRecord, PublishResult
+from tenon.runtime.eventlog.snapshots import SnapshotStore
 
 Handler = Callable[[LogRecord], Awaitable[None]]
 """Handles one delivered message. Returning means its side effects are done and the message may be acked;
@@ -56,11 +58,13 @@ class EventLog(abc.ABC):
         event: Event,
         *,
         expected_last_sequence: int,
+        aggregate: str | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> PublishResult:
-        """Store ``event`` only if the last message on ``subject`` has stream sequence
-        ``expected_last_sequence`` (0: the subject must be empty); else raise :class:`ConcurrencyConflict`.
-        A duplicate event id still returns the original sequence with ``duplicate=True``."""
+        """Store ``event`` only if the last message on ``aggregate`` (a subject filter; default ``subject``
+        itself) has stream sequence ``expected_last_sequence`` (0: none may exist); else raise
+        :class:`ConcurrencyConflict`. A duplicate event id still returns the original sequence with
+        ``duplicate=True``."""
 
     @abc.abstractmethod
     async def last_subject_sequence(self, subject: str) -> int:
@@ -80,6 +84,29 @@ class EventLog(abc.ABC):
     ) -> AsyncIterator[LogRecord]:
         """Records in log order, leaving no state behind on the server. Without ``follow`` it ends when it
         has caught up with the log as it was when reading began (or at ``stop_sequence``)."""
+
+    @abc.abstractmethod
+    def last_per_subject(self, subject_filter: str) -> AsyncIterator[LogRecord]:
+        """The newest record of every subject ``subject_filter`` matches, in log order: what a view of "the last
+        word on each object" needs, at the cost of one record per object instead of the whole history."""
+
+    @abc.abstractmethod
+    async def bounds(self, stream: str = subjects.EVENTS_STREAM) -> LogBounds:
+        """The first and last sequence the log still holds, and when the first was stored: how far back it
+        reaches (retention removes the oldest records)."""
+
+    @property
+    @abc.abstractmethod
+    def max_message_size(self) -> int:
+        """The largest message the broker accepts, in bytes."""
+
+    @abc.abstractmethod
+    async def key_value(self, bucket: str, *, ttl: float | None = None) -> KeyValue:
+        """A key-value bucket (created if missing) whose keys expire ``ttl`` seconds after their last write."""
+
+    @abc.abstractmethod
+    def snapshots(self) -> SnapshotStore:
+        """Where services keep snapshots of their state (never aged out while they are the latest)."""
 
     @abc.abstractmethod
     async def consumer_ack_floor(self, durable: str) -> int:

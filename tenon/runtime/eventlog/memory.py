@@ -19,14 +19,17 @@ from proto.codec import encode
 from proto.events import DeadLetter, Event
 from tenon.runtime.eventlog import tracing
 from tenon.runtime.eventlog.interface import ConsumerRunner, EventLog, Handler
+from tenon.runtime.eventlog.keyvalue import InMemoryKeyValue, KeyValue
 from tenon.runtime.eventlog.records import (
     ConcurrencyConflict,
     ConsumerSettings,
     EventLogError,
+    LogBounds,
     LogRecord,
     PublishResult,
 )
 from tenon.runtime.eventlog.runner import Delivery, PullConsumerRunner
+from tenon.runtime.eventlog.snapshots import InMemorySnapshotStore, SnapshotStore
 
 MSG_ID = "Nats-Msg-Id"
 
@@ -42,7 +45,10 @@ class _Stream:
 
 
 class InMemoryEventLog(EventLog):
-    def __init__(self) -> None:
+    def __init__(self, *, max_message_size: int = 8 * 1_048_576) -> None:
+        self._max_message_size = max_message_size
+        self._buckets: dict[str, InMemoryKeyValue] = {}
+        self._snapshot_store = InMemorySnapshotStore()
         self._streams = {
             subjects.EVENTS_STREAM: _Stream(subjects.EVENTS_STREAM, subjects.EVENT_SUBJECTS),
             subjects.DEADLETTER_STREAM: _Stream(subjects.DEADLETTER_STREAM, (subjects.DEADLETTERS,)),
@@ -82,10 +88,15 @@ class InMemoryEventLog(EventLog):
         event: Event,
         *,
         expected_last_sequence: int,
+        aggregate: str | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> PublishResult:
         return await self._store(
-            subject, encode(event), self._headers(event, headers), expected_last=expected_last_sequence
+            subject,
+            encode(event),
+            self._headers(event, headers),
+            expected_last=expected_last_sequence,
+            aggregate=aggregate,
         )
 
     @staticmethod
@@ -94,16 +105,26 @@ class InMemoryEventLog(EventLog):
         return tracing.inject(headers)
 
     async def _store(
-        self, subject: str, data: bytes, headers: dict[str, str], *, expected_last: int | None
+        self,
+        subject: str,
+        data: bytes,
+        headers: dict[str, str],
+        *,
+        expected_last: int | None,
+        aggregate: str | None = None,
     ) -> PublishResult:
         stream = self._stream_for(subject)
         msg_id = headers.get(MSG_ID)
         if msg_id and msg_id in stream.ids:
             return PublishResult(stream.name, stream.ids[msg_id], duplicate=True)
+        if len(data) > self.max_message_size:
+            raise EventLogError(
+                f"message on {subject} is {len(data)} bytes, over the {self.max_message_size} limit"
+            )
         if expected_last is not None:
-            actual = stream.last_by_subject.get(subject, 0)
+            actual = self._last_on(stream, aggregate or subject)
             if actual != expected_last:
-                raise ConcurrencyConflict(subject, expected_last, actual)
+                raise ConcurrencyConflict(aggregate or subject, expected_last, actual)
         sequence = len(stream.records) + 1
         stream.records.append(LogRecord(sequence, subject, data, headers, datetime.now(UTC)))
         stream.last_by_subject[subject] = sequence
@@ -113,16 +134,49 @@ class InMemoryEventLog(EventLog):
             stream.changed.notify_all()
         return PublishResult(stream.name, sequence)
 
-    async def last_subject_sequence(self, subject: str) -> int:
-        stream = self._stream_for(subject)
-        if (
-            "*" in subject or ">" in subject
-        ):  # a filter: the newest message on any subject it matches, as JetStream
+    @staticmethod
+    def _last_on(stream: _Stream, subject_filter: str) -> int:
+        """The newest sequence on any subject the filter matches (as JetStream answers a wildcard)."""
+        if "*" in subject_filter or ">" in subject_filter:
             return max(
-                (seq for name, seq in stream.last_by_subject.items() if subjects.matches(subject, name)),
+                (
+                    seq
+                    for name, seq in stream.last_by_subject.items()
+                    if subjects.matches(subject_filter, name)
+                ),
                 default=0,
             )
-        return stream.last_by_subject.get(subject, 0)
+        return stream.last_by_subject.get(subject_filter, 0)
+
+    async def last_subject_sequence(self, subject: str) -> int:
+        return self._last_on(self._stream_for(subject), subject)
+
+    async def last_per_subject(self, subject_filter: str) -> AsyncIterator[LogRecord]:  # type: ignore[override]
+        stream = self._streams[subjects.EVENTS_STREAM]
+        newest = sorted(
+            seq for name, seq in stream.last_by_subject.items() if subjects.matches(subject_filter, name)
+        )
+        for sequence in newest:
+            yield stream.records[sequence - 1]
+
+    async def bounds(self, stream: str = subjects.EVENTS_STREAM) -> LogBounds:
+        records = self._streams[stream].records
+        if not records:
+            return LogBounds(0, 0, None)
+        return LogBounds(records[0].sequence, records[-1].sequence, records[0].recorded_at)
+
+    @property
+    def max_message_size(self) -> int:
+        return self._max_message_size
+
+    async def key_value(self, bucket: str, *, ttl: float | None = None) -> KeyValue:
+        found = self._buckets.get(bucket)
+        if found is None:
+            found = self._buckets[bucket] = InMemoryKeyValue(ttl)
+        return found
+
+    def snapshots(self) -> SnapshotStore:
+        return self._snapshot_store
 
     async def read(  # type: ignore[override]
         self,

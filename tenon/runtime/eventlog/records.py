@@ -45,6 +45,19 @@ class PublishResult:
 
 
 @dataclass(frozen=True)
+class LogBounds:
+    """What a stream still holds: ``first_sequence`` to ``last_sequence`` (0 and 0 when empty)."""
+
+    first_sequence: int
+    last_sequence: int
+    first_time: datetime | None
+
+    def reaches_back_to(self, moment: datetime) -> bool:
+        """Whether everything stored since ``moment`` is still held (nothing after it was removed)."""
+        return self.first_sequence <= 1 or (self.first_time is not None and self.first_time <= moment)
+
+
+@dataclass(frozen=True)
 class LogRecord:
     """One stored message: the raw bytes, where it sits, and the event if it decodes."""
 

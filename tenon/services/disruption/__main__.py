@@ -1,17 +1,11 @@
-"""``python -m tenon.services.disruption [--kubeconfig PATH]``: run the disruption service (env: TENON_KUBECONFIG,
-TENON_DISRUPTION_TICK_SECONDS, TENON_NATS_*)."""
+"""``python -m tenon.services.disruption`` (= ``tenon run disruption``); ``--help`` lists every setting."""
 
 from __future__ import annotations
 
 import sys
 
-from tenon.runtime.service import workload_service_main
-from tenon.services.disruption.service import work
-
-
-def main(argv: list[str] | None = None) -> int:
-    return workload_service_main("disruption", work, __doc__ or "", argv)
-
+from tenon.runtime.service import main
+from tenon.services.disruption.service import SERVICE
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(SERVICE))

@@ -26,7 +26,8 @@ from datetime import datetime, timedelta
 from proto import events as ev
 from proto.ids import derive_id
 from tenon.core.wellknown import DO_NOT_DISRUPT, NODEPOOL
-from tenon.domain.projection import ClaimState, ClusterProjection, KubeObject
+from tenon.domain.nodeclaim import NodeClaim
+from tenon.domain.projection import ClusterProjection, KubeObject
 from tenon.services.disruption.budgets import BudgetError, allowance, parse_duration
 
 PRODUCER = "disruption"
@@ -37,7 +38,7 @@ NOMINATION_TTL = timedelta(seconds=60)
 
 @dataclass(frozen=True)
 class Candidate:
-    claim: ClaimState
+    claim: NodeClaim
     node: KubeObject
     nodepool: str
     empty_since: datetime
@@ -91,10 +92,10 @@ def pool_counts(projection: ClusterProjection, pool: str) -> tuple[int, int]:
 
 def empty_nodes(
     projection: ClusterProjection, now: datetime
-) -> tuple[list[Candidate], list[tuple[ClaimState, str, str]]]:
+) -> tuple[list[Candidate], list[tuple[NodeClaim, str, str]]]:
     """(empty candidates long enough, [(claim, node, what blocks it)] for empty nodes that cannot go)."""
     candidates: list[Candidate] = []
-    blocked: list[tuple[ClaimState, str, str]] = []
+    blocked: list[tuple[NodeClaim, str, str]] = []
     for claim in projection.claims.values():
         if claim.phase != "Initialized" or claim.registered is None or claim.planned is None:
             continue

@@ -1,102 +1,129 @@
-"""The disruption service: decides which nodes go (emptiness, for now) and terminates them.
+"""The disruption service: its decider (:mod:`.decider`), its executor (below) and its settings.
 
-As leader of the ``disruption`` group it rebuilds the cluster projection from the log, then follows the log with
-the durable consumer ``disruption`` (sequential, like the scheduler: decisions see the log in order). Then:
+The runtime follows the log and ticks; the decider chooses which claims to disrupt. The executor does the rest:
 
-* every ``tick_seconds`` it asks :mod:`.emptiness` what to do now; a ``DisruptionDecision`` is published (once
-  per distinct content) and each chosen claim gets ``DisruptionRequested`` on its subject;
 * every claim with ``DisruptionRequested`` and no ``NodeClaimTerminated`` has a termination task
-  (:mod:`.termination`); after a restart the rebuilt projection shows which were under way, and they resume;
-* a user's ``kubectl delete nodeclaim`` (a deletion timestamp held by tenon's finalizer) or ``kubectl delete
-  node`` becomes ``DisruptionRequested`` with method ``delete``, so it takes the same graceful path.
+  (:mod:`.termination`: taint, drain through the Eviction API, ``NodeClaimDrained``, delete the Node); after a
+  restart the rebuilt state shows which were under way, and they resume;
+* a user's ``kubectl delete nodeclaim`` (a deletion timestamp held by tenon's finalizer) is watched here, since it
+  is not in the log, and submitted as ``DisruptionRequested`` with method ``delete``;
+* nodes left with the disrupted taint by a termination that will not finish are untainted at start.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from proto import events as ev
-from proto import subjects
-from proto.ids import derive_id
+from proto import registry
 from tenon.domain.projection import ClusterProjection
-from tenon.runtime.eventlog import ConcurrencyConflict, ConsumerSettings, LogRecord
+from tenon.runtime.decider import BaseExecutor, Decider, DeciderRuntime, Executor
 from tenon.runtime.kube import NODECLAIMS, Kube, Relisted, WatchChange, list_and_watch
 from tenon.runtime.kube.client import load_kube
 from tenon.runtime.kube.events import post_event
-from tenon.runtime.rebuild import rebuild_projection
-from tenon.runtime.service import ServiceContext
-from tenon.services.disruption import emptiness
+from tenon.runtime.service import CommonSettings, ServiceContext, ServiceDefinition, decider_work
+from tenon.runtime.settings import setting
+from tenon.services.disruption.decider import DisruptionDecider, request
 from tenon.services.disruption.termination import Terminator, remove_stale_taints
 
 log = logging.getLogger("tenon.disruption")
 
 
-class DisruptionService:
-    def __init__(self, ctx: ServiceContext, kube: Kube, *, tick_seconds: float = 1.0) -> None:
-        self.ctx = ctx
-        self.log = ctx.event_log
+@dataclass(frozen=True)
+class DisruptionSettings(CommonSettings):
+    kubeconfig: str | None = setting(
+        "TENON_KUBECONFIG", None, "the workload cluster's kubeconfig (default: in-cluster)", kind="path"
+    )
+    tick: float = setting(
+        "TENON_DISRUPTION_TICK",
+        1.0,
+        "how often the disruption methods look for candidates",
+        kind="duration",
+        minimum=0.05,
+    )
+
+
+def make_decider(settings: DisruptionSettings) -> DisruptionDecider:
+    return DisruptionDecider()
+
+
+class DisruptionExecutor(BaseExecutor):
+    def __init__(self, kube: Kube, *, poll_seconds: float = 0.2, max_backoff: float = 5.0) -> None:
         self.kube = kube
-        self.tick_seconds = tick_seconds
-        self.projection = ClusterProjection()
-        self.terminator = Terminator(kube, ctx.event_log, self.projection)
+        self.runtime: DeciderRuntime[ClusterProjection] | None = None
+        self.terminator: Terminator | None = None
+        self.poll_seconds = poll_seconds
+        self.max_backoff = max_backoff
         self.terminations: dict[str, asyncio.Task[None]] = {}
-        self._published: set[str] = set()
-        self._prefolded: set[str] = set()
+        self._watch: asyncio.Task[None] | None = None
 
-    async def rebuild(self) -> None:
-        self._prefolded = await rebuild_projection(
-            self.log, self.projection, durable="disruption", producer="disruption"
+    @property
+    def state(self) -> ClusterProjection:
+        assert self.runtime is not None, "the executor is used before the runtime started it"
+        return self.runtime.state
+
+    async def start(self, runtime: DeciderRuntime[Any]) -> None:
+        self.runtime = runtime
+        self.terminator = Terminator(
+            self.kube,
+            runtime.event_log,
+            lambda: self.state,
+            poll_seconds=self.poll_seconds,
+            max_backoff=self.max_backoff,
         )
-
-    async def run(self) -> None:
-        await self.rebuild()
-        cleaned = await remove_stale_taints(self.kube, self.projection)
+        cleaned = await remove_stale_taints(self.kube, self.state)
         if cleaned:
             log.info("removed stale disrupted taints", extra={"nodes": cleaned})
-        for name, claim in self.projection.claims.items():
+        for name, claim in self.state.claims.items():
             if claim.disruption is not None and claim.terminated is None:
                 self._ensure_termination(name)
-        runner = self.log.consumer(
-            ConsumerSettings("disruption", (subjects.ALL_EVENTS,), max_concurrency=1, max_deliver=8),
-            self.handle,
-        )
-        await runner.start()
-        tasks = [asyncio.create_task(self._tick_forever()), asyncio.create_task(self._watch_user_deletes())]
-        try:
-            await self.ctx.stopping.wait()
-        finally:
-            for task in tasks + list(self.terminations.values()):
-                task.cancel()
-            await asyncio.gather(*tasks, *self.terminations.values(), return_exceptions=True)
-            await runner.stop()
+        self._watch = asyncio.create_task(self._watch_user_deletes(), name="disruption:user-deletes")
 
-    async def handle(self, record: LogRecord) -> None:
-        if record.sequence <= self.projection.sequence:
-            return  # handled before the rebuild: folded then
-        event = record.decode()
-        if event.id in self._prefolded:
-            self._prefolded.discard(event.id)  # our own, folded at the rebuild
-        else:
-            self.projection.apply(event, record.sequence)
+    async def stop(self) -> None:
+        tasks = [t for t in (self._watch, *self.terminations.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def recorded(self, decision: ev.Event, cause: ev.Event | None) -> None:
+        if isinstance(decision, ev.DisruptionDecision):
+            log.info(
+                "disruption decision",
+                extra={
+                    "method": decision.method,
+                    "candidates": [c.nodeclaim for c in decision.candidates],
+                    "blocked": {b.nodeclaim: b.blocked_by for b in decision.blocked},
+                    "budget": decision.budget,
+                },
+            )
+        if isinstance(decision, ev.DisruptionRequested):
+            self._ensure_termination(decision.nodeclaim)
+            obj = await self.kube.get_or_none(NODECLAIMS, decision.nodeclaim)
+            if obj is not None:
+                suffix = f" (decision {decision.decision_id})" if decision.decision_id else ""
+                message = f"{decision.method}: {decision.reason}{suffix}"
+                await post_event(self.kube, obj, reason="DisruptionRequested", message=message)
+
+    async def observed(self, event: ev.Event) -> None:
         if isinstance(event, ev.DisruptionRequested):
             self._ensure_termination(event.nodeclaim)
-        elif isinstance(event, ev.NodeObserved):
-            await self._node_deleted_by_user(event)
 
     def _ensure_termination(self, name: str) -> None:
         task = self.terminations.get(name)
         if task is not None and not task.done():
             return
-        claim = self.projection.claims.get(name)
-        if claim is None or claim.terminated is not None:
+        claim = self.state.claims.get(name)
+        if claim is None or claim.terminated is not None or claim.disruption is None:
             return
         self.terminations[name] = asyncio.create_task(self._terminate(name), name=f"terminate:{name}")
 
     async def _terminate(self, name: str) -> None:
+        assert self.terminator is not None
         delay = 0.5
         while True:
             try:
@@ -109,100 +136,49 @@ class DisruptionService:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
 
-    async def _request(
-        self, name: str, method: str, reason: str, decision_id: str | None = None, node: str | None = None
-    ) -> bool:
-        claim = self.projection.claims.get(name)
-        if claim is None or claim.disruption is not None or claim.terminated is not None:
-            return False
-        event = ev.DisruptionRequested(
-            id=derive_id("disruption", "DisruptionRequested", name),
-            decided_at=datetime.now(UTC),
-            producer="disruption",
-            causation_id=decision_id,
-            correlation_id=name,
-            nodeclaim=name,
-            method=method,
-            reason=reason,
-            node=node or (claim.registered.node if claim.registered else None),
-            decision_id=decision_id,
-        )
-        try:
-            await self.log.append(subjects.nodeclaim(name), event, expected_last_sequence=claim.last_sequence)
-        except ConcurrencyConflict:
-            return False  # the claim moved on; the next tick decides again with fresh state
-        claim.disruption = event  # the consumer folds the same event again later (idempotent)
-        self._ensure_termination(name)
-        obj = await self.kube.get_or_none(NODECLAIMS, name)
-        if obj is not None:
-            await post_event(
-                self.kube,
-                obj,
-                reason="DisruptionRequested",
-                message=f"{method}: {reason}" + (f" (decision {decision_id})" if decision_id else ""),
-            )
-        return True
-
-    async def _tick_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self.tick_seconds)
-            try:
-                await self.tick()
-            except Exception as exc:
-                log.warning("disruption tick failed", extra={"error": str(exc)})
-
-    async def tick(self, now: datetime | None = None) -> None:
-        for event in emptiness.decide(self.projection, now or datetime.now(UTC)):
-            if isinstance(event, ev.DisruptionDecision):
-                if event.id in self._published:
-                    continue
-                await self.log.publish(subjects.DISRUPTION_DECISIONS, event)
-                self._published.add(event.id)
-                log.info(
-                    "disruption decision",
-                    extra={
-                        "method": event.method,
-                        "candidates": [c.nodeclaim for c in event.candidates],
-                        "blocked": {b.nodeclaim: b.blocked_by for b in event.blocked},
-                        "budget": event.budget,
-                    },
-                )
-            elif isinstance(event, ev.DisruptionRequested):
-                await self._request(
-                    event.nodeclaim, event.method, event.reason, event.decision_id, event.node
-                )
-
-    async def _node_deleted_by_user(self, event: ev.NodeObserved) -> None:
-        meta = event.node.get("metadata") or {}
-        if event.change == "removed" or not meta.get("deletionTimestamp"):
-            return
-        for name, claim in self.projection.claims.items():
-            if claim.registered and claim.registered.node == meta.get("name"):
-                if await self._request(name, "delete", f"Node {meta.get('name')} deleted by a user"):
-                    log.info("node deleted by a user: terminating its claim", extra={"nodeclaim": name})
-
     async def _watch_user_deletes(self) -> None:
         async for change in list_and_watch(self.kube, NODECLAIMS):
-            objects = change.items if isinstance(change, Relisted) else [change.object]
             if isinstance(change, WatchChange) and change.type == "DELETED":
                 continue
+            objects = change.items if isinstance(change, Relisted) else [change.object]
             for obj in objects:
-                meta = obj.get("metadata") or {}
-                if meta.get("deletionTimestamp") and meta.get("name") in self.projection.claims:
-                    with contextlib.suppress(Exception):
-                        if await self._request(meta["name"], "delete", "NodeClaim deleted by a user"):
-                            log.info(
-                                "NodeClaim deleted by a user: terminating it",
-                                extra={"nodeclaim": meta["name"]},
-                            )
+                await self._nodeclaim_deleted(obj)
 
-
-async def work(ctx: ServiceContext, kubeconfig: str | None = None) -> None:
-    kube = await load_kube(kubeconfig or os.environ.get("TENON_KUBECONFIG"))
-    try:
-        service = DisruptionService(
-            ctx, kube, tick_seconds=float(os.environ.get("TENON_DISRUPTION_TICK_SECONDS", 1.0))
+    async def _nodeclaim_deleted(self, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        claim = self.state.claims.get(str(meta.get("name")))
+        if not meta.get("deletionTimestamp") or claim is None or claim.disruption is not None or claim.ended:
+            return
+        assert self.runtime is not None
+        decision = request(
+            claim.name,
+            method="delete",
+            reason="NodeClaim deleted by a user",
+            at=datetime.now(UTC),
+            node=claim.node_name,
         )
-        await service.run()
-    finally:
-        await kube.close()
+        try:
+            await self.runtime.submit([decision])
+        except Exception as exc:  # the watch goes on; the next event on this NodeClaim tries again
+            log.warning(
+                "could not request the termination of a deleted NodeClaim",
+                extra={"nodeclaim": claim.name, "error": str(exc)},
+            )
+            return
+        log.info("NodeClaim deleted by a user: terminating it", extra={"nodeclaim": claim.name})
+
+
+async def make_executor(
+    ctx: ServiceContext, settings: DisruptionSettings, decider: Decider[Any]
+) -> tuple[Executor, Callable[[], Awaitable[None]]]:
+    kube = await load_kube(settings.kubeconfig)
+    return DisruptionExecutor(kube), kube.close
+
+
+SERVICE = ServiceDefinition(
+    name=registry.DISRUPTION,
+    description="Remove empty nodes within budgets; drain every node that goes, PodDisruptionBudgets holding.",
+    settings=DisruptionSettings,
+    work=decider_work(make_decider, make_executor, lambda s: s.tick),
+    decider=make_decider,
+)

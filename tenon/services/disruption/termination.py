@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from proto import events as ev
-from proto import subjects
 from proto.ids import derive_id
 from tenon.core.wellknown import DISRUPTED_TAINT, TERMINATION_FINALIZER
-from tenon.domain.projection import ClaimState, ClusterProjection, KubeObject
-from tenon.runtime.eventlog import ConcurrencyConflict, EventLog
+from tenon.domain.nodeclaim import NodeClaim
+from tenon.domain.projection import ClusterProjection, KubeObject
+from tenon.runtime import claims
+from tenon.runtime.eventlog import EventLog
 from tenon.runtime.kube import NODES, PODS, Kube, KubeApiError
 from tenon.services.disruption.budgets import BudgetError, parse_duration
 
@@ -72,7 +74,7 @@ def pods_to_drain(pods: list[KubeObject]) -> list[KubeObject]:
     return [p for p in remaining if drain_tier(p) == first]
 
 
-def grace_period(projection: ClusterProjection, claim: ClaimState) -> timedelta | None:
+def grace_period(projection: ClusterProjection, claim: NodeClaim) -> timedelta | None:
     if claim.planned is None:
         return None
     nodepool = projection.nodepools.get(claim.planned.nodepool) or {}
@@ -92,16 +94,22 @@ class Terminator:
         self,
         kube: Kube,
         event_log: EventLog,
-        projection: ClusterProjection,
+        state: Callable[[], ClusterProjection],
         *,
         poll_seconds: float = 0.2,
         max_backoff: float = 5.0,
     ) -> None:
         self.kube = kube
         self.log = event_log
-        self.projection = projection
+        self._state = state
         self.poll_seconds = poll_seconds
         self.max_backoff = max_backoff
+        self.evictions_refused = 0
+        """Evictions a PodDisruptionBudget refused (429) so far: the drain is waiting on a budget."""
+
+    @property
+    def projection(self) -> ClusterProjection:
+        return self._state()
 
     async def terminate(self, name: str) -> None:
         claim = self.projection.claims[name]
@@ -117,7 +125,7 @@ class Terminator:
             await self._delete_node(node_name)
         log.info("node terminated", extra={"nodeclaim": name, "node": node_name, "evicted": len(evicted)})
 
-    async def _drain(self, claim: ClaimState, node_name: str) -> tuple[list[str], bool]:
+    async def _drain(self, claim: NodeClaim, node_name: str) -> tuple[list[str], bool]:
         assert claim.disruption is not None
         await self._taint(node_name)
         grace = grace_period(self.projection, claim)
@@ -157,6 +165,7 @@ class Terminator:
                 except KubeApiError as exc:
                     if exc.status == 429:
                         refused += 1
+                        self.evictions_refused += 1
                         log.info(
                             "eviction refused by a PodDisruptionBudget, will retry",
                             extra={"pod": key, "node": node_name, "error": exc.message},
@@ -190,7 +199,7 @@ class Terminator:
         raise RuntimeError(f"could not taint node {node_name}: it keeps changing")
 
     async def _append_drained(
-        self, claim: ClaimState, node_name: str | None, evicted: list[str], expired: bool
+        self, claim: NodeClaim, node_name: str | None, evicted: list[str], expired: bool
     ) -> None:
         event = ev.NodeClaimDrained(
             id=derive_id(PRODUCER, "NodeClaimDrained", claim.name),
@@ -203,18 +212,7 @@ class Terminator:
             evicted=tuple(evicted),
             grace_period_expired=expired,
         )
-        for _ in range(50):
-            if claim.drained is not None:
-                return
-            try:
-                await self.log.append(
-                    subjects.nodeclaim(claim.name), event, expected_last_sequence=claim.last_sequence
-                )
-                claim.drained = event
-                return
-            except ConcurrencyConflict:
-                await asyncio.sleep(0.1)  # our projection has not seen the claim's latest event yet
-        raise RuntimeError(f"could not record the drain of {claim.name}: its subject keeps changing")
+        await claims.record(self.log, claim, lambda current: None if current.drained is not None else event)
 
     async def _delete_node(self, node_name: str) -> None:
         try:

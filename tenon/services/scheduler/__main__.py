@@ -1,17 +1,11 @@
-"""``python -m tenon.services.scheduler [--kubeconfig PATH]``: run the scheduler (env: TENON_KUBECONFIG, TENON_NATS_*,
-TENON_LAUNCH_TIMEOUT_SECONDS, TENON_REGISTRATION_TIMEOUT_SECONDS, TENON_TICK_SECONDS)."""
+"""``python -m tenon.services.scheduler`` (= ``tenon run scheduler``); ``--help`` lists every setting."""
 
 from __future__ import annotations
 
 import sys
 
-from tenon.runtime.service import workload_service_main
-from tenon.services.scheduler.service import work
-
-
-def main(argv: list[str] | None = None) -> int:
-    return workload_service_main("scheduler", work, __doc__ or "", argv)
-
+from tenon.runtime.service import main
+from tenon.services.scheduler.service import SERVICE
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(SERVICE))

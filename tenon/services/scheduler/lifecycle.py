@@ -27,7 +27,8 @@ from typing import Any
 from proto import events as ev
 from proto.ids import derive_id
 from tenon.core.wellknown import REGISTERED, TERMINATION_FINALIZER, UNREGISTERED_TAINT
-from tenon.domain.projection import ClaimState, ClusterProjection, KubeObject
+from tenon.domain.nodeclaim import NodeClaim
+from tenon.domain.projection import ClusterProjection, KubeObject
 
 PRODUCER = "scheduler"
 LAUNCH_TIMEOUT = timedelta(minutes=5)
@@ -45,7 +46,7 @@ def _taint_keys(node: KubeObject) -> set[tuple[str, str]]:
     return {(t.get("key", ""), t.get("effect", "")) for t in (node.get("spec") or {}).get("taints") or []}
 
 
-def is_initialized(claim: ClaimState, node: KubeObject) -> bool:
+def is_initialized(claim: NodeClaim, node: KubeObject) -> bool:
     if not _ready(node):
         return False
     keys = {key for key, _ in _taint_keys(node)}
@@ -55,7 +56,7 @@ def is_initialized(claim: ClaimState, node: KubeObject) -> bool:
     return not (startup & keys)
 
 
-def registration_patch(claim: ClaimState, node: KubeObject) -> dict[str, Any] | None:
+def registration_patch(claim: NodeClaim, node: KubeObject) -> dict[str, Any] | None:
     """The merge patch that makes a joining Node belong to its claim, or None if it already does."""
     if claim.planned is None:
         return None
@@ -87,7 +88,7 @@ def _event_time(event: ev.Event) -> datetime:
     return event.decided_at
 
 
-def affected_claims(projection: ClusterProjection, event: ev.Event) -> list[ClaimState]:
+def affected_claims(projection: ClusterProjection, event: ev.Event) -> list[NodeClaim]:
     """The claims whose lifecycle ``event`` may move: its own claim, or the claims of a Node it observed."""
     if isinstance(event, ev.NodeClaimEvent):
         claim = projection.claims.get(event.nodeclaim)
@@ -104,7 +105,7 @@ def affected_claims(projection: ClusterProjection, event: ev.Event) -> list[Clai
     return []
 
 
-def due(projection: ClusterProjection, claim: ClaimState, cause: ev.Event) -> list[ev.Event]:
+def due(projection: ClusterProjection, claim: NodeClaim, cause: ev.Event) -> list[ev.Event]:
     """What is true of ``claim`` now and not yet recorded (level-triggered: deciding twice decides the same)."""
     if claim.phase == "Failed" and claim.abandoned is None and claim.launch_failures:
         return [
@@ -138,7 +139,7 @@ def decide(projection: ClusterProjection, event: ev.Event) -> list[ev.Event]:
     return decisions
 
 
-def _registered(claim: ClaimState, node: KubeObject, cause: ev.Event) -> ev.NodeClaimRegistered:
+def _registered(claim: NodeClaim, node: KubeObject, cause: ev.Event) -> ev.NodeClaimRegistered:
     return ev.NodeClaimRegistered(
         id=derive_id(PRODUCER, "NodeClaimRegistered", claim.name),
         decided_at=_event_time(cause),
@@ -151,7 +152,7 @@ def _registered(claim: ClaimState, node: KubeObject, cause: ev.Event) -> ev.Node
     )
 
 
-def _initialized(claim: ClaimState, node: str, cause: ev.Event) -> ev.NodeClaimInitialized:
+def _initialized(claim: NodeClaim, node: str, cause: ev.Event) -> ev.NodeClaimInitialized:
     return ev.NodeClaimInitialized(
         id=derive_id(PRODUCER, "NodeClaimInitialized", claim.name),
         decided_at=_event_time(cause),
@@ -163,9 +164,7 @@ def _initialized(claim: ClaimState, node: str, cause: ev.Event) -> ev.NodeClaimI
     )
 
 
-def _abandoned(
-    claim: ClaimState, reason: str, cause: ev.Event | None, now: datetime
-) -> ev.NodeClaimAbandoned:
+def _abandoned(claim: NodeClaim, reason: str, cause: ev.Event | None, now: datetime) -> ev.NodeClaimAbandoned:
     return ev.NodeClaimAbandoned(
         id=derive_id(PRODUCER, "NodeClaimAbandoned", claim.name),
         decided_at=now,

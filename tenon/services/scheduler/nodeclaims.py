@@ -8,7 +8,8 @@ from datetime import datetime
 from typing import Any
 
 from tenon.core.wellknown import BATCH, INSTANCE_TYPE, NOMINATED_PODS, PRICE_PER_HOUR, TERMINATION_FINALIZER
-from tenon.domain.projection import ClaimState, ClusterProjection
+from tenon.domain.nodeclaim import NodeClaim
+from tenon.domain.projection import ClusterProjection
 
 CONDITIONS = ("Launched", "Registered", "Initialized", "Ready")
 
@@ -17,7 +18,7 @@ def _iso(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _node_class_ref(projection: ClusterProjection, claim: ClaimState) -> dict[str, Any]:
+def _node_class_ref(projection: ClusterProjection, claim: NodeClaim) -> dict[str, Any]:
     assert claim.planned is not None
     nodepool = projection.nodepools.get(claim.planned.nodepool) or {}
     ref = ((((nodepool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef")) or {}
@@ -28,7 +29,7 @@ def _node_class_ref(projection: ClusterProjection, claim: ClaimState) -> dict[st
     }
 
 
-def nodeclaim_spec(projection: ClusterProjection, claim: ClaimState) -> dict[str, Any]:
+def nodeclaim_spec(projection: ClusterProjection, claim: NodeClaim) -> dict[str, Any]:
     """metadata + spec of the NodeClaim, as created when the claim is planned."""
     planned = claim.planned
     assert planned is not None
@@ -59,7 +60,7 @@ def nodeclaim_spec(projection: ClusterProjection, claim: ClaimState) -> dict[str
     }
 
 
-def nodeclaim_status(projection: ClusterProjection, claim: ClaimState) -> dict[str, Any]:
+def nodeclaim_status(projection: ClusterProjection, claim: NodeClaim) -> dict[str, Any]:
     """The status subresource for the claim's current state."""
     assert claim.planned is not None
     status: dict[str, Any] = {}

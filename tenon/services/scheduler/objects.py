@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from proto import events as ev
@@ -26,15 +27,20 @@ ENDED = ("Abandoned", "Terminated", "Failed")
 
 
 class NodeClaimObjects:
-    def __init__(self, kube: Kube, projection: ClusterProjection, *, workers: int = 8) -> None:
+    def __init__(self, kube: Kube, state: Callable[[], ClusterProjection], *, workers: int = 8) -> None:
         self.kube = kube
-        self.projection = projection
+        self._state = state
         self.workers = workers
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._dirty: set[str] = set()
         self._busy: set[str] = set()
         self._causes: dict[str, ev.Event] = {}
         self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def projection(self) -> ClusterProjection:
+        """The scheduler's state as it is now (the runtime replaces it when it rebuilds)."""
+        return self._state()
 
     async def start(self) -> None:
         self._tasks = [

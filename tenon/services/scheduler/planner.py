@@ -110,7 +110,7 @@ def _booting_claims_by_provider_id(projection: ClusterProjection) -> dict[str | 
     """providerID -> the startup taint keys of its claim, for live claims not yet Initialized."""
     booting: dict[str | None, frozenset[str]] = {}
     for claim in projection.claims.values():
-        if claim.live and claim.launched and not claim.initialized and claim.planned:
+        if claim.accepts_pods and claim.launched and not claim.initialized and claim.planned:
             booting[claim.launched.provider_id] = frozenset(
                 str(t.get("key")) for t in claim.planned.startup_taints
             )
@@ -178,7 +178,7 @@ def cluster_documents(
     }
     offered = {object_key(pod) for pod in pods}
     for name, claim in sorted(projection.claims.items()):
-        if not claim.live or claim.planned is None:
+        if not claim.accepts_pods or claim.planned is None:
             continue
         node_name = claim.registered.node if claim.registered else None
         if node_name is None and claim.launched:

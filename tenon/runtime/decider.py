@@ -1,0 +1,455 @@
+"""The decider runtime: rebuild -> follow -> decide(state, input) -> execute, the same for every service.
+
+A service that decides from the log is three things (see :mod:`tenon.services`):
+
+* a **decider** (:class:`Decider`): pure. ``evolve`` folds an event into the state, ``decide`` answers an input
+  with decisions (events), ``tick`` decides what time alone makes true (a timeout, a node empty long enough).
+  ``tenon replay`` runs exactly this, offline.
+* an **executor** (:class:`Executor`): the I/O a decision needs around its recording (patch a Node before
+  ``Registered`` is recorded, create the NodeClaim object after ``Planned`` is), and any background work.
+* a **settings** object (:mod:`tenon.runtime.settings`).
+
+:class:`DeciderRuntime` does everything else, the same way for every service:
+
+1. **Rebuild** the state: the latest snapshot (:mod:`.eventlog.snapshots`) if its format is the decider's,
+   then the log's tail after it. Records up to the durable consumer's ack floor were handled before and are
+   folded; later records are left for the consumer (folded and *decided* when it delivers them), except the
+   service's own decisions, folded at once as the live service did when it made them. Rebuild cost is the tail
+   since the last snapshot, not the log's history.
+2. **Follow** the decider's inputs with a durable consumer, one record at a time (a decision must see every
+   record before its input): fold, decide, carry out and record each decision, fold the decision at once (the
+   next input must see it), then ack. A record the aggregate refuses (an impossible story) is dead-lettered with
+   the reason, never acted on. A decision on a claim that moved on meanwhile is deferred: decisions are
+   level-triggered, so it is decided again when the conflicting event is folded.
+3. **Tick** every ``tick_seconds``: ``decider.tick(state, now)``; its decisions carry ``basis`` (the last
+   sequence the state covered) so a replay decides them from the same state.
+4. **Snapshot** the state every ``snapshot_every`` handled records or ``snapshot_interval`` seconds, in the
+   background (the state is encoded synchronously, so it is consistent).
+
+Executors with inputs from outside the log (a user's ``kubectl delete nodeclaim``) call :meth:`submit`; such
+decisions carry neither causation nor basis, and a replay reports them as external.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Generic, Protocol, TypeVar
+
+import msgspec
+
+from proto import events as ev
+from proto import registry, subjects
+from tenon.domain.nodeclaim import ClaimBook, ImpossibleStory
+from tenon.runtime.claims import append_claim_event
+from tenon.runtime.eventlog import (
+    ConcurrencyConflict,
+    ConsumerSettings,
+    EventLog,
+    LogRecord,
+    PermanentError,
+    PublishResult,
+)
+
+log = logging.getLogger("tenon.runtime")
+
+S = TypeVar("S")
+
+
+class Decider(Protocol[S]):
+    name: str
+    """The service; also the ``producer`` of its decisions and the name of its durable consumer."""
+    inputs: tuple[str, ...]
+    """Subject filters it follows."""
+    state_format: str
+    """Names the snapshot encoding of the state, with a version (``scheduler/3``): a snapshot of any other
+    format is ignored and the state rebuilt from the log."""
+
+    def initial_state(self) -> S: ...
+
+    def evolve(self, state: S, event: ev.Event, sequence: int) -> S:
+        """Fold ``event`` (stored at ``sequence``). May raise :class:`ImpossibleStory`."""
+        ...
+
+    def decide(self, state: S, event: ev.Event) -> Sequence[ev.Event]:
+        """Decisions answering ``event``, with ``event`` already folded into ``state``."""
+        ...
+
+    def tick(self, state: S, now: datetime) -> Sequence[ev.Event]:
+        """Decisions that time alone makes true at ``now`` (empty for a decider with none)."""
+        ...
+
+    def claims(self, state: S) -> ClaimBook:
+        """The state's NodeClaims (what an append on a claim expects comes from here)."""
+        ...
+
+    def encode(self, state: S) -> bytes: ...
+
+    def decode(self, data: bytes) -> S: ...
+
+
+class Executor(Protocol):
+    async def start(self, runtime: DeciderRuntime[Any]) -> None:
+        """Begin background work (object writers, watches); called after the rebuild."""
+
+    async def stop(self) -> None: ...
+
+    async def prepare(self, decision: ev.Event) -> bool:
+        """Side effects that must precede recording ``decision``; False drops it (it is decided again later)."""
+        ...
+
+    async def recorded(self, decision: ev.Event, cause: ev.Event | None) -> None:
+        """Side effects that follow recording (never on the decision path's critical section for long)."""
+
+    async def observed(self, event: ev.Event) -> None:
+        """After an input was folded and decided (e.g. keep an object in step with the state)."""
+
+    async def ticked(self, now: datetime) -> None:
+        """After a tick's decisions were recorded."""
+
+
+class BaseExecutor:
+    """An executor that does nothing; subclass and override what the service needs."""
+
+    async def start(self, runtime: DeciderRuntime[Any]) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    async def prepare(self, decision: ev.Event) -> bool:
+        return True
+
+    async def recorded(self, decision: ev.Event, cause: ev.Event | None) -> None:
+        return None
+
+    async def observed(self, event: ev.Event) -> None:
+        return None
+
+    async def ticked(self, now: datetime) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    tick_seconds: float = 2.0
+    snapshot_every: int = 1000
+    snapshot_interval: float = 60.0
+    max_deliver: int = 8
+
+
+class _SnapshotEnvelope(msgspec.Struct, frozen=True):
+    handled: int
+    prefolded: list[str]
+    state: bytes
+
+
+_RECENT_DECISIONS = 20_000
+
+
+class DeciderRuntime(Generic[S]):
+    def __init__(
+        self,
+        decider: Decider[S],
+        executor: Executor,
+        event_log: EventLog,
+        settings: RuntimeSettings | None = None,
+    ) -> None:
+        self.decider = decider
+        self.executor = executor
+        self.event_log = event_log
+        self.settings = settings or RuntimeSettings()
+        self.state: S = decider.initial_state()
+        self.handled = 0
+        """Every input at or below this sequence has been folded and decided."""
+        self.folded = 0
+        """The highest input sequence folded (a redelivered input is decided again, not folded again)."""
+        self.prefolded: set[str] = set()
+        """Ids of own decisions folded when they were made, whose records the consumer has yet to deliver."""
+        self.lock = asyncio.Lock()
+        self.refused = 0
+        """Records refused as impossible stories (dead-lettered)."""
+        self._recent: OrderedDict[str, None] = OrderedDict()
+        self._snapshot_handled = 0
+        self._snapshot_at = time.monotonic()
+        self._snapshot_task: asyncio.Task[None] | None = None
+        self.rebuilt = asyncio.Event()
+
+    @property
+    def name(self) -> str:
+        return self.decider.name
+
+    # --- 1. rebuild ---------------------------------------------------------------------------------------------
+
+    async def rebuild(self) -> None:
+        started = time.perf_counter()
+        source = await self._load_snapshot()
+        floor = await self.event_log.consumer_ack_floor(self.name)
+        bounds = await self.event_log.bounds()
+        if self.handled and bounds.first_sequence > self.handled + 1:
+            log.error(
+                "the log no longer holds what followed the snapshot: state may miss events",
+                extra={
+                    "service": self.name,
+                    "snapshot_covers": self.handled,
+                    "log_starts": bounds.first_sequence,
+                },
+            )
+        folded = own = 0
+        if self.decider.inputs and bounds.last_sequence > self.handled:
+            # one read in log order (the inputs' filters interleave), filtered here
+            async for record in self.event_log.read(
+                subjects.ALL_EVENTS, start_sequence=self.handled + 1, stop_sequence=bounds.last_sequence
+            ):
+                if not any(subjects.matches(f, record.subject) for f in self.decider.inputs):
+                    continue
+                folded_here, own_here = self._rebuild_record(record, floor)
+                folded += folded_here
+                own += own_here
+        self.handled = max(self.handled, min(floor, bounds.last_sequence))
+        self.folded = self.handled
+        self._snapshot_handled = self.handled
+        self.rebuilt.set()
+        log.info(
+            "state rebuilt",
+            extra={
+                "service": self.name,
+                "from": source,
+                "ack_floor": floor,
+                "tail_events": folded,
+                "own_beyond_floor": own,
+                "ms": round((time.perf_counter() - started) * 1000),
+            },
+        )
+
+    def _rebuild_record(self, record: LogRecord, floor: int) -> tuple[int, int]:
+        event = record.event
+        if event is None or event.id in self.prefolded:
+            return 0, 0
+        if record.sequence > floor and event.producer != self.name:
+            return 0, 0  # not handled yet: the consumer delivers it and it is decided then
+        try:
+            self.state = self.decider.evolve(self.state, event, record.sequence)
+        except ImpossibleStory as exc:
+            log.warning("impossible event skipped at rebuild", extra={"service": self.name, "why": str(exc)})
+            return 0, 0
+        if record.sequence > floor:
+            self.prefolded.add(event.id)  # our own decision: folded now, as the live service folded it
+            return 1, 1
+        return 1, 0
+
+    async def _load_snapshot(self) -> str:
+        stored = await self.event_log.snapshots().load(self.name)
+        if stored is None:
+            return "log"
+        if stored.manifest.format != self.decider.state_format:
+            log.warning(
+                "snapshot of another format ignored; rebuilding from the log",
+                extra={
+                    "service": self.name,
+                    "format": stored.manifest.format,
+                    "wanted": self.decider.state_format,
+                },
+            )
+            return "log"
+        try:
+            envelope = msgspec.msgpack.decode(stored.data, type=_SnapshotEnvelope)
+            state = self.decider.decode(envelope.state)
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError) as exc:
+            log.warning(
+                "unreadable snapshot ignored; rebuilding from the log",
+                extra={"service": self.name, "error": str(exc)},
+            )
+            return "log"
+        self.state, self.handled, self.prefolded = state, envelope.handled, set(envelope.prefolded)
+        return f"snapshot {stored.manifest.generation} (covers {envelope.handled})"
+
+    # --- 2. follow ----------------------------------------------------------------------------------------------
+
+    async def handle(self, record: LogRecord) -> None:
+        async with self.lock:
+            if record.sequence <= self.handled:
+                return  # handled before this leader's rebuild
+            event = record.decode()
+            if event.id in self.prefolded:
+                self.prefolded.discard(event.id)
+            elif record.sequence > self.folded:
+                try:
+                    self.state = self.decider.evolve(self.state, event, record.sequence)
+                except ImpossibleStory as exc:
+                    self.refused += 1
+                    log.warning("impossible event refused", extra={"service": self.name, "why": str(exc)})
+                    raise PermanentError(str(exc)) from None
+            self.folded = max(self.folded, record.sequence)
+            decisions = list(self.decider.decide(self.state, event))
+            await self._carry_out(decisions, event)
+            self.handled = record.sequence
+        await self.executor.observed(event)
+        self._maybe_snapshot()
+
+    async def submit(self, decisions: Sequence[ev.Event], cause: ev.Event | None = None) -> None:
+        """Record decisions that come from outside the log (or from the executor's own observations)."""
+        async with self.lock:
+            await self._carry_out(list(decisions), cause)
+
+    # --- 3. tick ------------------------------------------------------------------------------------------------
+
+    async def tick(self, now: datetime | None = None) -> None:
+        moment = now or datetime.now(UTC)
+        async with self.lock:
+            decisions = [
+                msgspec.structs.replace(d, basis=self.handled) if d.causation_id is None else d
+                for d in self.decider.tick(self.state, moment)
+            ]
+            await self._carry_out(decisions, None)
+        await self.executor.ticked(moment)
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.tick_seconds)
+            try:
+                await self.tick()
+            except Exception:  # a tick must not end the service; the next one decides again
+                log.exception("tick failed", extra={"service": self.name})
+
+    # --- carrying out ----------------------------------------------------------------------------------------
+
+    async def _carry_out(self, decisions: list[ev.Event], cause: ev.Event | None) -> None:
+        if not decisions:
+            return
+        started = time.perf_counter()
+        # new claims are independent aggregates: record them together, then everything else in order
+        planned = [d for d in decisions if isinstance(d, ev.NodeClaimPlanned)]
+        await asyncio.gather(*(self._carry_out_one(d, cause) for d in planned))
+        for decision in decisions:
+            if not isinstance(decision, ev.NodeClaimPlanned):
+                await self._carry_out_one(decision, cause)
+        log.info(
+            "decided",
+            extra={
+                "service": self.name,
+                "input": type(cause).__name__ if cause else "tick",
+                "decisions": [type(d).__name__ for d in decisions],
+                "ms": round((time.perf_counter() - started) * 1000),
+            },
+        )
+
+    async def _carry_out_one(self, decision: ev.Event, cause: ev.Event | None) -> None:
+        if decision.id in self._recent:
+            return  # recorded already (the same situation decided again)
+        if not await self.executor.prepare(decision):
+            return
+        result = await self._record(decision)
+        if result is None:
+            return
+        self._remember(decision.id)
+        try:
+            self.state = self.decider.evolve(self.state, decision, result.sequence)
+        except ImpossibleStory:
+            pass  # a duplicate of what the state already holds
+        if result.sequence > self.handled:
+            self.prefolded.add(decision.id)
+        await self.executor.recorded(decision, cause)
+
+    async def _record(self, decision: ev.Event) -> PublishResult | None:
+        if not isinstance(decision, ev.NodeClaimEvent):
+            return await self.event_log.publish(registry.subject_of(decision), decision)
+        claim = self.decider.claims(self.state).get(decision.nodeclaim)
+        problem = claim.refusal(decision) if claim is not None else None
+        if problem is not None:
+            log.error(
+                "decision refused by its own claim: not recorded",
+                extra={"nodeclaim": decision.nodeclaim, "event": type(decision).__name__, "why": problem},
+            )
+            return None
+        expected = claim.last_sequence if claim is not None else 0
+        try:
+            return await append_claim_event(self.event_log, decision, expected=expected)
+        except ConcurrencyConflict as conflict:
+            log.info(
+                "decision deferred: the claim moved on",
+                extra={
+                    "nodeclaim": decision.nodeclaim,
+                    "event": type(decision).__name__,
+                    "why": str(conflict),
+                },
+            )
+            return None
+
+    def _remember(self, event_id: str) -> None:
+        self._recent[event_id] = None
+        if len(self._recent) > _RECENT_DECISIONS:
+            self._recent.popitem(last=False)
+
+    # --- 4. snapshots -------------------------------------------------------------------------------------------
+
+    def _maybe_snapshot(self, force: bool = False) -> None:
+        if self._snapshot_task is not None and not self._snapshot_task.done():
+            return
+        fresh = self.handled - self._snapshot_handled
+        due = fresh >= self.settings.snapshot_every or (
+            fresh > 0 and time.monotonic() - self._snapshot_at >= self.settings.snapshot_interval
+        )
+        if not (due or (force and fresh > 0)):
+            return
+        data = msgspec.msgpack.encode(
+            _SnapshotEnvelope(self.handled, sorted(self.prefolded), self.decider.encode(self.state))
+        )
+        self._snapshot_handled, self._snapshot_at = self.handled, time.monotonic()
+        self._snapshot_task = asyncio.create_task(self._save_snapshot(data, self.handled))
+
+    async def _save_snapshot(self, data: bytes, covers: int) -> None:
+        try:
+            manifest = await self.event_log.snapshots().save(
+                self.name, data, format=self.decider.state_format, covers=covers
+            )
+            log.info("snapshot saved", extra={"service": self.name, "covers": covers, "bytes": manifest.size})
+        except Exception:  # the next snapshot tries again; the log still holds everything
+            log.exception("snapshot failed", extra={"service": self.name})
+
+    async def _snapshot_forever(self) -> None:
+        while True:
+            await asyncio.sleep(max(1.0, self.settings.snapshot_interval / 4))
+            self._maybe_snapshot()
+
+    # --- the whole term -----------------------------------------------------------------------------------------
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """One leadership term: rebuild, start, follow and tick until ``stopping`` is set."""
+        await self.rebuild()
+        await self.executor.start(self)
+        runner = None
+        tasks = [asyncio.create_task(self._snapshot_forever(), name=f"{self.name}:snapshots")]
+        if self.settings.tick_seconds > 0:
+            tasks.append(asyncio.create_task(self._tick_forever(), name=f"{self.name}:tick"))
+        try:
+            if self.decider.inputs:
+                runner = self.event_log.consumer(
+                    ConsumerSettings(
+                        self.name,
+                        self.decider.inputs,
+                        max_concurrency=1,
+                        max_deliver=self.settings.max_deliver,
+                        backoff=(0.2, 0.5, 1.0, 2.0, 5.0),
+                    ),
+                    self.handle,
+                )
+                await runner.start()
+            await stopping.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if runner is not None:
+                await runner.stop()
+            await self.executor.stop()
+            self._maybe_snapshot(force=True)
+            if self._snapshot_task is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self._snapshot_task, timeout=10)

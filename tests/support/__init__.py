@@ -1,0 +1,1 @@
+"""The test helpers every test area shares: building events and objects, waiting for a condition, stacks."""
