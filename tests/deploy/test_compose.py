@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 import yaml
 
-from tenon.cli.run import SERVICES
+from tenon.services import SERVICES
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((Path(__file__).parent / "compose-spec.json").read_text())

@@ -93,17 +93,18 @@ def test_the_context_alone_runs_every_service_entry_point_without_devtools(
     dockerignore: DockerIgnore, tmp_path: Path
 ) -> None:
     """What the image installs (the context's packages beside the pinned dependencies), with no devtools on the
-    path: the CLI lists its own commands only, and every service's entry point imports."""
+    path: the CLI lists its own commands only, and every service ``tenon run`` knows imports."""
     for relative in dockerignore.context_files(ROOT):
         target = tmp_path / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / relative, target)
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{sysconfig.get_paths()['purelib']}"}
     script = (
-        "import importlib, pkgutil, sys, tenon.services as s\n"
+        "import importlib, sys\n"
+        "from tenon.services import SERVICES\n"
         "from tenon.cli.main import build_parser\n"
-        "for m in pkgutil.iter_modules(s.__path__):\n"
-        "    importlib.import_module(f'tenon.services.{m.name}.__main__')\n"
+        "for module in SERVICES.values():\n"
+        "    importlib.import_module(module)\n"
         "importlib.import_module('tenon.runtime.observability')\n"
         "assert not [n for n in sys.modules if n.split('.')[0] == 'devtools'], 'devtools imported'\n"
         "print(build_parser().format_help())\n"

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from proto import subjects
-from tenon.cli.run import SERVICES
+from tenon.services import SERVICES
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
