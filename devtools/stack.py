@@ -11,6 +11,10 @@ with SIGTERM and then SIGKILL for stragglers.
 :func:`apply_manifests` creates Kubernetes objects in the right cluster (Cluster API kinds in the management
 cluster, everything else in the workload cluster), and :func:`observe` reads the state a person watching the
 demo cares about.
+
+Each service serves ``/healthz``, ``/readyz`` and ``/metrics`` on a free loopback port of its own
+(``TENON_HEALTH_PORT``, remembered in ``health_ports``); :meth:`LocalStack.scrape_metrics` and
+:func:`metric_values` read them, which is how ``tenon up --json`` reports ``metrics``.
 """
 
 from __future__ import annotations
@@ -21,12 +25,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from devtools.broker import LOCAL_MAX_PAYLOAD, LocalNatsServer, free_port
 from devtools.processes import kill_process, stop_process
@@ -51,6 +57,8 @@ class LocalStack:
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.workload_kubeconfig = self.run_dir / "workload.kubeconfig"
         self.management_kubeconfig = self.run_dir / "management.kubeconfig"
+        self.health_ports: dict[str, int] = {}
+        """Each service process's /healthz, /readyz and /metrics port (on 127.0.0.1), by its key."""
 
     @property
     def nats_url(self) -> str:
@@ -115,7 +123,12 @@ class LocalStack:
     def start_service(self, name: str, *, replica: int = 1) -> str:
         """Start one replica of a service; returns its key in ``processes`` (``name``, or ``name#2``...)."""
         key = name if replica == 1 else f"{name}#{replica}"
-        env = {"TENON_IDENTITY": f"{name}-{replica}-{os.getpid()}"}
+        self.health_ports[key] = free_port()
+        env = {
+            "TENON_IDENTITY": f"{name}-{replica}-{os.getpid()}",
+            "TENON_HEALTH_HOST": "127.0.0.1",
+            "TENON_HEALTH_PORT": str(self.health_ports[key]),
+        }
         self._spawn(key, [sys.executable, "-m", "tenon.cli.main", "run", name], env)
         return key
 
@@ -127,6 +140,21 @@ class LocalStack:
             command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
         log.close()
+
+    def scrape_metrics(self, timeout: float = 2.0) -> tuple[dict[str, str], dict[str, str]]:
+        """Each running service's ``/metrics`` text by key, and why a service had none (not serving yet, gone)."""
+        texts: dict[str, str] = {}
+        unavailable: dict[str, str] = {}
+        for key, port in self.health_ports.items():
+            process = self.processes.get(key)
+            if process is None or process.poll() is not None:
+                continue
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as response:
+                    texts[key] = response.read().decode()
+            except (OSError, ValueError) as exc:
+                unavailable[key] = f"no metrics on 127.0.0.1:{port}: {exc}"
+        return texts, unavailable
 
     def kill(self, name: str) -> None:
         """SIGKILL, as a crash would."""
@@ -155,6 +183,20 @@ class LocalStack:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def metric_values(texts: Iterable[str]) -> dict[str, float]:
+    """tenon's and Karpenter's metrics (``tenon_*``, ``karpenter_*``) from Prometheus expositions, by sample name,
+    summed over label sets and processes: ``karpenter_nodeclaims_created_total`` is every claim created by any
+    service. Histograms contribute their ``_count`` and ``_sum``, not their buckets."""
+    values: dict[str, float] = {}
+    for text in texts:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if not sample.name.startswith(("karpenter_", "tenon_")) or sample.name.endswith("_bucket"):
+                    continue
+                values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    return dict(sorted(values.items()))
 
 
 def load_manifests(paths: Iterable[Path]) -> list[dict[str, Any]]:

@@ -7,7 +7,9 @@ exploring until Ctrl-C, which stops everything cleanly. ``--exit-when-done --jso
 JSON object: the NodeClaims (``instanceType``, ``pods``), the timeline in seconds from apply (``claimsCreated``,
 ``launched``, ``registered``, ``initialized``, ``allPodsRunning``), ``totalPricePerHour``; then, once every pod
 runs, the Deployment is deleted and it reports ``allNodesRemoved`` (seconds from the delete, when no node and no
-NodeClaim is left) and the MachineDeployments' final replicas (all 0): scale to zero.
+NodeClaim is left) and the MachineDeployments' final replicas (all 0): scale to zero. Its ``metrics`` are the
+services' own, scraped from each one's ``/metrics`` just before the stack stops, by metric name and summed over
+services and labels (``karpenter_nodeclaims_created_total``, ``karpenter_nodes_created_total``, ...).
 """
 
 from __future__ import annotations
@@ -182,6 +184,18 @@ def summary(obs: Observation, timeline: Timeline) -> dict[str, Any]:
     }
 
 
+async def scraped_metrics(stack: LocalStack) -> dict[str, Any]:
+    """``metrics`` (by name, see :func:`devtools.stack.metric_values`) from the services while they still run;
+    ``metricsUnavailable`` names each service that served none, and why."""
+    from devtools.stack import metric_values
+
+    texts, unavailable = await asyncio.to_thread(stack.scrape_metrics)
+    found: dict[str, Any] = {"metrics": metric_values(texts.values())}
+    if unavailable:
+        found["metricsUnavailable"] = unavailable
+    return found
+
+
 async def play(stack: LocalStack, args: argparse.Namespace, console: Console) -> int:
     from rich.live import Live
 
@@ -234,7 +248,8 @@ async def play(stack: LocalStack, args: argparse.Namespace, console: Console) ->
                     break
                 if obs.elapsed > args.timeout:
                     if args.json:
-                        print(json.dumps({**summary(obs, timeline), "error": "timed out"}))
+                        metrics = await scraped_metrics(stack)
+                        print(json.dumps({**summary(obs, timeline), "error": "timed out", **metrics}))
                     else:
                         console.print(f"[red]timed out after {args.timeout:.0f}s[/]; logs in {stack.run_dir}")
                     return 1
@@ -246,6 +261,7 @@ async def play(stack: LocalStack, args: argparse.Namespace, console: Console) ->
         if "allNodesRemoved" in timeline.at:
             result["timeline"]["allNodesRemoved"] = timeline.at["allNodesRemoved"]
             result["finalMachineDeployments"] = obs.replicas
+        result.update(await scraped_metrics(stack))
         if args.json:
             print(json.dumps(result, indent=2))
         else:
