@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import sys
 from datetime import datetime
@@ -24,6 +25,8 @@ from tenon.cli.natsopts import add_connection_arguments, parse_time, settings_fr
 from tenon.runtime import replay as replaying
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tenon.runtime.eventlog.records import EventLogError, LogRecord
+from tenon.runtime.settings import SettingsError, load
+from tenon.services import SERVICES, definition
 
 
 def register(subparsers: Any) -> None:
@@ -36,7 +39,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "service",
         metavar="SERVICE",
-        help="service whose decisions to replay (e.g. scheduler), or module:attribute of a decider",
+        help="whose decisions to replay: "
+        + ", ".join(SERVICES)
+        + " (or module:attribute of a decider to try)",
     )
     source = parser.add_argument_group("range (default: the whole log)")
     source.add_argument("--from-seq", type=int, metavar="N", help="first stream sequence to read")
@@ -59,10 +64,30 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
+def load_decider(service: str) -> Any:
+    """The service's decider, with the settings its decisions depend on read from the environment; or a decider
+    given as ``module:attribute`` (an instance, or a class or function that makes one)."""
+    if service not in SERVICES and ":" in service:
+        module_name, attribute = service.split(":", 1)
+        try:
+            target = getattr(importlib.import_module(module_name), attribute)
+        except (ImportError, AttributeError) as exc:
+            raise SettingsError(f"cannot load decider {service}: {exc}") from None
+        return target() if isinstance(target, type) or not hasattr(target, "decide") else target
+    if service not in SERVICES:
+        raise SettingsError(
+            f"unknown service {service!r} (known: {', '.join(SERVICES)}; or module:attribute)"
+        )
+    found = definition(service)
+    if found.decider is None:
+        raise SettingsError(f"{service} takes no decisions from the log: there is nothing to replay")
+    return found.decider(load(found.settings, [], prog=f"tenon replay {service}"))
+
+
 def run(args: argparse.Namespace) -> int:
     try:
-        decider = replaying.load_decider(args.service)
-    except (ValueError, ImportError, AttributeError) as exc:
+        decider = load_decider(args.service)
+    except SettingsError as exc:
         print(f"tenon replay: {exc}", file=sys.stderr)
         return 2
     try:
@@ -157,6 +182,10 @@ def print_report(report: replaying.ReplayReport, args: argparse.Namespace) -> No
     if not args.json:
         tail = f", {len(report.differing)} differ from the log" if args.diff else ""
         undecodable = f", {len(report.undecodable)} undecodable skipped" if report.undecodable else ""
+        if report.external:
+            undecodable += f", {report.external} external decision(s) not replayable"
+        if report.ticks_outside:
+            undecodable += f", {report.ticks_outside} tick(s) decided on state before the range"
         print(
             f"{report.records_read} record(s) read, {len(report.comparisons)} input(s) decided{tail}{undecodable}"
         )

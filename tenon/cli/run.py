@@ -20,7 +20,9 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("service", choices=list(SERVICES), help="which service")
-    parser.add_argument("options", nargs=argparse.REMAINDER, help="the service's own options (see SERVICE --help)")
+    parser.add_argument(
+        "options", nargs=argparse.REMAINDER, help="the service's own options (see SERVICE --help)"
+    )
     parser.set_defaults(func=run)
 
 

@@ -37,7 +37,6 @@ def object_key(obj: KubeObject) -> str:
 
 @dataclass
 class ClusterProjection:
-    sequence: int = 0
     nodes: dict[str, KubeObject] = field(default_factory=dict)
     bound_pods: dict[str, KubeObject] = field(default_factory=dict)
     nodepools: dict[str, KubeObject] = field(default_factory=dict)
@@ -86,8 +85,6 @@ class ClusterProjection:
             fold = _FOLDS.get(type(event))
             if fold is not None:
                 fold(self, event)
-        if sequence:
-            self.sequence = max(self.sequence, sequence)
         return self
 
     def _node_observed(self, event: ev.NodeObserved) -> None:

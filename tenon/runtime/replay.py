@@ -1,65 +1,43 @@
-"""Replaying a recorded range of the log through a service's pure decision function.
+"""Replaying a recorded range of the log through a service's pure decider, and comparing with what it decided.
 
-Every service that decides keeps its logic as a :class:`Decider`: a state built from events (``evolve``) and a
-function from (state, input event) to the events it would publish (``decide``). The live service wraps the
-decider with I/O; ``tenon replay`` runs the same decider offline over a recorded range, with no broker writes
-and no cluster, and compares what it decides now with what was recorded then.
+Every service that decides keeps its logic as a :class:`~tenon.runtime.decider.Decider`. ``tenon replay`` runs
+the same decider offline over a recorded range, with no broker writes and no cluster, and compares what it
+decides now with what was recorded then. The replay walks the log as the live runtime did:
 
-How a replay runs: for each record in order, ``evolve`` folds it into the state *as recorded up to that point*,
-``decide`` answers it from there, and the service's recorded answers to it are folded right after (as the live
-service folds its own decisions before its next input; they are not applied again where they sit in the log).
-Feeding the recorded outputs back, rather than the replayed ones, keeps every decision compared against the
-world the live service saw, so one divergence shows as one difference instead of a cascade. Decisions must take their clock from the input event (``decided_at``), not from the wall clock, so
-the same input gives the same output.
+* **Inputs** (records on the decider's input subjects) are folded in log order and decided; the service's
+  recorded answers to an input (its events whose ``causationId`` is the input's id) are compared with the
+  replayed ones, then folded right after the input, as the live service folds its own decisions before its next
+  input (and not again where they sit in the log). Feeding the recorded answers back, not the replayed ones,
+  keeps every decision compared against the world the live service saw: one divergence shows as one
+  difference, not a cascade.
+* **Ticks**: decisions taken on a clock tick carry ``basis``, the last input sequence their state covered. They
+  are replayed right after that input, with the tick's own time (``decidedAt``), and compared with the tick's
+  recorded decisions and the answers to those.
+* **External** decisions (neither causation nor basis: a user's ``kubectl delete nodeclaim`` seen by a watch)
+  have no recorded input to decide from; they are folded where they sit and counted, not compared.
+* A replayed decision with an id the service had already recorded earlier, or that its claim would refuse, is
+  not a difference: the live runtime does not record it twice.
+* A decider that checks its own output (``replays_itself = True``: the pod-watcher's batching, whose inputs are
+  recorded inside its PendingBatch events) is compared against the input record itself.
 
-Recorded decisions are matched to inputs by ``causationId``; they are compared without ``decidedAt`` (the
-only envelope field that legitimately differs), so a difference in id means the decision differs in what
-it answers or how it was keyed.
+Decisions are compared without ``decidedAt`` (the only envelope field that legitimately differs).
 """
 
 from __future__ import annotations
 
-import importlib
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 
-from proto.events import Event
+from proto import subjects
+from proto.codec import UndecodableEvent
+from proto.events import Event, NodeClaimEvent
+from tenon.domain.nodeclaim import ImpossibleStory
+from tenon.runtime.decider import Decider
 from tenon.runtime.eventlog.records import LogRecord
-
-DECIDERS: dict[str, str] = {
-    "scheduler": "tenon.services.scheduler.decider:SchedulerDecider",
-}
-"""Service name -> ``module:attribute`` of its decider factory; services add themselves here as they land."""
-
-
-class Decider(Protocol):
-    name: str
-    """The producer name the live service writes into its events."""
-
-    def initial_state(self) -> Any: ...
-
-    def evolve(self, state: Any, event: Event) -> Any: ...
-
-    def decide(self, state: Any, event: Event) -> Sequence[Event]:
-        """What the service does about ``event``, given ``state`` with ``event`` already folded in."""
-        ...
-
-
-def load_decider(spec: str) -> Decider:
-    """A decider by service name (``scheduler``) or import path (``package.module:factory``)."""
-    target = DECIDERS.get(spec, spec)
-    if ":" not in target:
-        known = ", ".join(sorted(DECIDERS)) or "none registered yet"
-        raise ValueError(f"unknown service {spec!r} (known: {known}); or give module:attribute")
-    module_name, attribute = target.split(":", 1)
-    factory = getattr(importlib.import_module(module_name), attribute)
-    if isinstance(factory, type) or not hasattr(factory, "decide"):
-        factory = factory()  # a class or a factory function
-    decider: Decider = factory
-    return decider
 
 
 @dataclass
@@ -97,6 +75,10 @@ class ReplayReport:
     comparisons: list[DecisionComparison] = field(default_factory=list)
     undecodable: list[int] = field(default_factory=list)
     records_read: int = 0
+    external: int = 0
+    """Recorded decisions with no input to replay them from (a user's action seen by a watch)."""
+    ticks_outside: int = 0
+    """Tick decisions whose state began before the range read (replay from earlier to check them)."""
 
     @property
     def differing(self) -> list[DecisionComparison]:
@@ -109,40 +91,135 @@ def _comparable(events: Iterable[Event]) -> list[dict[str, Any]]:
         body = msgspec.to_builtins(event)
         body.pop("decidedAt", None)
         out.append(body)
-    return out
+    return sorted(out, key=lambda body: str(body.get("id")))
 
 
-def replay(decider: Decider, records: Iterable[LogRecord]) -> ReplayReport:
-    """Run ``decider`` over ``records`` (already limited to the range wanted)."""
-    report = ReplayReport()
-    state = decider.initial_state()
+@dataclass
+class _Recording:
+    """The service's own decisions in the range, sorted by what they answer."""
+
+    answers: dict[str, list[tuple[int, Event]]] = field(default_factory=lambda: defaultdict(list))
+    ticks: dict[int, dict[Any, list[tuple[int, Event]]]] = field(default_factory=lambda: defaultdict(dict))
+    external: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, decider: Decider[Any], decoded: Sequence[tuple[LogRecord, Event]]) -> _Recording:
+        recording = cls()
+        tick_ids: dict[str, tuple[int, Any]] = {}
+        for record, event in decoded:
+            if event.producer != decider.name:
+                continue
+            if event.causation_id is None and event.basis is not None:
+                key = (event.decided_at, event.basis)
+                recording.ticks[event.basis].setdefault(key, []).append((record.sequence, event))
+                if not _is_input(decider, record):  # an input's answers answer it when it is handled
+                    tick_ids[event.id] = (event.basis, key)
+            elif event.causation_id in tick_ids:
+                basis, key = tick_ids[event.causation_id]
+                recording.ticks[basis][key].append((record.sequence, event))
+            elif event.causation_id is not None:
+                recording.answers[event.causation_id].append((record.sequence, event))
+            else:
+                recording.external.add(event.id)
+        return recording
+
+
+class _Replayer:
+    def __init__(self, decider: Decider[Any], decoded: Sequence[tuple[LogRecord, Event]]) -> None:
+        self.decider = decider
+        self.state = decider.initial_state()
+        self.recording = _Recording.of(decider, decoded)
+        self.folded: set[str] = set()
+        self.recorded_so_far: set[str] = set()
+        self.report = ReplayReport()
+
+    def _fold(self, event: Event, sequence: int) -> None:
+        if event.id in self.folded:
+            return
+        self.folded.add(event.id)
+        try:
+            self.state = self.decider.evolve(self.state, event, sequence)
+        except ImpossibleStory:
+            pass  # the live runtime refused it too (dead-lettered)
+
+    def _worth_comparing(self, decisions: Iterable[Event]) -> list[Event]:
+        """Replayed decisions the live runtime would have recorded."""
+        kept = []
+        claims = self.decider.claims(self.state)
+        for decision in decisions:
+            if decision.id in self.recorded_so_far:
+                continue
+            if isinstance(decision, NodeClaimEvent):
+                claim = claims.get(decision.nodeclaim)
+                if claim is not None and claim.refusal(decision) is not None:
+                    continue
+            kept.append(decision)
+        return kept
+
+    def _settle(self, recorded: list[tuple[int, Event]]) -> None:
+        for sequence, answer in recorded:
+            self._fold(answer, sequence)
+            self.recorded_so_far.add(answer.id)
+
+    def input(self, record: LogRecord, event: Event) -> None:
+        if getattr(self.decider, "replays_itself", False) and event.producer == self.decider.name:
+            replayed = list(self.decider.decide(self.state, event))
+            self._fold(event, record.sequence)
+            self._compare(record.sequence, type(event).__name__, replayed, [(record.sequence, event)])
+            return
+        if event.id in self.recording.external:
+            self.report.external += 1
+            self._fold(event, record.sequence)
+            self.recorded_so_far.add(event.id)
+            return
+        self._fold(event, record.sequence)
+        replayed = self._worth_comparing(self.decider.decide(self.state, event))
+        recorded = self.recording.answers.get(event.id, [])
+        self._compare(record.sequence, type(event).__name__, replayed, recorded)
+        self._settle(recorded)
+
+    def ticks_after(self, sequence: int) -> None:
+        for (moment, basis), recorded in sorted(self.recording.ticks.pop(sequence, {}).items()):
+            decided = [
+                msgspec.structs.replace(d, basis=basis) if d.causation_id is None else d
+                for d in self.decider.tick(self.state, moment)
+            ]
+            self._compare(sequence, "tick", self._worth_comparing(decided), recorded)
+            self._settle(recorded)
+
+    def _compare(
+        self, sequence: int, kind: str, replayed: list[Event], recorded: list[tuple[int, Event]]
+    ) -> None:
+        if replayed or recorded:
+            comparison = DecisionComparison(sequence, kind, replayed, [event for _, event in recorded])
+            self.report.comparisons.append(comparison)
+
+
+def _is_input(decider: Decider[Any], record: LogRecord) -> bool:
+    return any(subjects.matches(f, record.subject) for f in decider.inputs)
+
+
+def replay(decider: Decider[Any], records: Iterable[LogRecord]) -> ReplayReport:
+    """Run ``decider`` over ``records`` (already limited to the range wanted) and compare its decisions."""
     decoded: list[tuple[LogRecord, Event]] = []
+    undecodable: list[int] = []
+    count = 0
     for record in records:
-        report.records_read += 1
+        count += 1
         try:
             decoded.append((record, record.decode()))
-        except ValueError:
-            report.undecodable.append(record.sequence)
-    # the live service folds its own answers to an input right after deciding it, before the next input
-    # (they reach the log later, possibly behind other inputs); replay folds the recorded answers at the same
-    # point, and not again where they sit in the log
-    answers: dict[str, list[Event]] = {}
-    for _, event in decoded:
-        if event.producer == decider.name and event.causation_id is not None:
-            answers.setdefault(event.causation_id, []).append(event)
-    folded: set[str] = set()
+        except UndecodableEvent:
+            undecodable.append(record.sequence)
+    replayer = _Replayer(decider, decoded)
+    replayer.report.records_read = count
+    replayer.report.undecodable = undecodable
+    replayer.ticks_after(0)
     for record, event in decoded:
-        recorded = answers.get(event.id, [])
-        if event.id not in folded:
-            state = decider.evolve(state, event)
-        replayed = list(decider.decide(state, event))
-        report.comparisons.append(
-            DecisionComparison(record.sequence, type(event).__name__, replayed, recorded)
-        )
-        for answer in recorded:
-            if answer.id not in folded:
-                state = decider.evolve(state, answer)
-                folded.add(answer.id)
-    # inputs that neither the replay nor the live service answered are not decisions
-    report.comparisons = [c for c in report.comparisons if c.replayed or c.recorded]
-    return report
+        if _is_input(decider, record):
+            replayer.input(record, event)
+            replayer.ticks_after(record.sequence)
+        elif event.producer == decider.name and event.id in replayer.recording.external:
+            replayer.report.external += 1
+            replayer._fold(event, record.sequence)
+    replayer.report.ticks_outside = sum(len(groups) for groups in replayer.recording.ticks.values())
+    return replayer.report

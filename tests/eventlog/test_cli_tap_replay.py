@@ -15,6 +15,7 @@ from devtools.broker import LocalNatsServer, free_port
 from proto import registry, subjects
 from proto.events import Event, InstanceChoice, NodeClaimLaunched, NodeClaimPlanned, NodeObserved
 from tenon.cli.main import main
+from tenon.domain.nodeclaim import ClaimBook
 from tenon.runtime.eventlog.connection import ConnectionSettings
 from tenon.runtime.eventlog.factories import make_event
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
@@ -24,6 +25,8 @@ class LaunchDecider:
     """A tiny decider for the tests: launch whatever instance type was planned (or a forced one)."""
 
     name = "launcher-test"
+    inputs = (subjects.NODECLAIMS,)
+    state_format = "launcher-test/1"
 
     def __init__(self, force_type: str | None = None) -> None:
         self.force_type = force_type
@@ -31,7 +34,19 @@ class LaunchDecider:
     def initial_state(self) -> set[str]:
         return set()
 
-    def evolve(self, state: set[str], event: Event) -> set[str]:
+    def tick(self, state: set[str], now: datetime) -> Sequence[Event]:
+        return ()
+
+    def claims(self, state: set[str]) -> ClaimBook:
+        return ClaimBook()
+
+    def encode(self, state: set[str]) -> bytes:
+        return json.dumps(sorted(state)).encode()
+
+    def decode(self, data: bytes) -> set[str]:
+        return set(json.loads(data))
+
+    def evolve(self, state: set[str], event: Event, sequence: int = 0) -> set[str]:
         if isinstance(event, NodeClaimLaunched):
             return state | {event.nodeclaim}
         return state

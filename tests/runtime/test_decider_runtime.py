@@ -1,0 +1,109 @@
+"""The decider runtime, as every service runs it: rebuild from a snapshot and the tail, refuse impossible
+stories, tick with a basis a replay can follow, and never decide the same input twice."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from proto import events as ev
+from proto import registry, subjects
+from tenon.domain.nodeclaim import Phase
+from tenon.domain.projection import encode_projection
+from tenon.runtime.decider import BaseExecutor
+from tenon.runtime.eventlog.memory import InMemoryEventLog
+from tenon.runtime.replay import replay
+from tenon.services.scheduler.decider import SchedulerDecider
+from tests.support.events import build_event
+from tests.support.objects import demo_facts, pending_batch, pending_pod
+from tests.support.services import caught_up, running
+from tests.support.waiting import until
+
+
+async def seeded() -> InMemoryEventLog:
+    event_log = InMemoryEventLog()
+    for fact in demo_facts():
+        await event_log.publish(registry.subject_of(fact), fact)
+    return event_log
+
+
+async def publish_batches(event_log: InMemoryEventLog, *names: str) -> None:
+    now = datetime.now(UTC)
+    for name in names:
+        batch = pending_batch(name, pending_pod(f"{name}-0", "3"), at=now)
+        await event_log.publish(subjects.PENDING, batch)
+
+
+def planned_claims(state: object) -> list[str]:
+    return sorted(c.name for c in state.claims.values() if c.planned)  # type: ignore[attr-defined]
+
+
+async def test_a_rebuild_from_snapshot_and_tail_equals_one_from_the_whole_log() -> None:
+    event_log = await seeded()
+    await publish_batches(event_log, "a", "b", "c")
+    async with running(SchedulerDecider(), BaseExecutor(), event_log, snapshot_every=2) as first:
+        await until(lambda: caught_up(first))
+    snapshot = await event_log.snapshots().load("scheduler")
+    assert snapshot is not None and snapshot.manifest.covers >= 4
+    await publish_batches(event_log, "d", "e")  # the tail after the snapshot, while no scheduler runs
+
+    async with running(SchedulerDecider(), BaseExecutor(), event_log) as from_snapshot:
+        await until(lambda: caught_up(from_snapshot))
+        state_with_snapshot = encode_projection(from_snapshot.state)
+        claims_with_snapshot = planned_claims(from_snapshot.state)
+    await event_log.snapshots().delete("scheduler")
+    async with running(SchedulerDecider(), BaseExecutor(), event_log) as from_log:
+        await until(lambda: caught_up(from_log))
+        assert planned_claims(from_log.state) == claims_with_snapshot
+        assert encode_projection(from_log.state) == state_with_snapshot
+    assert len(claims_with_snapshot) == 5  # one c3-8 per batch, each planned exactly once
+
+
+async def test_a_snapshot_of_another_format_is_ignored_with_a_word_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    event_log = await seeded()
+    await event_log.snapshots().save("scheduler", b"\x00not ours", format="scheduler/0", covers=99)
+    await publish_batches(event_log, "a")
+    with caplog.at_level(logging.WARNING, logger="tenon.runtime"):
+        async with running(SchedulerDecider(), BaseExecutor(), event_log) as runtime:
+            await until(lambda: planned_claims(runtime.state))
+    assert any("snapshot of another format ignored" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_forged_step_is_dead_lettered_and_not_acted_on() -> None:
+    event_log = await seeded()
+    await publish_batches(event_log, "a")
+    async with running(SchedulerDecider(), BaseExecutor(), event_log) as runtime:
+        [name] = await until(lambda: planned_claims(runtime.state))
+        forged = build_event(
+            ev.NodeClaimDrained, "forged", nodeclaim=name, node=None, producer="launcher-capi"
+        )
+        last = await event_log.last_subject_sequence(subjects.nodeclaim(name))
+        await event_log.append(
+            subjects.nodeclaim_step(name, "NodeClaimDrained"),
+            forged,
+            expected_last_sequence=last,
+            aggregate=subjects.nodeclaim(name),
+        )
+        letters = await until(lambda: event_log.events(subjects.DEADLETTER_STREAM), what="a dead letter")
+        assert runtime.state.claims[name].phase == Phase.PLANNED
+    [letter] = letters
+    assert isinstance(letter, ev.DeadLetter)
+    assert "only disruption may write this step" in letter.error and name in letter.error
+
+
+async def test_tick_decisions_carry_their_basis_and_replay_to_the_same() -> None:
+    event_log = await seeded()
+    await publish_batches(event_log, "a")
+    decider = SchedulerDecider(launch_timeout=timedelta(milliseconds=200))
+    async with running(decider, BaseExecutor(), event_log, tick_seconds=0.1) as runtime:
+        await until(lambda: any(c.abandoned for c in runtime.state.claims.values()), what="a claim abandoned")
+        await until(lambda: caught_up(runtime))
+    abandoned = [e for e in event_log.events() if isinstance(e, ev.NodeClaimAbandoned)]
+    assert abandoned and all(a.basis is not None and a.causation_id is None for a in abandoned)
+    report = replay(SchedulerDecider(launch_timeout=timedelta(milliseconds=200)), event_log.records())
+    assert report.differing == [], [c.differences() for c in report.differing]
+    assert any(c.input_type == "tick" for c in report.comparisons)
