@@ -5,8 +5,8 @@
   zonal self-affinity (``my-affininity``, sic) and hostname anti-affinity (``app: nginx``), the remainder
   generic; CPU in {100,250,500,1000,1500}m, memory in {100,256,512,1024,2048,4096}Mi, labels a-g. Seeded
   Python ``random`` (not Go's), so the draw differs from Karpenter's but the distribution is the same.
-* :func:`kwok_basic_pods` is Karpenter's e2e "basic" performance test: 500 pods of 0.9 CPU / 3.1 GiB and 500 of
-  3.5 CPU / 28 GiB.
+* :func:`kwok_basic_pods` is Karpenter's e2e "basic" performance test: 500 pods of 0.9 CPU / 3.1 GiB and 500
+  of 3.5 CPU / 28 GiB.
 * :func:`random_scenario` draws a small cost scenario (a few instance types with uneven prices, a DaemonSet,
   up to ~14 pods of a few shapes) small enough for an exact MILP optimum.
 * :func:`capi_field_case` is the OVH Cluster API case (c3-4/c3-8/c3-16, 100m DaemonSet).

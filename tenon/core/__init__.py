@@ -29,10 +29,10 @@ Public API (stable names; everything else is internal):
 
 Module map: :mod:`.quantities` (Kubernetes quantities), :mod:`.requirements` (node requirements, label
 selectors), :mod:`.model` (the frozen data), :mod:`.objects` (dicts to model), :mod:`.catalog` (instance
-types), :mod:`.templates` (NodePool x type, DaemonSet overhead, pod feasibility), :mod:`.topology` (domains and
-hostname rules), :mod:`.packing` (cost-aware packing), :mod:`.solver` (the pipeline), :mod:`.plan` (output),
-:mod:`.explain` (why each type won or lost), :mod:`.catalogs_generated` (the fake-400 and kwok-144 catalogs
-from their published formulas).
+types), :mod:`.templates` (NodePool x type, DaemonSet overhead, pod feasibility), :mod:`.topology` (domains
+and hostname rules), :mod:`.packing` (cost-aware packing), :mod:`.solver` (the pipeline), :mod:`.plan`
+(output), :mod:`.explain` (why each type won or lost), :mod:`.catalogs_generated` (the fake-400 and kwok-144
+catalogs from their published formulas).
 """
 
 from tenon.core.catalog import instance_types_from_catalog, instance_types_from_machine_deployments

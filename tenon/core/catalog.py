@@ -11,11 +11,11 @@ Two sources, matching the two kinds of NodeClass the project speaks:
   offers ``on-demand`` (Karpenter's CAPI provider left it empty, which caused a drift loop in the field). The
   zone is the ``topology.kubernetes.io/zone`` label or ``spec.template.spec.failureDomain``.
 
-  **Unpriced MachineDeployments get an estimate** proportional to their resources (cpu, memory, GPUs at fixed
-  reference rates, :data:`REFERENCE_RATES`), scaled to agree with the priced ones in the same set when there are
-  any (median ratio). The estimate is flagged ``price_estimated`` and shown in every plan that uses it. This is
-  what lets the smallest fitting machine win when nobody priced anything: Karpenter's CAPI provider prices
-  everything at 0 and takes the first name, which gave a 3-vCPU pod an 8-vCPU machine.
+  **Unpriced MachineDeployments get an estimate** proportional to their resources (cpu, memory, GPUs at
+  fixed reference rates, :data:`REFERENCE_RATES`), scaled to agree with the priced ones in the same set when
+  there are any (median ratio). The estimate is flagged ``price_estimated`` and shown in every plan that uses
+  it. This is what lets the smallest fitting machine win when nobody priced anything: Karpenter's CAPI
+  provider prices everything at 0 and takes the first name, which gave a 3-vCPU pod an 8-vCPU machine.
 
   A MachineDeployment whose annotations cannot be read is *skipped* with a reason naming it
   (:class:`SkippedObject`) rather than failing the whole input: one broken node group must not stop scaling
@@ -33,8 +33,8 @@ InstanceCatalog named like the NodeClass (or the only catalog given).
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from tenon.core.errors import InputError
 from tenon.core.model import (
@@ -66,6 +66,8 @@ DEFAULT_MAX_PODS = 110
 # Reference on-demand rates per hour used only to *estimate* unpriced machines (order of magnitude of public
 # cloud general-purpose list prices): what matters is that price grows with size, so smaller machines win.
 REFERENCE_RATES = {CPU: 0.0316 / 1000, MEMORY: 0.0042 / 2**30, GPU_RESOURCE: 0.5}
+
+T = TypeVar("T")
 
 
 def _default_labels(name: str, labels: dict[str, str]) -> dict[str, str]:
@@ -99,78 +101,96 @@ def _parse_taints(text: str) -> tuple[Taint, ...]:
     return tuple(taints)
 
 
+class _Annotations:
+    """A MachineDeployment's annotations; one that cannot be read raises ``ValueError`` naming it."""
+
+    def __init__(self, raw: Mapping[str, Any]):
+        self._raw = raw
+
+    def get(self, name: str) -> str | None:
+        value = self._raw.get(name)
+        return None if value is None else str(value)
+
+    def parsed(self, name: str, parse: Callable[[str], T]) -> T | None:
+        """``parse`` of the annotation (``None`` when absent); a ``ValueError`` gets the name in front."""
+        raw = self.get(name)
+        if raw is None:
+            return None
+        try:
+            return parse(raw)
+        except ValueError as err:  # QuantityError is a ValueError
+            raise ValueError(f"annotation {name}: {err}") from None
+
+    def quantity(self, field: str, resource: str) -> int | None:
+        """A ``capacity.cluster-autoscaler.kubernetes.io/<field>`` quantity in ``resource``'s units."""
+        return self.parsed(CAPACITY_PREFIX + field, lambda raw: to_canonical(resource, raw))
+
+
+def _md_capacity(annotations: _Annotations) -> dict[str, int]:
+    """cpu and memory (required), ephemeral disk, and max pods (110 when absent, as cluster-autoscaler)."""
+    capacity: dict[str, int] = {}
+    for field, resource in ((CPU, CPU), (MEMORY, MEMORY), ("ephemeral-disk", EPHEMERAL_STORAGE)):
+        amount = annotations.quantity(field, resource)
+        if amount is not None:
+            capacity[resource] = amount
+        elif resource in (CPU, MEMORY):
+            raise ValueError(f"annotation {CAPACITY_PREFIX + field} is missing")
+    max_pods = annotations.quantity("maxPods", PODS)
+    capacity[PODS] = DEFAULT_MAX_PODS if max_pods is None else max_pods
+    return capacity
+
+
+def _md_gpus(annotations: _Annotations, capacity: dict[str, int], labels: dict[str, str]) -> None:
+    """GPUs into ``capacity``, their type (when given) as the accelerator label."""
+    gpus = annotations.quantity("gpu-count", GPU_RESOURCE)
+    if gpus:
+        capacity[GPU_RESOURCE] = gpus
+        gpu_type = annotations.get(CAPACITY_PREFIX + "gpu-type")
+        if gpu_type:
+            labels[GPU_TYPE_LABEL] = gpu_type
+
+
+def _node_labels_from_template(template_labels: Mapping[str, Any]) -> dict[str, str]:
+    """The Machine template's labels a node of this group is known to carry (zone, type, arch, os, roles)."""
+    return {
+        key: str(value)
+        for key, value in template_labels.items()
+        if key in (ZONE, CAPACITY_TYPE, INSTANCE_TYPE, ARCH, OS) or key.startswith("node-role.kubernetes.io")
+    }
+
+
+def _remaining_size(raw_max: str, replicas: Any) -> int:
+    """How many more machines the group's max size allows (never below 0)."""
+    try:
+        return max(0, int(raw_max) - int(replicas or 0))
+    except ValueError:
+        raise ValueError(f"{raw_max!r} is not an integer") from None
+
+
+def _price(raw: str) -> float:
+    try:
+        price = float(raw)
+    except ValueError:
+        raise ValueError(f"{raw!r} is not a number") from None
+    if not price >= 0:  # NaN too
+        raise ValueError(f"{raw!r} is negative")
+    return price
+
+
 def _md_type(md: Mapping[str, Any]) -> tuple[MachineDeploymentType, float | None]:
     """One MachineDeployment as an instance type; the price is ``None`` when it must be estimated."""
     meta = md.get("metadata") or {}
-    annotations: Mapping[str, str] = meta.get("annotations") or {}
+    annotations = _Annotations(meta.get("annotations") or {})
     spec = md.get("spec") or {}
     template = spec.get("template") or {}
-    template_labels = (template.get("metadata") or {}).get("labels") or {}
-
-    def annotation(name: str) -> str | None:
-        value = annotations.get(name)
-        return None if value is None else str(value)
-
-    capacity: dict[str, int] = {}
-    for field, resource in ((CPU, CPU), (MEMORY, MEMORY), ("ephemeral-disk", EPHEMERAL_STORAGE)):
-        raw = annotation(CAPACITY_PREFIX + field)
-        if raw is None:
-            if resource in (CPU, MEMORY):
-                raise ValueError(f"annotation {CAPACITY_PREFIX + field} is missing")
-            continue
-        try:
-            capacity[resource] = to_canonical(resource, raw)
-        except QuantityError as err:
-            raise ValueError(f"annotation {CAPACITY_PREFIX + field}: {err}") from None
-    raw_pods = annotation(CAPACITY_PREFIX + "maxPods")
-    try:
-        capacity[PODS] = DEFAULT_MAX_PODS if raw_pods is None else to_canonical(PODS, raw_pods)
-    except QuantityError as err:
-        raise ValueError(f"annotation {CAPACITY_PREFIX}maxPods: {err}") from None
+    capacity = _md_capacity(annotations)
     labels: dict[str, str] = {}
-    raw_gpus = annotation(CAPACITY_PREFIX + "gpu-count")
-    if raw_gpus is not None:
-        try:
-            gpus = to_canonical(GPU_RESOURCE, raw_gpus)
-        except QuantityError as err:
-            raise ValueError(f"annotation {CAPACITY_PREFIX}gpu-count: {err}") from None
-        if gpus:
-            capacity[GPU_RESOURCE] = gpus
-            gpu_type = annotation(CAPACITY_PREFIX + "gpu-type")
-            if gpu_type:
-                labels[GPU_TYPE_LABEL] = gpu_type
-    for key, value in template_labels.items():
-        if key in (ZONE, CAPACITY_TYPE, INSTANCE_TYPE, ARCH, OS) or key.startswith("node-role.kubernetes.io"):
-            labels[key] = str(value)
-    raw_labels = annotation(CAPACITY_PREFIX + "labels")
-    if raw_labels:
-        try:
-            labels.update(_parse_labels(raw_labels))
-        except ValueError as err:
-            raise ValueError(f"annotation {CAPACITY_PREFIX}labels: {err}") from None
-    taints: tuple[Taint, ...] = ()
-    raw_taints = annotation(CAPACITY_PREFIX + "taints")
-    if raw_taints:
-        try:
-            taints = _parse_taints(raw_taints)
-        except ValueError as err:
-            raise ValueError(f"annotation {CAPACITY_PREFIX}taints: {err}") from None
-    max_new: int | None = None
-    raw_max = annotation(MAX_SIZE)
-    if raw_max is not None:
-        try:
-            max_new = max(0, int(raw_max) - int(spec.get("replicas") or 0))
-        except ValueError:
-            raise ValueError(f"annotation {MAX_SIZE}: {raw_max!r} is not an integer") from None
-    price: float | None = None
-    raw_price = annotation(PRICE_PER_HOUR)
-    if raw_price is not None:
-        try:
-            price = float(raw_price)
-        except ValueError:
-            raise ValueError(f"annotation {PRICE_PER_HOUR}: {raw_price!r} is not a number") from None
-        if not price >= 0:
-            raise ValueError(f"annotation {PRICE_PER_HOUR}: {raw_price!r} is negative")
+    _md_gpus(annotations, capacity, labels)
+    labels.update(_node_labels_from_template((template.get("metadata") or {}).get("labels") or {}))
+    labels.update(annotations.parsed(CAPACITY_PREFIX + "labels", _parse_labels) or {})
+    taints = annotations.parsed(CAPACITY_PREFIX + "taints", _parse_taints) or ()
+    max_new = annotations.parsed(MAX_SIZE, lambda raw: _remaining_size(raw, spec.get("replicas")))
+    price = annotations.parsed(PRICE_PER_HOUR, _price)
     md_name = str(meta.get("name") or "")
     namespace = str(meta.get("namespace") or "default")
     type_name = labels.get(INSTANCE_TYPE) or md_name
@@ -242,7 +262,7 @@ def machine_deployment_types(
 def instance_types_from_machine_deployments(
     mds: list[dict[str, Any]],
 ) -> tuple[list[InstanceType], list[SkippedObject]]:
-    """Cluster API MachineDeployments (as dicts) to instance types; unreadable ones are skipped with a reason."""
+    """Cluster API MachineDeployments (as dicts) to instance types; unreadable ones are skipped, with why."""
     types, skipped = machine_deployment_types(mds)
     return [t.instance_type for t in types], skipped
 

@@ -4,10 +4,10 @@ Everything the solver reads is one of these types, built by :mod:`tenon.core.obj
 dictionaries (or by services directly from events). Resources are ``dict[str, int]`` in canonical units
 (:mod:`tenon.core.quantities`: millicores for cpu, bytes for memory, counts for pods and extended
 resources). Pods carry every scheduling-relevant field of their spec already normalised: the ``requests``
-include init containers (max rule), sidecars, ``spec.overhead`` and ``pods: 1``; ``nodeSelector`` is folded into
-each required node-affinity term.
+include init containers (max rule), sidecars, ``spec.overhead`` and ``pods: 1``; ``nodeSelector`` is folded
+into each required node-affinity term.
 
-Well-known label keys are constants here so all modules spell them the same way.
+Well-known label keys live in :mod:`tenon.core.wellknown`, so all modules spell them the same way.
 """
 
 from __future__ import annotations

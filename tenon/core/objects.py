@@ -22,8 +22,8 @@ What each kind contributes:
   before launch, from the catalog; the pods already destined to it from the annotation
   ``tenon.sh/nominated-pods`` (comma-separated ``namespace/name``). A NodeClaim whose Node is present is
   ignored (the Node counts instead).
-* ``List``: its ``items``. Other kinds are recorded as skipped, not rejected, so a whole ``kubectl get -o yaml``
-  dump can be fed in.
+* ``List``: its ``items``. Other kinds are recorded as skipped, not rejected, so a whole
+  ``kubectl get -o yaml`` dump can be fed in.
 
 Pod requests follow Kubernetes' ``PodRequests``: the sum of containers, sidecars (init containers with
 ``restartPolicy: Always``) added, the max rule for ordinary init containers, plus ``spec.overhead``, plus
@@ -33,7 +33,7 @@ Pod requests follow Kubernetes' ``PodRequests``: the sum of containers, sidecars
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tenon.core.catalog import instance_types_from_catalog, machine_deployment_types
@@ -408,121 +408,149 @@ def _node_claim(ctx: _Ctx, obj: Mapping[str, Any]) -> InFlightNodeClaim:
     )
 
 
+NAMESPACED_KINDS = ("Pod", "DaemonSet", "MachineDeployment", *WORKLOAD_KINDS)
+
+
+@dataclass
+class _Parts:
+    """What the documents read so far contribute, in document order."""
+
+    pools: list[NodePool] = field(default_factory=list)
+    classes: list[NodeClass] = field(default_factory=list)
+    catalogs: dict[str, tuple[InstanceType, ...]] = field(default_factory=dict)
+    mds: list[dict[str, Any]] = field(default_factory=list)
+    pods: list[Pod] = field(default_factory=list)
+    daemon_sets: list[DaemonSet] = field(default_factory=list)
+    nodes: list[Node] = field(default_factory=list)
+    claims: list[tuple[InFlightNodeClaim, str]] = field(default_factory=list)  # with the Node it became
+    skipped: list[SkippedObject] = field(default_factory=list)
+
+
+def _list_items(source: str, index: int, obj: Mapping[str, Any]) -> list[tuple[str, int, Any]]:
+    """A ``List``'s items, each read as a document of its own at the List's place."""
+    items = obj.get("items")
+    if not isinstance(items, list):
+        raise InputError(source, index, "List", "", "items", "must be a list")
+    return [(source, index, item) for item in items]
+
+
+def _context(source: str, index: int, obj: Any) -> _Ctx:
+    """Where one object is (its kind and name checked first), for the errors of everything below."""
+    if not isinstance(obj, Mapping):
+        raise InputError(source, index, "", "", "", f"expected a Kubernetes object, got {type(obj).__name__}")
+    kind = obj.get("kind")
+    if not kind or not isinstance(kind, str):
+        raise InputError(source, index, "", "", "kind", "is required")
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping) or not meta.get("name"):
+        raise InputError(source, index, kind, "", "metadata.name", "is required")
+    name = str(meta["name"])
+    if kind in NAMESPACED_KINDS:
+        name = f"{meta.get('namespace') or 'default'}/{name}"
+    return _Ctx(source, index, kind, name)
+
+
+def _template(ctx: _Ctx, spec: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, str]]:
+    """A workload's ``spec.template`` and its labels."""
+    template = ctx.mapping(spec.get("template"), "spec.template")
+    labels = ctx.labels(
+        ctx.mapping(template.get("metadata"), "spec.template.metadata").get("labels"),
+        "spec.template.metadata.labels",
+    )
+    return template, labels
+
+
+def _workload_pods(ctx: _Ctx, obj: Mapping[str, Any], namespace: str, name: str) -> list[Pod]:
+    """A Deployment/ReplicaSet/StatefulSet (``spec.replicas``) or Job (``spec.parallelism``) as its pods."""
+    spec = ctx.mapping(obj.get("spec"), "spec")
+    field = "spec.parallelism" if ctx.kind == "Job" else "spec.replicas"
+    count = ctx.integer(spec.get(field.split(".")[1], 1), field, 0)
+    template, labels = _template(ctx, spec)
+    owner = f"{ctx.kind}/{name}"
+    spec_field = "spec.template.spec"
+    return [
+        parse_pod_spec(ctx, namespace, f"{name}-{i}", labels, template.get("spec"), spec_field, owner=owner)
+        for i in range(count)
+    ]
+
+
+def _daemon_set(ctx: _Ctx, obj: Mapping[str, Any], namespace: str, name: str) -> DaemonSet:
+    template, labels = _template(ctx, ctx.mapping(obj.get("spec"), "spec"))
+    pod = parse_pod_spec(
+        ctx, namespace, name, labels, template.get("spec"), "spec.template.spec", owner=f"DaemonSet/{name}"
+    )
+    return DaemonSet(namespace, name, pod)
+
+
+def _node_class(ctx: _Ctx, obj: Mapping[str, Any], name: str) -> NodeClass:
+    spec = ctx.mapping(obj.get("spec"), "spec")
+    sel = spec.get("scalableResourceSelector")
+    return NodeClass(
+        ctx.kind, name, None if sel is None else _selector(ctx, sel, "spec.scalableResourceSelector")
+    )
+
+
+def _read_object(ctx: _Ctx, obj: Mapping[str, Any], parts: _Parts) -> None:
+    """One object (not a List) into ``parts``, by kind; kinds the scheduler does not use are skipped."""
+    kind = ctx.kind
+    meta = obj["metadata"]
+    namespace = str(meta.get("namespace") or "default")
+    name = str(meta["name"])
+    labels = ctx.labels(meta.get("labels"), "metadata.labels")
+    if kind == "NodePool":
+        parts.pools.append(_node_pool(ctx, obj))
+    elif kind.endswith("NodeClass"):
+        parts.classes.append(_node_class(ctx, obj, name))
+    elif kind == "InstanceCatalog":
+        parts.catalogs[name] = instance_types_from_catalog(obj, ctx.source, ctx.index)
+    elif kind == "MachineDeployment":
+        parts.mds.append(dict(obj))
+    elif kind == "Pod":
+        parts.pods.append(parse_pod_spec(ctx, namespace, name, labels, obj.get("spec"), "spec"))
+    elif kind in WORKLOAD_KINDS:
+        parts.pods += _workload_pods(ctx, obj, namespace, name)
+    elif kind == "DaemonSet":
+        parts.daemon_sets.append(_daemon_set(ctx, obj, namespace, name))
+    elif kind == "Node":
+        parts.nodes.append(_node(ctx, obj))
+    elif kind == "NodeClaim":
+        status = ctx.mapping(obj.get("status"), "status")
+        parts.claims.append((_node_claim(ctx, obj), str(status.get("nodeName") or "")))
+    else:
+        where = f"{ctx.source} document {ctx.index}"
+        parts.skipped.append(SkippedObject(where, kind, ctx.name, "kind not used by the scheduler"))
+
+
+def _cluster_input(parts: _Parts) -> ClusterInput:
+    md_types, md_skipped = machine_deployment_types(parts.mds)
+    node_names = {n.name for n in parts.nodes}
+    in_flight = tuple(claim for claim, node in parts.claims if not (node and node in node_names))
+    return ClusterInput(
+        node_pools=tuple(parts.pools),
+        node_classes=tuple(parts.classes),
+        catalogs=parts.catalogs,
+        machine_deployments=tuple(md_types),
+        pods=tuple(parts.pods),
+        daemon_sets=tuple(parts.daemon_sets),
+        nodes=tuple(parts.nodes),
+        in_flight=in_flight,
+        skipped=tuple(parts.skipped + md_skipped),
+    )
+
+
 def parse_objects(documents: Iterable[tuple[str, int, Any]]) -> ClusterInput:
     """Kubernetes objects to a :class:`ClusterInput`; raises :class:`InputError` on invalid input."""
-    pools: list[NodePool] = []
-    classes: list[NodeClass] = []
-    catalogs: dict[str, tuple[InstanceType, ...]] = {}
-    mds: list[dict[str, Any]] = []
-    pods: list[Pod] = []
-    daemon_sets: list[DaemonSet] = []
-    nodes: list[Node] = []
-    claims: list[tuple[InFlightNodeClaim, str]] = []
-    skipped: list[SkippedObject] = []
+    parts = _Parts()
     queue = list(documents)
     while queue:
         source, index, obj = queue.pop(0)
         if obj is None:
             continue
-        if not isinstance(obj, Mapping):
-            raise InputError(
-                source, index, "", "", "", f"expected a Kubernetes object, got {type(obj).__name__}"
-            )
-        kind = obj.get("kind")
-        if not kind or not isinstance(kind, str):
-            raise InputError(source, index, "", "", "kind", "is required")
-        meta = obj.get("metadata")
-        if kind == "List":
-            items = obj.get("items")
-            if not isinstance(items, list):
-                raise InputError(source, index, kind, "", "items", "must be a list")
-            queue[0:0] = [(source, index, item) for item in items]
+        if isinstance(obj, Mapping) and obj.get("kind") == "List":
+            queue[0:0] = _list_items(source, index, obj)
             continue
-        if not isinstance(meta, Mapping) or not meta.get("name"):
-            raise InputError(source, index, kind, "", "metadata.name", "is required")
-        namespace = str(meta.get("namespace") or "default")
-        name = str(meta["name"])
-        namespaced = kind in ("Pod", "DaemonSet", "MachineDeployment", *WORKLOAD_KINDS)
-        ctx = _Ctx(source, index, kind, f"{namespace}/{name}" if namespaced else name)
-        labels = ctx.labels(meta.get("labels"), "metadata.labels")
-        if kind == "NodePool":
-            pools.append(_node_pool(ctx, obj))
-        elif kind.endswith("NodeClass"):
-            spec = ctx.mapping(obj.get("spec"), "spec")
-            sel = spec.get("scalableResourceSelector")
-            classes.append(
-                NodeClass(
-                    kind, name, None if sel is None else _selector(ctx, sel, "spec.scalableResourceSelector")
-                )
-            )
-        elif kind == "InstanceCatalog":
-            catalogs[name] = instance_types_from_catalog(obj, source, index)
-        elif kind == "MachineDeployment":
-            mds.append(dict(obj))
-        elif kind == "Pod":
-            pods.append(parse_pod_spec(ctx, namespace, name, labels, obj.get("spec"), "spec"))
-        elif kind in WORKLOAD_KINDS:
-            spec = ctx.mapping(obj.get("spec"), "spec")
-            field = "spec.parallelism" if kind == "Job" else "spec.replicas"
-            count = ctx.integer(spec.get(field.split(".")[1], 1), field, 0)
-            template = ctx.mapping(spec.get("template"), "spec.template")
-            tlabels = ctx.labels(
-                ctx.mapping(template.get("metadata"), "spec.template.metadata").get("labels"),
-                "spec.template.metadata.labels",
-            )
-            for i in range(count):
-                pods.append(
-                    parse_pod_spec(
-                        ctx,
-                        namespace,
-                        f"{name}-{i}",
-                        tlabels,
-                        template.get("spec"),
-                        "spec.template.spec",
-                        owner=f"{kind}/{name}",
-                    )
-                )
-        elif kind == "DaemonSet":
-            spec = ctx.mapping(obj.get("spec"), "spec")
-            template = ctx.mapping(spec.get("template"), "spec.template")
-            tlabels = ctx.labels(
-                ctx.mapping(template.get("metadata"), "spec.template.metadata").get("labels"),
-                "spec.template.metadata.labels",
-            )
-            pod = parse_pod_spec(
-                ctx,
-                namespace,
-                name,
-                tlabels,
-                template.get("spec"),
-                "spec.template.spec",
-                owner=f"DaemonSet/{name}",
-            )
-            daemon_sets.append(DaemonSet(namespace, name, pod))
-        elif kind == "Node":
-            nodes.append(_node(ctx, obj))
-        elif kind == "NodeClaim":
-            status = ctx.mapping(obj.get("status"), "status")
-            claims.append((_node_claim(ctx, obj), str(status.get("nodeName") or "")))
-        else:
-            skipped.append(
-                SkippedObject(f"{source} document {index}", kind, ctx.name, "kind not used by the scheduler")
-            )
-    md_types, md_skipped = machine_deployment_types(mds)
-    skipped += md_skipped
-    node_names = {n.name for n in nodes}
-    in_flight = tuple(claim for claim, node_name in claims if not (node_name and node_name in node_names))
-    return ClusterInput(
-        node_pools=tuple(pools),
-        node_classes=tuple(classes),
-        catalogs=catalogs,
-        machine_deployments=tuple(md_types),
-        pods=tuple(pods),
-        daemon_sets=tuple(daemon_sets),
-        nodes=tuple(nodes),
-        in_flight=in_flight,
-        skipped=tuple(skipped),
-    )
+        _read_object(_context(source, index, obj), obj, parts)
+    return _cluster_input(parts)
 
 
 def with_pods(inputs: ClusterInput, pods: Iterable[Pod]) -> ClusterInput:

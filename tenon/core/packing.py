@@ -8,9 +8,9 @@ with an offering and the count of each class in it.
 The algorithm, and why:
 
 1. **Weights.** Each resource gets a price per unit from the dual of the fractional covering LP
-   ``min sum(price_t x_t) s.t. sum(alloc_t x_t) >= demand`` (cpu and memory, solved by a one-dimensional search
-   over the dual direction). The *value* of a pod is its requests at those prices; the value of all pods is
-   the LP lower bound on what any plan costs. A bin's efficiency is ``price / value(contents)``.
+   ``min sum(price_t x_t) s.t. sum(alloc_t x_t) >= demand`` (cpu and memory, solved by a one-dimensional
+   search over the dual direction). The *value* of a pod is its requests at those prices; the value of all
+   pods is the LP lower bound on what any plan costs. A bin's efficiency is ``price / value(contents)``.
 2. **Greedy by efficiency.** Repeatedly, for each candidate template, fill an empty node first-fit-decreasing
    (by value) from the remaining classes, *downsize* it to the cheapest template that still fits its contents,
    and score ``price / value``; commit the best-scoring bin. Identical bins are committed in one step as long
@@ -26,8 +26,9 @@ The algorithm, and why:
    pods at the lowest *marginal* price (price of the node minus the price of the cheapest node for the seed
    alone, per unit of value added), so the unavoidable nodes are filled before new ones are bought.
 4. **Improvement.** Single bins, pairs of bins (and all triples when there are only a few bins) are repacked
-   with the same portfolio; a change is kept when it lowers the price. This merges two half-empty nodes into one and splits one big node into two cheaper
-   ones (eight 1-vCPU pods: c3-16 + c3-4 rather than three c3-8).
+   with the same portfolio; a change is kept when it lowers the price. This merges two half-empty nodes into
+   one and splits one big node into two cheaper ones (eight 1-vCPU pods: c3-16 + c3-4 rather than three
+   c3-8).
 
 Limits are respected while packing: NodePool limits (any resource, ``nodes``) on the capacity of new nodes,
 and per-type caps (Cluster API max size). What cannot be packed is returned with the reason.
@@ -158,6 +159,216 @@ def dual_weights(templates: Sequence[Template], demand: Sequence[int], cpu: int,
     return weights
 
 
+def _bucket_fits(req: tuple[int, ...], room: list[int], three: bool) -> bool:
+    """Whether one pod of request ``req`` fits ``room`` (``three``: the common cpu/memory/pods case)."""
+    if three:
+        return not (req[0] > room[0] or req[1] > room[1] or req[2] > room[2])
+    return not any(r > f for r, f in zip(req, room, strict=True))
+
+
+def _copies_that_fit(req: tuple[int, ...], room: list[int], most: int) -> int:
+    """How many pods of request ``req`` fit ``room``, at most ``most``."""
+    k = most
+    for d, r in enumerate(req):
+        if r:
+            q = room[d] // r
+            if q < k:
+                k = q
+    return k
+
+
+def _join_hostname_rules(c: PackClass, k: int, counts: dict[int, int], limits: dict[int, int]) -> int:
+    """How many of ``k`` pods of ``c`` the node's hostname rules let in; when some, they are counted there.
+
+    A limit of ``c`` caps the pods matching its selector (``c``'s own ones included), a limit already on the
+    node caps ``c``'s pods when they match it; a node already over one of ``c``'s limits takes none.
+    """
+    for sid, lim in c.limits:
+        cap = min(lim, limits.get(sid, lim))
+        have = counts.get(sid, 0)
+        if sid in c.matches:
+            k = min(k, cap - have)
+        elif have > cap:
+            k = 0
+    for sid in c.matches:
+        lim2 = limits.get(sid)
+        if lim2 is not None:
+            k = min(k, lim2 - counts.get(sid, 0))
+    if k <= 0:
+        return k
+    for sid, lim in c.limits:
+        limits[sid] = min(lim, limits.get(sid, lim))
+    for sid in c.matches:
+        counts[sid] = counts.get(sid, 0) + k
+    return k
+
+
+def _take(req: tuple[int, ...], k: int, room: list[int], used: list[int]) -> None:
+    """``k`` pods of request ``req`` move from ``room`` to ``used``."""
+    for d, r in enumerate(req):
+        if r:
+            room[d] -= r * k
+            used[d] += r * k
+
+
+_Node = tuple[
+    tuple[Template, float, OfferKey],  # the template it was downsized to, its price and offering
+    dict[int, int],  # class index -> pods of it on the node
+    list[int],  # resources used
+    frozenset[OfferKey] | None,  # offerings every pod on it accepts (None: any)
+    dict[int, int],  # hostname selector id -> matching pods on it
+    dict[int, int],  # hostname selector id -> smallest limit set by its pods
+]
+
+
+def _seed_fits(seed: PackClass, tpl: Template) -> bool:
+    """Whether one pod of ``seed`` may use ``tpl``, fits its allocatable and accepts one of its offerings."""
+    if tpl.index not in seed.templates or any(r > a for r, a in zip(seed.req, tpl.alloc, strict=True)):
+        return False
+    return seed.okeys is None or bool(seed.okeys & tpl.offerings.keys())
+
+
+class _NodeChoice:
+    """The choice of the next node in one greedy run: the figures it ranks by, computed once per run."""
+
+    def __init__(self, packer: Packer, classes: Sequence[PackClass], weights: Sequence[float]):
+        self.packer = packer
+        self.weights = weights
+        candidates = packer.candidates(classes, weights)
+        # per template: price per unit of value when full, the best any node can do
+        self.bound = {
+            t.index: t.min_price / max(packer.value_of(t.alloc, weights), 1e-12) for t in candidates
+        }
+        self.best_ratio = min(self.bound.values(), default=float("inf"))
+        self.by_bound = sorted(candidates, key=lambda t: (self.bound[t.index], t.min_price, t.index))
+        self.value = {c.index: packer.value_of(c.req, weights) for c in classes}
+        self.buckets = packer.buckets(classes, weights)
+        self.seeds = sorted((c for c in classes if c.seed), key=lambda c: (-self.value[c.index], c.index))
+        self._next_seed = 0
+        self._near: dict[int, tuple[tuple[Template, float, OfferKey] | None, list[Template]]] = {}
+
+    def next_seed(self) -> PackClass | None:
+        """The most valuable seed class with pods left, if any."""
+        while self._next_seed < len(self.seeds) and self.seeds[self._next_seed].count <= 0:
+            self._next_seed += 1
+        return self.seeds[self._next_seed] if self._next_seed < len(self.seeds) else None
+
+    def seed_node(self, seed: PackClass) -> _Node | None:
+        """The node for one pod of ``seed``: its own cheapest node or a few sizes up, whichever makes room for
+        other pods at the lowest marginal price; ``None`` when no node may take it."""
+        packer = self.packer
+        alone, near = self._seed_sizes(seed)
+        if alone is None:
+            return None
+        base = alone[1]
+        okeys = seed.okeys if seed.okeys is None else frozenset(seed.okeys & alone[0].offerings.keys())
+        chosen = (
+            alone,
+            {seed.index: 1},
+            list(seed.req),
+            okeys,
+            dict.fromkeys(seed.matches, 1),
+            dict(seed.limits),
+        )
+        best_score = self.best_ratio * 1.25
+        for tpl in near:
+            if not packer.budget.allows(tpl):
+                continue
+            result = packer._evaluate(tpl, self.buckets, seed)
+            if result is None:
+                continue
+            added = packer.value_of(result[2], self.weights) - self.value[seed.index]
+            if added <= 0:
+                continue
+            score = (result[0][1] - base) / added
+            if score < best_score - 1e-12:
+                best_score, chosen = score, result
+            if score <= 1e-12:
+                break  # room that comes free with the seed's own node: nothing beats it
+        return chosen
+
+    def _seed_sizes(self, seed: PackClass) -> tuple[tuple[Template, float, OfferKey] | None, list[Template]]:
+        """The seed's own cheapest node and up to six templates from its price up (cached while buyable)."""
+        packer = self.packer
+        cached = self._near.get(seed.index)
+        if cached is None or (cached[0] is not None and not packer.budget.allows(cached[0][0])):
+            alone = packer.downsize(seed.req, seed.okeys, seed.templates)
+            near = (
+                []
+                if alone is None
+                else [
+                    t
+                    for t in packer.by_price
+                    if t.min_price >= alone[1] and t.index in seed.templates and packer.budget.allows(t)
+                ][:6]
+            )
+            cached = self._near[seed.index] = (alone, near)
+        return cached
+
+    def best_node(self) -> _Node | None:
+        """The filled node with the lowest price per value (templates whose bound cannot beat it: untried)."""
+        packer = self.packer
+        best_key = None
+        chosen = None
+        for tpl in self.by_bound:
+            if best_key is not None and self.bound[tpl.index] > best_key[0]:
+                break  # even full, this template could not beat the best node found
+            if not packer.budget.allows(tpl):
+                continue
+            result = packer._evaluate(tpl, self.buckets, None)
+            if result is None:
+                continue
+            val = packer.value_of(result[2], self.weights)
+            key = (result[0][1] / max(val, 1e-12), -val, result[0][0].index)
+            if best_key is None or key < best_key:
+                best_key, chosen = key, result
+        return chosen
+
+
+class _KnapsackSearch:
+    """The depth-first search of :meth:`Packer.knapsack`: how many of each class (in ``order``) fill ``room``
+    with the most value; ``room`` is restored when it returns."""
+
+    def __init__(self, order: Sequence[PackClass], weights: Sequence[float], room: list[int]):
+        self.order = order
+        self.weights = weights
+        self.room = room
+        self.vals = [sum(w * r for w, r in zip(weights, c.req, strict=False)) for c in order]
+        # suffix[i]: the value of every pod of classes i.. (the bound when the room is not what limits)
+        self.suffix = [0.0] * (len(order) + 1)
+        for i in range(len(order) - 1, -1, -1):
+            self.suffix[i] = self.suffix[i + 1] + self.vals[i] * order[i].count
+        self.best_val = -1.0
+        self.best_counts: list[int] = []
+        self.chosen = [0] * len(order)
+        self.nodes = 0
+
+    def best(self) -> list[int]:
+        self._search(0, 0.0)
+        return self.best_counts
+
+    def _search(self, i: int, value: float) -> None:
+        if value > self.best_val + 1e-12:
+            self.best_val, self.best_counts = value, list(self.chosen)
+        if i == len(self.order) or self.nodes >= KNAPSACK_NODES:
+            return
+        room = self.room
+        bound = sum(w * r for w, r in zip(self.weights, room, strict=False))
+        if value + min(self.suffix[i], bound) <= self.best_val + 1e-12:
+            return
+        c = self.order[i]
+        req = c.req
+        for n in range(_copies_that_fit(req, room, c.count), -1, -1):
+            self.nodes += 1
+            self.chosen[i] = n
+            for d, r in enumerate(req):
+                room[d] -= r * n
+            self._search(i + 1, value + self.vals[i] * n)
+            for d, r in enumerate(req):
+                room[d] += r * n
+        self.chosen[i] = 0
+
+
 class Packer:
     """Packs the classes of one NodePool; see the module docstring for the algorithm."""
 
@@ -274,56 +485,27 @@ class Packer:
         used: list[int],
     ) -> frozenset[OfferKey] | None:
         """First-fit-decreasing into ``room`` (mutated, as are counts/limits/contents/used)."""
-        dims = range(len(room))
         three = len(room) == 3
         for req, group in buckets:
-            if three:
-                if req[0] > room[0] or req[1] > room[1] or req[2] > room[2]:
-                    continue
-            elif any(r > f for r, f in zip(req, room, strict=True)):
+            if not _bucket_fits(req, room, three):
                 continue
             for c in group:
                 avail = c.count - contents.get(c.index, 0)
                 if avail <= 0 or tpl_index not in c.templates:
                     continue
-                k = avail
-                for d in dims:
-                    r = req[d]
-                    if r:
-                        q = room[d] // r
-                        if q < k:
-                            k = q
+                k = _copies_that_fit(req, room, avail)
                 if k <= 0:
-                    break
-                new_okeys = okeys
-                if c.okeys is not None:
-                    new_okeys = c.okeys if okeys is None else okeys & c.okeys
-                    if not new_okeys:
-                        continue
+                    break  # the bucket's classes all have this request: none fits any more
+                new_okeys = okeys if c.okeys is None else (c.okeys if okeys is None else okeys & c.okeys)
+                if new_okeys is not None and not new_okeys:
+                    continue  # no offering left that every pod on the node accepts
                 if c.limits or c.matches:
-                    for sid, lim in c.limits:
-                        cap = min(lim, limits.get(sid, lim))
-                        have = counts.get(sid, 0)
-                        if sid in c.matches:
-                            k = min(k, cap - have)
-                        elif have > cap:
-                            k = 0
-                    for sid in c.matches:
-                        lim2 = limits.get(sid)
-                        if lim2 is not None:
-                            k = min(k, lim2 - counts.get(sid, 0))
+                    k = _join_hostname_rules(c, k, counts, limits)
                     if k <= 0:
                         continue
-                    for sid, lim in c.limits:
-                        limits[sid] = min(lim, limits.get(sid, lim))
-                    for sid in c.matches:
-                        counts[sid] = counts.get(sid, 0) + k
                 okeys = new_okeys
                 contents[c.index] = contents.get(c.index, 0) + k
-                for d in dims:
-                    if req[d]:
-                        room[d] -= req[d] * k
-                        used[d] += req[d] * k
+                _take(req, k, room, used)
         return okeys
 
     def knapsack(self, tpl: Template, room: list[int], contents: dict[int, int], used: list[int]) -> None:
@@ -334,54 +516,19 @@ class Packer:
         First-fit-decreasing is myopic: two 3-CPU pods fill 6 of 7.8 CPUs where one 3-CPU and two 2-CPU pods
         fill 7; the difference is a whole node on the field-size scenarios of the bench.
         """
-        weights = self._weights
         order = [c for c in self._plain_order if c.count > 0 and tpl.index in c.templates]
         if not order:
             return
-        vals = [sum(w * r for w, r in zip(weights, c.req, strict=False)) for c in order]
-        suffix = [0.0] * (len(order) + 1)
-        for i in range(len(order) - 1, -1, -1):
-            suffix[i] = suffix[i + 1] + vals[i] * order[i].count
-        best_val = -1.0
-        best: list[int] = []
-        chosen = [0] * len(order)
-        nodes = 0
-        dims = range(len(room))
-
-        def dfs(i: int, value: float) -> None:
-            nonlocal best_val, best, nodes
-            if value > best_val + 1e-12:
-                best_val, best = value, list(chosen)
-            if i == len(order) or nodes >= KNAPSACK_NODES:
-                return
-            bound = sum(w * r for w, r in zip(weights, room, strict=False))
-            if value + min(suffix[i], bound) <= best_val + 1e-12:
-                return
-            c = order[i]
-            k = c.count
-            for d in dims:
-                if c.req[d]:
-                    k = min(k, room[d] // c.req[d])
-            for n in range(k, -1, -1):
-                nodes += 1
-                chosen[i] = n
-                for d in dims:
-                    room[d] -= c.req[d] * n
-                dfs(i + 1, value + vals[i] * n)
-                for d in dims:
-                    room[d] += c.req[d] * n
-            chosen[i] = 0
-
-        dfs(0, 0.0)
+        best = _KnapsackSearch(order, self._weights, room).best()
         for c, n in zip(order, best, strict=True):
             if n:
                 contents[c.index] = n
-                for d in dims:
-                    room[d] -= c.req[d] * n
-                    used[d] += c.req[d] * n
+                _take(c.req, n, room, used)
 
     # -- the greedy ----------------------------------------------------------------------------------------
-    def _evaluate(self, tpl: Template, buckets, seed: PackClass | None):
+    def _evaluate(self, tpl: Template, buckets, seed: PackClass | None) -> _Node | None:
+        """One new node of ``tpl`` filled (after ``seed``, when given) and downsized to the cheapest template
+        that takes what went in; ``None`` when nothing went in or nothing can take it."""
         self.work += 1
         room = list(tpl.alloc)
         used = [0] * len(room)
@@ -390,18 +537,12 @@ class Packer:
         contents: dict[int, int] = {}
         okeys = None
         if seed is not None:
-            if tpl.index not in seed.templates or any(r > a for r, a in zip(seed.req, room, strict=True)):
-                return None
-            if seed.okeys is not None and not (seed.okeys & tpl.offerings.keys()):
+            if not _seed_fits(seed, tpl):
                 return None
             contents[seed.index] = 1
-            for d, r in enumerate(seed.req):
-                room[d] -= r
-                used[d] += r
-            for sid, lim in seed.limits:
-                limits[sid] = lim
-            for sid in seed.matches:
-                counts[sid] = 1
+            _take(seed.req, 1, room, used)
+            limits.update(seed.limits)
+            counts.update(dict.fromkeys(seed.matches, 1))
             okeys = seed.okeys
         if seed is None and self._plain:
             self.knapsack(tpl, room, contents, used)
@@ -409,6 +550,13 @@ class Packer:
             okeys = self.fill(buckets, room, okeys, counts, limits, contents, tpl.index, used)
         if not contents:
             return None
+        down = self.downsize(used, okeys, self._templates_for_all(contents))
+        if down is None:
+            return None
+        return down, contents, used, okeys, counts, limits
+
+    def _templates_for_all(self, contents: dict[int, int]) -> frozenset[int] | None:
+        """The templates every class in ``contents`` may use."""
         allowed: frozenset[int] | None = None
         for ci in contents:
             cls = self._classes[ci]
@@ -416,12 +564,9 @@ class Packer:
                 allowed = cls.templates
             elif cls.templates is not allowed:
                 allowed = allowed & cls.templates
-        down = self.downsize(used, okeys, allowed)
-        if down is None:
-            return None
-        return down, contents, used, okeys, counts, limits
+        return allowed
 
-    def _commit(self, bins: list[Bin], chosen, once: bool = False) -> int:
+    def _commit(self, bins: list[Bin], chosen: _Node, once: bool = False) -> int:
         (tpl, price, offer), contents, used, okeys, counts, limits = chosen
         times = 1 if once else min(self._classes[ci].count // n for ci, n in contents.items())
         times = max(1, min(times, self.budget.max_count(tpl)))
@@ -439,6 +584,8 @@ class Packer:
         only: Template | None = None,
         exact: bool = False,
     ) -> tuple[list[Bin], dict[int, str]]:
+        """Nodes one at a time: the ``only`` template while it can be bought, else the next seed's node, else
+        the node with the best price per value; identical nodes are committed together."""
         self._classes = {c.index: c for c in classes}
         self._weights = weights
         # exact per-node fill for small, plain problems (no hostname rules, no zone pins)
@@ -450,93 +597,26 @@ class Packer:
         self._plain_order = sorted(classes, key=lambda c: (-self.value_of(c.req, weights), c.index))
         failed: dict[int, str] = {}
         bins: list[Bin] = []
-        all_cands = self.candidates(classes, weights)
-        best_ratio = min(
-            (t.min_price / max(self.value_of(t.alloc, weights), 1e-12) for t in all_cands),
-            default=float("inf"),
-        )
-        value = {c.index: self.value_of(c.req, weights) for c in classes}
-        bound = {t.index: t.min_price / max(self.value_of(t.alloc, weights), 1e-12) for t in all_cands}
-        by_bound = sorted(all_cands, key=lambda t: (bound[t.index], t.min_price, t.index))
-        buckets = self.buckets(classes, weights)
-        seeds = sorted((c for c in classes if c.seed), key=lambda c: (-value[c.index], c.index))
-        near_cache: dict[int, tuple[tuple[Template, float, OfferKey] | None, list[Template]]] = {}
+        choice = _NodeChoice(self, classes, weights)
         left = sum(c.count for c in classes)
-        si = 0
         rounds = 0
         while left > 0:
             rounds += 1
             if rounds % 64 == 0:
-                buckets = self.buckets([c for c in classes if c.count > 0], weights)
-            while si < len(seeds) and seeds[si].count <= 0:
-                si += 1
+                choice.buckets = self.buckets([c for c in classes if c.count > 0], weights)
             chosen = None
             if only is not None and self.budget.allows(only):
-                chosen = self._evaluate(only, buckets, None)
-            if chosen is not None:
-                pass
-            elif si < len(seeds):
-                seed = seeds[si]
-                cached_alone = near_cache.get(seed.index, (None, []))[0]
-                if seed.index not in near_cache or (
-                    cached_alone is not None and not self.budget.allows(cached_alone[0])
-                ):
-                    alone = self.downsize(seed.req, seed.okeys, seed.templates)
-                    near = (
-                        []
-                        if alone is None
-                        else [
-                            t
-                            for t in self.by_price
-                            if t.min_price >= alone[1] and t.index in seed.templates and self.budget.allows(t)
-                        ][:6]
-                    )
-                    near_cache[seed.index] = (alone, near)
-                alone, near = near_cache[seed.index]
-                if alone is None:
+                chosen = self._evaluate(only, choice.buckets, None)
+            seed = choice.next_seed() if chosen is None else None
+            if seed is not None:
+                chosen = choice.seed_node(seed)
+                if chosen is None:  # the seed fits no node that may still be bought
                     failed[seed.index] = self._why_not(seed)
                     left -= seed.count
                     seed.count = 0
                     continue
-                base = alone[1]
-                chosen = (
-                    alone,
-                    {seed.index: 1},
-                    list(seed.req),
-                    seed.okeys if seed.okeys is None else frozenset(seed.okeys & alone[0].offerings.keys()),
-                    dict.fromkeys(seed.matches, 1),
-                    dict(seed.limits),
-                )
-                # The seed's own node and a few sizes up: which makes room for others at the lowest marginal price?
-                best_score = best_ratio * 1.25
-                for tpl in near:
-                    if not self.budget.allows(tpl):
-                        continue
-                    result = self._evaluate(tpl, buckets, seed)
-                    if result is None:
-                        continue
-                    added = self.value_of(result[2], weights) - value[seed.index]
-                    if added <= 0:
-                        continue
-                    score = (result[0][1] - base) / added
-                    if score < best_score - 1e-12:
-                        best_score, chosen = score, result
-                    if score <= 1e-12:
-                        break  # room that comes free with the seed's own node: nothing beats it
-            else:
-                best_key = None
-                for tpl in by_bound:
-                    if best_key is not None and bound[tpl.index] > best_key[0]:
-                        break  # even full, this template could not beat the best bin found
-                    if not self.budget.allows(tpl):
-                        continue
-                    result = self._evaluate(tpl, buckets, None)
-                    if result is None:
-                        continue
-                    val = self.value_of(result[2], weights)
-                    key = (result[0][1] / max(val, 1e-12), -val, result[0][0].index)
-                    if best_key is None or key < best_key:
-                        best_key, chosen = key, result
+            elif chosen is None:
+                chosen = choice.best_node()
             if chosen is None:
                 for c in classes:
                     if c.count > 0:
@@ -568,9 +648,9 @@ class Packer:
                     opt = self._evaluate(tpl, buckets, None)
                     if opt is None:
                         continue
-                    key = (opt[0][0].index, tuple(sorted(opt[1].items())))
-                    if key not in seen:
-                        seen.add(key)
+                    node_key = (opt[0][0].index, tuple(sorted(opt[1].items())))
+                    if node_key not in seen:
+                        seen.add(node_key)
                         options.append((opt[0][1] / max(self.value_of(opt[2], weights), 1e-12), opt))
             options.sort(key=lambda item: item[0])
             best = None
@@ -648,7 +728,7 @@ class Packer:
 
     # -- improvement ---------------------------------------------------------------------------------------
     def improve(self, bins: list[Bin], classes: Sequence[PackClass]) -> list[Bin]:
-        """Repack single bins, pairs (and, for a few bins, triples); keep every change that lowers the price."""
+        """Repack single bins, pairs (and, for a few bins, triples); keep a change that lowers the price."""
         proto = {c.index: c for c in classes}
         tries = 0
         changed = True

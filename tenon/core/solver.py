@@ -22,8 +22,9 @@ No I/O, no clocks, no randomness: the same input gives the same plan (lists are 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from tenon.core.catalog import instance_types_for_node_pool
 from tenon.core.explain import MAX_FALLBACKS, explain_choice
@@ -101,6 +102,141 @@ def _spec_key(pod: Pod) -> tuple[object, ...]:
 def _restricts_offers(pod: Pod) -> bool:
     terms = list(pod.node_affinity) + [t for _, t in pod.preferred_node_affinity]
     return any(req.key in (ZONE, CAPACITY_TYPE) for term in terms for req in term)
+
+
+def _offer_domains(offer_sets: Iterable[Iterable[OfferKey]]) -> tuple[set[str], set[str]]:
+    """The zones (when set) and capacity types of some offerings."""
+    zones: set[str] = set()
+    cts: set[str] = set()
+    for offers in offer_sets:
+        for zone, ct in offers:
+            if zone:
+                zones.add(zone)
+            cts.add(ct)
+    return zones, cts
+
+
+def _add_room_domains(room: _Room, zones: set[str], cts: set[str]) -> None:
+    if room.labels.get(ZONE):
+        zones.add(room.labels[ZONE])
+    if room.labels.get(CAPACITY_TYPE):
+        cts.add(room.labels[CAPACITY_TYPE])
+
+
+_Item = tuple[
+    list[Pod],  # the pods that must share a node (one, without hostname pod affinity)
+    tuple[int, ...],  # their summed requests
+    frozenset[OfferKey] | None,  # offerings allowed (None: any)
+    tuple[int, ...],  # hostname selector ids matched
+    tuple[tuple[int, int], ...],  # hostname limits set
+    dict[int, frozenset[OfferKey]],  # template index -> offerings accepted there
+]
+
+
+def _hostname_affinity_groups(pods: Sequence[Pod]) -> dict[str, list[Pod]]:
+    """Pods bound together by required pod affinity on hostname (transitively), by a representative key."""
+    parent = {p.key: p.key for p in pods}
+
+    def find(k: str) -> str:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    for pod in pods:
+        for term in pod.pod_affinity:
+            if term.topology_key != HOSTNAME:
+                continue
+            sel: ScopedSelector = term_scope(term.selector, term.namespaces, term.all_namespaces)
+            for other in pods:
+                if other is not pod and sel.matches(other):
+                    parent[find(other.key)] = find(pod.key)
+    groups: dict[str, list[Pod]] = defaultdict(list)
+    for pod in pods:
+        groups[find(pod.key)].append(pod)
+    return groups
+
+
+class _PinnedFeasibility:
+    """A pod's feasible templates and offerings narrowed to the zone/capacity type it is pinned to."""
+
+    def __init__(self, feasible: dict[str, dict[int, frozenset[OfferKey]]], pins: dict[str, dict[str, str]]):
+        self.feasible = feasible
+        self.pins = pins
+        # pods of one spec share their feasibility: narrowed once per (feasibility, pin)
+        self._cache: dict[tuple[int, tuple[tuple[str, str], ...]], dict[int, frozenset[OfferKey]]] = {}
+
+    def of(self, pod: Pod) -> dict[int, frozenset[OfferKey]]:
+        f = self.feasible[pod.key]
+        pin = self.pins.get(pod.key, {})
+        if not pin:
+            return f
+        key = (id(f), tuple(sorted(pin.items())))
+        found = self._cache.get(key)
+        if found is None:
+            found = {}
+            for i, offs in f.items():
+                kept = frozenset(
+                    k
+                    for k in offs
+                    if (ZONE not in pin or k[0] == pin[ZONE])
+                    and (CAPACITY_TYPE not in pin or k[1] == pin[CAPACITY_TYPE])
+                )
+                if kept:
+                    found[i] = kept
+            self._cache[key] = found
+        return found
+
+
+_ClassKey = tuple[object, ...]  # everything that matters for packing: vector, offers, features, templates
+
+
+class _PendingClasses:
+    """Items not packed yet, grouped into classes of identical items, with what each pool said about them."""
+
+    def __init__(self, items: Sequence[_Item]):
+        self.classes: dict[_ClassKey, list[list[str]]] = defaultdict(list)  # class -> pod keys per item
+        self.shape: dict[_ClassKey, tuple[Any, ...]] = {}  # class -> (vec, okeys, matches, limits, feasible)
+        for members, vec, okeys, matches, limits, feasible in items:
+            key = (vec, okeys, matches, limits, frozenset(feasible))
+            self.classes[key].append([p.key for p in members])
+            self.shape[key] = (vec, okeys, matches, limits, feasible)
+        self.keys = sorted(self.classes, key=lambda k: min(m[0] for m in self.classes[k]))
+        self.tried: dict[_ClassKey, dict[str, str]] = {k: {} for k in self.keys}  # class -> pool -> why not
+
+    def pack_classes(self, here: Sequence[_ClassKey], tpl_ids: frozenset[int]) -> list[PackClass]:
+        """The classes ``here`` as the packer takes them, limited to one pool's templates ``tpl_ids``."""
+        out = []
+        interned: dict[frozenset[int], frozenset[int]] = {}
+        for i, k in enumerate(here):
+            vec, okeys, matches, limits, feasible = self.shape[k]
+            tset = frozenset(feasible) & tpl_ids
+            members = list(self.classes[k])
+            out.append(
+                PackClass(
+                    i, vec, len(members), okeys, matches, limits, interned.setdefault(tset, tset), members
+                )
+            )
+        return out
+
+    def keep_leftovers(
+        self, pool: str, here: Sequence[_ClassKey], packed: Sequence[PackClass], taken: dict[int, int]
+    ) -> None:
+        """What ``pool`` did not take stays pending for the next pool, and so do classes it could not use."""
+        leftover: dict[_ClassKey, list[list[str]]] = {}
+        for ci, c in enumerate(packed):
+            rest = c.members[taken[ci] :]
+            if rest:
+                leftover[here[ci]] = rest
+                self.tried[here[ci]].setdefault(pool, "NodePool could not take it")
+        next_keys = []
+        for k in self.keys:
+            if k in leftover:
+                self.classes[k] = leftover[k]
+                next_keys.append(k)
+            elif k not in here:
+                next_keys.append(k)
+        self.keys = next_keys
 
 
 class _Solve:
@@ -239,29 +375,44 @@ class _Solve:
         return Plan(tuple(claims), existing, unsched, skipped)
 
     def _assign_domains(self, rooms: Sequence[_Room]) -> dict[str, dict[str, str]]:
-        domains_of: dict[str, dict[str, set[str]]] = {}
         offered: dict[int, tuple[set[str], set[str]]] = {}
-        for pod in self.pending:
-            feasible = self.feasible[pod.key]
-            if id(feasible) not in offered:
-                zs: set[str] = set()
-                cs: set[str] = set()
-                for offers in feasible.values():
-                    for zone, ct in offers:
-                        if zone:
-                            zs.add(zone)
-                        cs.add(ct)
-                offered[id(feasible)] = (zs, cs)
-            zones, cts = set(offered[id(feasible)][0]), set(offered[id(feasible)][1])
-            for room in rooms:
-                if untolerated(room.taints, pod.tolerations) is None and any(
-                    all_allow(term, room.labels) for term in pod.node_affinity
-                ):
-                    if room.labels.get(ZONE):
-                        zones.add(room.labels[ZONE])
-                    if room.labels.get(CAPACITY_TYPE):
-                        cts.add(room.labels[CAPACITY_TYPE])
-            domains_of[pod.key] = {ZONE: zones, CAPACITY_TYPE: cts}
+        domains_of = {pod.key: self._domains_of(pod, rooms, offered) for pod in self.pending}
+        placed = [
+            (pod, {ZONE: r.labels.get(ZONE, ""), CAPACITY_TYPE: r.labels.get(CAPACITY_TYPE, "")})
+            for r in rooms
+            for pod in r.pods
+        ]
+        outcome = assign_domains(
+            self._placeable(rooms),
+            domains_of,
+            [(p, {k: v for k, v in d.items() if v}) for p, d in placed],
+            self._spread_domains_by_pod(rooms),
+        )
+        for key, reason in outcome.failures.items():
+            self.unschedulable[key] = {"*": reason}
+        self.pinned = set(outcome.pins)
+        return outcome.pins
+
+    def _domains_of(
+        self, pod: Pod, rooms: Sequence[_Room], offered: dict[int, tuple[set[str], set[str]]]
+    ) -> dict[str, set[str]]:
+        """The zones and capacity types ``pod`` could land in: its feasible offerings, the rooms it may use.
+
+        ``offered`` caches the offerings' domains per feasibility (pods of one spec share it).
+        """
+        feasible = self.feasible[pod.key]
+        if id(feasible) not in offered:
+            offered[id(feasible)] = _offer_domains(offers for offers in feasible.values())
+        zones, cts = set(offered[id(feasible)][0]), set(offered[id(feasible)][1])
+        for room in rooms:
+            if untolerated(room.taints, pod.tolerations) is None and any(
+                all_allow(term, room.labels) for term in pod.node_affinity
+            ):
+                _add_room_domains(room, zones, cts)
+        return {ZONE: zones, CAPACITY_TYPE: cts}
+
+    def _spread_domains_by_pod(self, rooms: Sequence[_Room]) -> dict[str, dict[str, set[str]]]:
+        """For pods with a zone/capacity-type spread: the domains it counts (equal node affinity, shared)."""
         spread_domains_of: dict[str, dict[str, set[str]]] = {}
         by_affinity: dict[tuple[tuple[Requirement, ...], ...], dict[str, set[str]]] = {}
         for pod in self.pending:
@@ -270,157 +421,114 @@ class _Solve:
             if pod.node_affinity not in by_affinity:
                 by_affinity[pod.node_affinity] = self._spread_domains(pod, rooms)
             spread_domains_of[pod.key] = by_affinity[pod.node_affinity]
-        placed = [
-            (pod, {ZONE: r.labels.get(ZONE, ""), CAPACITY_TYPE: r.labels.get(CAPACITY_TYPE, "")})
-            for r in rooms
-            for pod in r.pods
-        ]
-        # Pods that cannot run anywhere are left out: pinning them would count pods that never arrive.
-        placeable = [
+        return spread_domains_of
+
+    def _placeable(self, rooms: Sequence[_Room]) -> list[Pod]:
+        """Pending pods that can run somewhere: pinning the others would count pods that never arrive."""
+        return [
             p
             for p in self.pending
             if p.key not in self.unschedulable
             and (self.feasible[p.key] or any(self._fits_room(p, self.vec[p.key], {}, r) for r in rooms))
         ]
-        outcome = assign_domains(
-            placeable,
-            domains_of,
-            [(p, {k: v for k, v in d.items() if v}) for p, d in placed],
-            spread_domains_of,
-        )
-        for key, reason in outcome.failures.items():
-            self.unschedulable[key] = {"*": reason}
-        self.pinned = set(outcome.pins)
-        return outcome.pins
 
     def _spread_domains(self, pod: Pod, rooms: Sequence[_Room]) -> dict[str, set[str]]:
-        """Domains a zone/capacity-type spread counts: nodes matching the pod's node affinity, taints ignored."""
+        """Domains a zone/capacity-type spread counts: nodes matching the pod's node affinity, tainted too."""
         zones: set[str] = set()
         cts: set[str] = set()
         for tpl in self.templates:
             for term in pod.node_affinity:
-                for zone, ct in offers_allowed(term, tpl.labels, tpl.offerings):
-                    if zone:
-                        zones.add(zone)
-                    cts.add(ct)
+                zs, cs = _offer_domains([offers_allowed(term, tpl.labels, tpl.offerings)])
+                zones |= zs
+                cts |= cs
         for room in rooms:
             if any(all_allow(term, room.labels) for term in pod.node_affinity):
-                if room.labels.get(ZONE):
-                    zones.add(room.labels[ZONE])
-                if room.labels.get(CAPACITY_TYPE):
-                    cts.add(room.labels[CAPACITY_TYPE])
+                _add_room_domains(room, zones, cts)
         return {ZONE: zones, CAPACITY_TYPE: cts}
 
-    def _items(self, left: Sequence[Pod], pins: dict[str, dict[str, str]]):
-        """Units (hostname pod affinity) and single pods, each with vector, offers, features, templates."""
-        parent = {p.key: p.key for p in left}
+    def _items(self, left: Sequence[Pod], pins: dict[str, dict[str, str]]) -> list[_Item]:
+        """Units (hostname pod affinity) and single pods, each with vector, offers, features, templates.
 
-        def find(k: str) -> str:
-            while parent[k] != k:
-                parent[k] = parent[parent[k]]
-                k = parent[k]
-            return k
-
-        for pod in left:
-            for term in pod.pod_affinity:
-                if term.topology_key != HOSTNAME:
-                    continue
-                sel: ScopedSelector = term_scope(term.selector, term.namespaces, term.all_namespaces)
-                for other in left:
-                    if other is not pod and sel.matches(other):
-                        parent[find(other.key)] = find(pod.key)
-        groups: dict[str, list[Pod]] = defaultdict(list)
-        for pod in left:
-            groups[find(pod.key)].append(pod)
+        A unit that cannot be placed as a whole is marked unschedulable (with why) instead.
+        """
+        pinned = _PinnedFeasibility(self.feasible, pins)
         items = []
-        pinned_cache: dict[tuple[int, tuple[tuple[str, str], ...]], dict[int, frozenset[OfferKey]]] = {}
-
-        def pinned(pod: Pod) -> dict[int, frozenset[OfferKey]]:
-            f = self.feasible[pod.key]
-            pin = pins.get(pod.key, {})
-            if not pin:
-                return f
-            key = (id(f), tuple(sorted(pin.items())))
-            found = pinned_cache.get(key)
-            if found is None:
-                found = {}
-                for i, offs in f.items():
-                    kept = frozenset(
-                        k
-                        for k in offs
-                        if (ZONE not in pin or k[0] == pin[ZONE])
-                        and (CAPACITY_TYPE not in pin or k[1] == pin[CAPACITY_TYPE])
-                    )
-                    if kept:
-                        found[i] = kept
-                pinned_cache[key] = found
-            return found
-
-        for members in groups.values():
+        for members in _hostname_affinity_groups(left).values():
             members.sort(key=lambda p: p.key)
-            restricted = any(pod.key in pins or _restricts_offers(pod) for pod in members)
-            if len(members) == 1:
-                vec = self.vec[members[0].key]
-                feasible = pinned(members[0])
+            item = self._item(members, pins, pinned)
+            if isinstance(item, str):
+                for pod in members:
+                    self.unschedulable[pod.key] = {"*": item}
             else:
-                vec = tuple(map(sum, zip(*(self.vec[p.key] for p in members), strict=True)))
-                feasible = dict(pinned(members[0]))
-                for pod in members[1:]:
-                    f = pinned(pod)
-                    feasible = {i: feasible[i] & f[i] for i in feasible if i in f and feasible[i] & f[i]}
-                feasible = {i: o for i, o in feasible.items() if fits(vec, self.templates[i].alloc)}
-            if len(members) == 1:
-                matches_t, limits_t = self.rules.features(members[0])
-            else:
-                matches: set[int] = set()
-                limits: dict[int, int] = {}
-                for pod in members:
-                    m, lims = self.rules.features(pod)
-                    matches.update(m)
-                    for sid, lim in lims:
-                        limits[sid] = min(lim, limits.get(sid, lim))
-                matches_t, limits_t = tuple(sorted(matches)), tuple(sorted(limits.items()))
-            hostname_affinity_unmet = any(pod.pod_affinity for pod in members) and any(
-                term.topology_key == HOSTNAME
-                and not any(
-                    term_scope(term.selector, term.namespaces, term.all_namespaces).matches(o)
-                    for o in members
-                )
-                for pod in members
-                for term in pod.pod_affinity
-            )
-            if hostname_affinity_unmet and not (len(members) == 1 and self._self_affine(members[0])):
-                for pod in members:
-                    self.unschedulable[pod.key] = {
-                        "*": "required pod affinity on hostname: no node runs a matching pod with room for it"
-                    }
-                continue
-            okeys = None
-            if restricted:
-                cached_okeys = self._okeys_cache.get(id(feasible))
-                if cached_okeys is None:
-                    cached_okeys = (feasible, frozenset(k for offs in feasible.values() for k in offs))
-                    self._okeys_cache[id(feasible)] = cached_okeys
-                okeys = cached_okeys[1]
-            if len(members) > 1 and not feasible:
-                for pod in members:
-                    self.unschedulable[pod.key] = {
-                        "*": f"pods that must share a node (pod affinity on hostname: "
-                        f"{', '.join(p.key for p in members)}) do not fit together on any instance type"
-                    }
-                continue
-            if len(members) > 1:
-                counted = {
-                    sid: sum(1 for p in members if sid in self.rules.features(p)[0]) for sid in matches_t
-                }
-                if any(counted.get(sid, 0) > lim for sid, lim in limits_t):
-                    for pod in members:
-                        self.unschedulable[pod.key] = {
-                            "*": "its pod affinity and anti-affinity contradict each other"
-                        }
-                    continue
-            items.append((members, vec, okeys, matches_t, limits_t, feasible))
+                items.append(item)
         return items
+
+    def _item(
+        self, members: list[Pod], pins: dict[str, dict[str, str]], pinned: _PinnedFeasibility
+    ) -> _Item | str:
+        """One packing item for pods that must share a node, or why they cannot."""
+        restricted = any(pod.key in pins or _restricts_offers(pod) for pod in members)
+        vec, feasible = self._unit_feasibility(members, pinned)
+        matches, limits = self._unit_features(members)
+        if self._hostname_affinity_unmet(members) and not (
+            len(members) == 1 and self._self_affine(members[0])
+        ):
+            return "required pod affinity on hostname: no node runs a matching pod with room for it"
+        okeys = None
+        if restricted:
+            cached = self._okeys_cache.get(id(feasible))
+            if cached is None:
+                cached = (feasible, frozenset(k for offs in feasible.values() for k in offs))
+                self._okeys_cache[id(feasible)] = cached
+            okeys = cached[1]
+        if len(members) > 1 and not feasible:
+            return (
+                f"pods that must share a node (pod affinity on hostname: "
+                f"{', '.join(p.key for p in members)}) do not fit together on any instance type"
+            )
+        if len(members) > 1:
+            counted = {sid: sum(1 for p in members if sid in self.rules.features(p)[0]) for sid in matches}
+            if any(counted.get(sid, 0) > lim for sid, lim in limits):
+                return "its pod affinity and anti-affinity contradict each other"
+        return (members, vec, okeys, matches, limits, feasible)
+
+    def _unit_feasibility(
+        self, members: list[Pod], pinned: _PinnedFeasibility
+    ) -> tuple[tuple[int, ...], dict[int, frozenset[OfferKey]]]:
+        """The unit's summed requests and the templates (with offerings) every member accepts and it fits."""
+        if len(members) == 1:
+            return self.vec[members[0].key], pinned.of(members[0])
+        vec = tuple(map(sum, zip(*(self.vec[p.key] for p in members), strict=True)))
+        feasible = dict(pinned.of(members[0]))
+        for pod in members[1:]:
+            f = pinned.of(pod)
+            feasible = {i: feasible[i] & f[i] for i in feasible if i in f and feasible[i] & f[i]}
+        return vec, {i: o for i, o in feasible.items() if fits(vec, self.templates[i].alloc)}
+
+    def _unit_features(self, members: list[Pod]) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
+        """Hostname selector ids the unit matches, and the smallest limit its members set on each."""
+        if len(members) == 1:
+            return self.rules.features(members[0])
+        matches: set[int] = set()
+        limits: dict[int, int] = {}
+        for pod in members:
+            m, lims = self.rules.features(pod)
+            matches.update(m)
+            for sid, lim in lims:
+                limits[sid] = min(lim, limits.get(sid, lim))
+        return tuple(sorted(matches)), tuple(sorted(limits.items()))
+
+    @staticmethod
+    def _hostname_affinity_unmet(members: list[Pod]) -> bool:
+        """Whether some member's hostname pod affinity matches no pod of the unit."""
+        return any(pod.pod_affinity for pod in members) and any(
+            term.topology_key == HOSTNAME
+            and not any(
+                term_scope(term.selector, term.namespaces, term.all_namespaces).matches(o) for o in members
+            )
+            for pod in members
+            for term in pod.pod_affinity
+        )
 
     def _self_affine(self, pod: Pod) -> bool:
         return all(
@@ -447,120 +555,100 @@ class _Solve:
         return used
 
     def _pack_new(self, left: Sequence[Pod], pins: dict[str, dict[str, str]]) -> list[PlannedNodeClaim]:
-        items = self._items(left, pins)
-        # classes keyed by everything that matters for packing
-        classes: dict[tuple[object, ...], list[list[str]]] = defaultdict(list)
-        shape: dict[
-            tuple[object, ...],
-            tuple[
-                tuple[int, ...],
-                frozenset[OfferKey] | None,
-                tuple[int, ...],
-                tuple[tuple[int, int], ...],
-                dict[int, frozenset[OfferKey]],
-            ],
-        ] = {}
-        for members, vec, okeys, matches, limits, feasible in items:
-            key = (vec, okeys, matches, limits, frozenset(feasible))
-            classes[key].append([p.key for p in members])
-            shape[key] = (vec, okeys, matches, limits, feasible)
-        pending_keys = sorted(classes, key=lambda k: min(m[0] for m in classes[k]))
-        tried: dict[tuple[object, ...], dict[str, str]] = {k: {} for k in pending_keys}
+        """New NodeClaims for the pods left, pool by pool in priority order; what a pool cannot take spills
+        to the next one, and what no pool takes is unschedulable with each pool's reason."""
+        pending = _PendingClasses(self._items(left, pins))
+        type_caps = self._type_caps()
+        claims: list[tuple[tuple[object, ...], PlannedNodeClaim]] = []
+        for rank, pool in enumerate(self.pools):
+            tpls = self.pool_templates.get(pool.name, [])
+            tpl_ids = frozenset(t.index for t in tpls)
+            here = [k for k in pending.keys if pending.shape[k][4].keys() & tpl_ids]
+            if not here:
+                continue
+            pack_classes = pending.pack_classes(here, tpl_ids)
+            packer, bins = self._pack_pool(pool, tpls, pack_classes, type_caps)
+            for ci, reason in packer.failed.items():
+                pending.tried[here[ci]][pool.name] = reason
+            taken: dict[int, int] = defaultdict(int)
+            for b in bins:
+                claim = self._claim_for_bin(pool, tpls, b, pack_classes, taken)
+                if claim is not None:
+                    claims.append(((rank, -b.price, claim.instance_type, claim.pods), claim))
+            pending.keep_leftovers(pool.name, here, pack_classes, taken)
+        for k in pending.keys:
+            for unit in pending.classes[k]:
+                for pod_key in unit:
+                    self.unschedulable[pod_key] = self._reasons(self.by_key[pod_key], pending.tried[k])
+        claims.sort(key=lambda item: item[0])
+        return [c for _, c in claims]
+
+    def _type_caps(self) -> dict[str, int]:
+        """How many more of each capped instance type (Cluster API max size) may be created, by source."""
         type_caps: dict[str, int] = {}
         for pool in self.pools:
             for it in self.pool_types[pool.name]:
                 if it.max_new is not None:
                     type_caps[it.source] = it.max_new
-        claims: list[tuple[tuple[object, ...], PlannedNodeClaim]] = []
-        for rank, pool in enumerate(self.pools):
-            tpls = self.pool_templates.get(pool.name, [])
-            tpl_ids = frozenset(t.index for t in tpls)
-            here = [k for k in pending_keys if shape[k][4].keys() & tpl_ids]
-            if not here:
-                continue
-            remaining = {}
-            usage = self._pool_usage(pool)
-            for r, limit in pool.limits.items():
-                remaining[r] = limit - usage.get(r, 0)
-            budget = Budget(self.names, remaining, type_caps)
-            demand = [0] * len(self.names)
-            pack_classes = []
-            interned: dict[frozenset[int], frozenset[int]] = {}
-            for i, k in enumerate(here):
-                vec, okeys, matches, limits, feasible = shape[k]
-                for d, amount in enumerate(vec):
-                    demand[d] += amount * len(classes[k])
-                tset = frozenset(feasible) & tpl_ids
-                pack_classes.append(
-                    PackClass(
-                        i,
-                        vec,
-                        len(classes[k]),
-                        okeys,
-                        matches,
-                        limits,
-                        interned.setdefault(tset, tset),
-                        list(classes[k]),
-                    )
-                )
-            weights = dual_weights(tpls, demand, 0, 1)
-            n_pods = sum(len(c.members) for c in pack_classes)
-            # The portfolio and deep repacking pay off on small problems and cost too much on large ones.
-            small = n_pods <= SMALL_PODS and len(pack_classes) <= SMALL_CLASSES
-            packer = Packer(
-                tpls,
-                budget,
-                weights,
-                max_candidates=24,
-                improve_budget=2500 if small else 60,
-                portfolio=small,
-            )
-            bins = packer.pack(pack_classes, lookahead=True)
-            bins = packer.improve(
-                bins,
-                [
-                    PackClass(c.index, c.req, 0, c.okeys, c.matches, c.limits, c.templates)
-                    for c in pack_classes
-                ],
-            )
-            bins.sort(key=lambda b: (-b.price, b.template.instance_type.name, sorted(b.contents.items())))
-            next_pending = []
-            for ci, reason in packer.failed.items():
-                k = here[ci]
-                tried[k][pool.name] = reason
-            taken: dict[int, int] = defaultdict(int)
-            for b in bins:
-                pods_here: list[str] = []
-                for ci, n in sorted(b.contents.items()):
-                    start = taken[ci]
-                    for unit in pack_classes[ci].members[start : start + n]:
-                        pods_here.extend(unit)
-                    taken[ci] += n
-                claim = self._claim(pool, tpls, b, pods_here, pack_classes)
-                if isinstance(claim, str):
-                    for pod_key in pods_here:
-                        self.unschedulable[pod_key] = {pool.name: claim}
-                    continue
-                claims.append(((rank, -b.price, claim.instance_type, claim.pods), claim))
-            leftover: dict[tuple[object, ...], list[list[str]]] = {}
-            for ci, c in enumerate(pack_classes):
-                rest = c.members[taken[ci] :]
-                if rest:
-                    leftover[here[ci]] = rest
-                    tried[here[ci]].setdefault(pool.name, "NodePool could not take it")
-            for k in pending_keys:
-                if k in leftover:
-                    classes[k] = leftover[k]
-                    next_pending.append(k)
-                elif k not in here:
-                    next_pending.append(k)
-            pending_keys = next_pending
-        for k in pending_keys:
-            for unit in classes[k]:
-                for pod_key in unit:
-                    self.unschedulable[pod_key] = self._reasons(self.by_key[pod_key], tried[k])
-        claims.sort(key=lambda item: item[0])
-        return [c for _, c in claims]
+        return type_caps
+
+    def _pack_pool(
+        self,
+        pool: NodePool,
+        tpls: Sequence[Template],
+        pack_classes: list[PackClass],
+        type_caps: dict[str, int],
+    ) -> tuple[Packer, list[Bin]]:
+        """The bins one NodePool buys for these classes, within its limits; most expensive first."""
+        usage = self._pool_usage(pool)
+        remaining = {r: limit - usage.get(r, 0) for r, limit in pool.limits.items()}
+        budget = Budget(self.names, remaining, type_caps)
+        demand = [0] * len(self.names)
+        for c in pack_classes:
+            for d, amount in enumerate(c.req):
+                demand[d] += amount * c.count
+        weights = dual_weights(tpls, demand, 0, 1)
+        n_pods = sum(len(c.members) for c in pack_classes)
+        # The portfolio and deep repacking pay off on small problems and cost too much on large ones.
+        small = n_pods <= SMALL_PODS and len(pack_classes) <= SMALL_CLASSES
+        packer = Packer(
+            tpls,
+            budget,
+            weights,
+            max_candidates=24,
+            improve_budget=2500 if small else 60,
+            portfolio=small,
+        )
+        bins = packer.pack(pack_classes, lookahead=True)
+        bins = packer.improve(
+            bins,
+            [PackClass(c.index, c.req, 0, c.okeys, c.matches, c.limits, c.templates) for c in pack_classes],
+        )
+        bins.sort(key=lambda b: (-b.price, b.template.instance_type.name, sorted(b.contents.items())))
+        return packer, bins
+
+    def _claim_for_bin(
+        self,
+        pool: NodePool,
+        tpls: Sequence[Template],
+        b: Bin,
+        pack_classes: Sequence[PackClass],
+        taken: dict[int, int],
+    ) -> PlannedNodeClaim | None:
+        """The claim for one bin, its pods taken in order from their classes (``taken`` counts them); ``None``
+        when the claim cannot be made (minValues), its pods then unschedulable in this pool."""
+        pods_here: list[str] = []
+        for ci, n in sorted(b.contents.items()):
+            start = taken[ci]
+            for unit in pack_classes[ci].members[start : start + n]:
+                pods_here.extend(unit)
+            taken[ci] += n
+        claim = self._claim(pool, tpls, b, pods_here, pack_classes)
+        if isinstance(claim, str):
+            for pod_key in pods_here:
+                self.unschedulable[pod_key] = {pool.name: claim}
+            return None
+        return claim
 
     def _reasons(self, pod: Pod, tried: dict[str, str]) -> dict[str, str]:
         if not self.pools:

@@ -249,7 +249,10 @@ def pool_rejection(
     }
     largest = max(matching, key=lambda t: t.alloc)
     room = {name: amount for name, amount in zip(resource_names, largest.alloc, strict=True) if name in need}
-    return f"no instance type has {format_resources(need)} free after DaemonSets (largest: {format_resources(room)})"
+    return (
+        f"no instance type has {format_resources(need)} free after DaemonSets "
+        f"(largest: {format_resources(room)})"
+    )
 
 
 def all_offer_keys(templates: Sequence[Template]) -> set[OfferKey]:

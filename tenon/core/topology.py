@@ -10,9 +10,9 @@ splits them by the size of the domain:
 
   - spread (``maxSkew``, ``minDomains``): the domain must keep ``count + self - min(count) <= maxSkew``, the
     minimum taken over every domain with a node matching the pod's node affinity, tainted or not (Kubernetes'
-    default policies; with fewer such domains than ``minDomains`` the minimum is 0); among valid
-    domains the least loaded wins, so pinned pods end up balanced (the final state holds the rule, not only the
-    moment of placement). ``ScheduleAnyway`` constraints steer the choice but never reject.
+    default policies; with fewer such domains than ``minDomains`` the minimum is 0); among valid domains the
+    least loaded wins, so pinned pods end up balanced (the final state holds the rule, not only the moment of
+    placement). ``ScheduleAnyway`` constraints steer the choice but never reject.
   - affinity: the domain must already hold a matching pod, except for the first of a group that matches its
     own selector (Kubernetes' rule), which chooses for the group.
   - anti-affinity: no matching pod in the domain, in both directions.
@@ -20,12 +20,13 @@ splits them by the size of the domain:
   Pods matching a counted selector without constraints of their own are pinned too (least loaded), and first,
   so that neither they nor the packer can unbalance a spread behind its back.
 
-* **Hostname constraints are limits the packer checks per node** (:class:`HostnameRules`). Each hostname-level
-  selector gets an id; a pod *matches* some ids and *limits* some: anti-affinity limits the count of matching
-  pods on its node to 1 if the pod matches its own selector, else 0; a hostname spread limits it to
-  ``maxSkew`` (the minimum over hostnames is taken as 0, since a new empty node is always possible, which makes
-  the rule safe whatever the kube-scheduler's view); a host port is a selector matched by its users with limit
-  1. A node keeps, per id, the count of matching pods and the smallest limit of the pods on it.
+* **Hostname constraints are limits the packer checks per node** (:class:`HostnameRules`). Each
+  hostname-level selector gets an id; a pod *matches* some ids and *limits* some: anti-affinity limits the
+  count of matching pods on its node to 1 if the pod matches its own selector, else 0; a hostname spread
+  limits it to ``maxSkew`` (the minimum over hostnames is taken as 0, since a new empty node is always
+  possible, which makes the rule safe whatever the kube-scheduler's view); a host port is a selector matched
+  by its users with limit 1. A node keeps, per id, the count of matching pods and the smallest limit of the
+  pods on it.
 
 Namespaces are part of a selector: spread selectors count the pod's own namespace; affinity terms their
 ``namespaces`` (default: own) or all of them with an empty ``namespaceSelector``.
@@ -36,8 +37,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from tenon.core.model import Pod
+from tenon.core.model import Pod, PodAffinityTerm, TopologySpread
 from tenon.core.requirements import LabelSelector
 from tenon.core.wellknown import CAPACITY_TYPE, HOSTNAME, ZONE
 
@@ -175,6 +177,167 @@ def _domain_constraints(pod: Pod, key: str):
     return spreads, affinity, anti
 
 
+def _term_id(index: SelectorIndex, term: PodAffinityTerm) -> int:
+    return index.ids[term_scope(term.selector, term.namespaces, term.all_namespaces)]
+
+
+class _PodRules(NamedTuple):
+    """One pod's constraints on one topology key, with their selector ids, and the ids it matches."""
+
+    spreads: list[tuple[TopologySpread, int]]
+    affinity: list[tuple[PodAffinityTerm, int]]
+    anti: list[tuple[PodAffinityTerm, int]]
+    matches: set[int]
+
+
+class _DomainPinner:
+    """Pins pods to the domains of one topology key (zone or capacity type), one pod at a time.
+
+    It keeps, per selector id, the count of matching pods per domain (running and pinned so far), the
+    anti-affinity terms of the pods in each domain, and the spreads of pinned pods that a later pod joining
+    their domain must keep within ``maxSkew``.
+    """
+
+    def __init__(self, key: str, pods: Iterable[Pod]):
+        self.key = key
+        self.index = SelectorIndex()
+        for pod in pods:
+            spreads, affinity, anti = _domain_constraints(pod, key)
+            for tsc in spreads:
+                self.index.add(spread_scope(pod, tsc.selector))
+            for term in affinity + anti:
+                self.index.add(term_scope(term.selector, term.namespaces, term.all_namespaces))
+        self.counts: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self.totals: dict[int, int] = defaultdict(int)
+        self.anti_in: dict[str, list[tuple[int, Pod]]] = defaultdict(list)
+        # spreads of pods already pinned, by (selector, their domain): a later pod joining that domain must
+        # keep them within their maxSkew too, so the final state (not just each moment) honours every spread
+        self.active: dict[tuple[int, str], set[tuple[int, tuple[str, ...]]]] = defaultdict(set)
+
+    def count(self, pod: Pod, dom: str, anti: Iterable[PodAffinityTerm]) -> None:
+        """``pod`` is in ``dom``: it counts for the selectors it matches, its anti-affinity holds there."""
+        for sid in self.index.matching(pod):
+            self.counts[sid][dom] += 1
+            self.totals[sid] += 1
+        for term in anti:
+            self.anti_in[dom].append((_term_id(self.index, term), pod))
+
+    def order(self, pending: Sequence[Pod], failures: dict[str, str]) -> list[Pod]:
+        """The pods to pin, in the order they are pinned.
+
+        Pods without constraints of their own go first (least loaded domain), so that no later pod can break
+        a spread already checked; affinity groups last, to join their anchors.
+        """
+        todo = []
+        for pod in pending:
+            if pod.key in failures:
+                continue
+            spreads, affinity, anti = _domain_constraints(pod, self.key)
+            if spreads or affinity or anti or self.index.matching(pod):
+                rank = 2 if affinity else (1 if spreads or anti else 0)
+                todo.append((rank, pod.key, pod))
+        todo.sort(key=lambda item: (item[0], item[1]))
+        return [pod for _, _, pod in todo]
+
+    def pin(self, pod: Pod, eligible: list[str], counted_in: list[str]) -> tuple[str | None, str]:
+        """The domain ``pod`` is pinned to and counted in, or ``None`` and why no domain would do.
+
+        Among the domains that break no rule, the one with the fewest pods counted by its spreads wins, then
+        the least loaded by the selectors it matches, then the name.
+        """
+        spreads, affinity, anti = _domain_constraints(pod, self.key)
+        rules = _PodRules(
+            [(tsc, self.index.ids[spread_scope(pod, tsc.selector)]) for tsc in spreads],
+            [(term, _term_id(self.index, term)) for term in affinity],
+            [(term, _term_id(self.index, term)) for term in anti],
+            set(self.index.matching(pod)),
+        )
+        valid: list[tuple[int, int, str]] = []
+        reason = ""
+        for dom in eligible:
+            why = self._violation(pod, rules, dom, counted_in)
+            if why:
+                reason = why
+                continue
+            score_spread = sum(self.counts[sid][dom] for _, sid in rules.spreads)
+            valid.append((score_spread, sum(self.counts[sid][dom] for sid in rules.matches), dom))
+        if not valid:
+            return None, reason
+        dom = min(valid)[2]
+        for tsc, sid in rules.spreads:
+            if tsc.when_unsatisfiable == "DoNotSchedule" and len(counted_in) >= tsc.min_domains:
+                self.active[(sid, dom)].add((tsc.max_skew, tuple(counted_in)))
+        self.count(pod, dom, anti)
+        return dom, ""
+
+    def _violation(self, pod: Pod, rules: _PodRules, dom: str, counted_in: Sequence[str]) -> str:
+        """Why ``pod`` may not join ``dom`` ("" when it may): the last rule it would break, in the order
+        spreads, affinity, anti-affinity, other pods' anti-affinity, spreads of pods pinned earlier."""
+        why = self._spread_violation(rules, dom, counted_in) if rules.spreads else ""
+        if rules.affinity:
+            why = self._affinity_violation(rules, dom) or why
+        if rules.anti:
+            why = self._anti_affinity_violation(rules, dom) or why
+        if self.anti_in.get(dom):
+            why = self._others_anti_affinity_violation(pod, rules.matches, dom) or why
+        if self.active:
+            why = self._pinned_spread_violation(rules.matches, dom) or why
+        return why
+
+    # Each check returns the reason of the *last* rule of its kind that ``dom`` breaks ("" when none).
+
+    def _spread_violation(self, rules: _PodRules, dom: str, counted_in: Sequence[str]) -> str:
+        reason = ""
+        for tsc, sid in rules.spreads:
+            counts = self.counts[sid]
+            low = 0 if len(counted_in) < tsc.min_domains else min(counts[d] for d in counted_in)
+            after = counts[dom] + (1 if sid in rules.matches else 0)
+            if after - low > tsc.max_skew and tsc.when_unsatisfiable == "DoNotSchedule":
+                reason = (
+                    f"topology spread on {self.key} (maxSkew {tsc.max_skew}, "
+                    f"{tsc.selector.describe()}) cannot be met in any {self.key}"
+                )
+        return reason
+
+    def _affinity_violation(self, rules: _PodRules, dom: str) -> str:
+        """A domain without a matching pod, unless no matching pod exists yet and the pod matches itself."""
+        reason = ""
+        for term, sid in rules.affinity:
+            if self.counts[sid][dom] == 0 and not (self.totals[sid] == 0 and sid in rules.matches):
+                reason = (
+                    f"pod affinity on {self.key} ({term.selector.describe()}): no matching pod can be joined"
+                )
+        return reason
+
+    def _anti_affinity_violation(self, rules: _PodRules, dom: str) -> str:
+        reason = ""
+        for term, sid in rules.anti:
+            if self.counts[sid][dom] > 0:
+                reason = (
+                    f"pod anti-affinity on {self.key} ({term.selector.describe()}): every {self.key} is taken"
+                )
+        return reason
+
+    def _others_anti_affinity_violation(self, pod: Pod, matches: set[int], dom: str) -> str:
+        for sid, other in self.anti_in[dom]:
+            if sid in matches and other is not pod:
+                return f"another pod's anti-affinity on {self.key} excludes it from every {self.key}"
+        return ""
+
+    def _pinned_spread_violation(self, matches: set[int], dom: str) -> str:
+        """Joining ``dom`` would put the spread of a pod pinned earlier over its ``maxSkew``."""
+        reason = ""
+        for sid in matches:
+            counts = self.counts[sid]
+            for max_skew, spread_doms in self.active.get((sid, dom), ()):
+                if counts[dom] + 1 - min(counts[d] for d in spread_doms) > max_skew:
+                    reason = (
+                        f"joining any {self.key} it can use would break the topology spread "
+                        f"(maxSkew {max_skew}) of pods already placed"
+                    )
+        return reason
+
+
 def assign_domains(
     pending: Sequence[Pod],
     domains_of: dict[str, dict[str, set[str]]],
@@ -185,119 +348,33 @@ def assign_domains(
 
     ``domains_of[pod key][topology key]`` is the set of domains the pod could land in; ``spread_domains_of``
     the (larger) set a spread counts for its minimum: Kubernetes' defaults ``nodeAffinityPolicy: Honor`` and
-    ``nodeTaintsPolicy: Ignore`` mean every domain with a node matching the pod's node affinity counts, tainted
-    or not (default: ``domains_of``). ``placed`` lists pods already running with their domains.
+    ``nodeTaintsPolicy: Ignore`` mean every domain with a node matching the pod's node affinity counts,
+    tainted or not (default: ``domains_of``). ``placed`` lists pods already running with their domains.
     """
     spread_domains_of = spread_domains_of or {}
     pins: dict[str, dict[str, str]] = defaultdict(dict)
     failures: dict[str, str] = {}
     for key in DOMAIN_KEYS:
-        index = SelectorIndex()
-        for pod in list(pending) + [p for p, _ in placed]:
-            spreads, affinity, anti = _domain_constraints(pod, key)
-            for tsc in spreads:
-                index.add(spread_scope(pod, tsc.selector))
-            for term in affinity + anti:
-                index.add(term_scope(term.selector, term.namespaces, term.all_namespaces))
-        if not index.selectors:
+        pinner = _DomainPinner(key, list(pending) + [p for p, _ in placed])
+        if not pinner.index.selectors:
             continue
-        counts: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        totals: dict[int, int] = defaultdict(int)
-        anti_in: dict[str, list[tuple[int, Pod]]] = defaultdict(list)
-        # spreads of pods already pinned, by (selector, their domain): a later pod joining that domain must
-        # keep them within their maxSkew too, so the final state (not just each moment) honours every spread
-        active: dict[tuple[int, str], set[tuple[int, tuple[str, ...]]]] = defaultdict(set)
         for pod, doms in placed:
             dom = doms.get(key)
-            if dom is None:
-                continue
-            for sid in index.matching(pod):
-                counts[sid][dom] += 1
-                totals[sid] += 1
-            for term in _domain_constraints(pod, key)[2]:
-                anti_in[dom].append(
-                    (index.ids[term_scope(term.selector, term.namespaces, term.all_namespaces)], pod)
-                )
-        todo = []
-        for pod in pending:
-            if pod.key in failures:
-                continue
-            spreads, affinity, anti = _domain_constraints(pod, key)
-            if spreads or affinity or anti or index.matching(pod):
-                # Pods without constraints of their own go first (least loaded domain), so that no later pod
-                # can break a spread already checked; affinity groups last, to join their anchors.
-                rank = 2 if affinity else (1 if spreads or anti else 0)
-                todo.append((rank, pod.key, pod))
-        todo.sort(key=lambda item: (item[0], item[1]))
-        for _, _, pod in todo:
-            spreads, affinity, anti = _domain_constraints(pod, key)
+            if dom is not None:
+                pinner.count(pod, dom, _domain_constraints(pod, key)[2])
+        for pod in pinner.order(pending, failures):
             eligible = sorted(d for d in domains_of.get(pod.key, {}).get(key, set()) if d)
-            counted_in = (
-                sorted(d for d in spread_domains_of.get(pod.key, {}).get(key, set()) if d) or eligible
-            )
-            matches = set(index.matching(pod))
             if not eligible:
+                spreads, affinity, anti = _domain_constraints(pod, key)
                 if affinity or anti or any(t.when_unsatisfiable == "DoNotSchedule" for t in spreads):
                     failures[pod.key] = f"no node offers a {key} for its topology constraints"
                 continue
-            valid: list[tuple[tuple[int, int, str], str]] = []
-            reason = ""
-            for dom in eligible:
-                ok = True
-                score_spread = 0
-                for tsc in spreads:
-                    sid = index.ids[spread_scope(pod, tsc.selector)]
-                    low = 0 if len(counted_in) < tsc.min_domains else min(counts[sid][d] for d in counted_in)
-                    after = counts[sid][dom] + (1 if sid in matches else 0)
-                    score_spread += counts[sid][dom]
-                    if after - low > tsc.max_skew and tsc.when_unsatisfiable == "DoNotSchedule":
-                        ok = False
-                        reason = (
-                            f"topology spread on {key} (maxSkew {tsc.max_skew}, "
-                            f"{tsc.selector.describe()}) cannot be met in any {key}"
-                        )
-                for term in affinity:
-                    sid = index.ids[term_scope(term.selector, term.namespaces, term.all_namespaces)]
-                    if counts[sid][dom] == 0 and not (totals[sid] == 0 and sid in matches):
-                        ok = False
-                        reason = f"pod affinity on {key} ({term.selector.describe()}): no matching pod can be joined"
-                for term in anti:
-                    sid = index.ids[term_scope(term.selector, term.namespaces, term.all_namespaces)]
-                    if counts[sid][dom] > 0:
-                        ok = False
-                        reason = (
-                            f"pod anti-affinity on {key} ({term.selector.describe()}): every {key} is taken"
-                        )
-                for sid, other in anti_in[dom]:
-                    if sid in matches and other is not pod:
-                        ok = False
-                        reason = f"another pod's anti-affinity on {key} excludes it from every {key}"
-                for sid in matches:
-                    for max_skew, spread_doms in active.get((sid, dom), ()):
-                        if counts[sid][dom] + 1 - min(counts[sid][d] for d in spread_doms) > max_skew:
-                            ok = False
-                            reason = (
-                                f"joining any {key} it can use would break the topology spread "
-                                f"(maxSkew {max_skew}) of pods already placed"
-                            )
-                if ok:
-                    load = sum(counts[sid][dom] for sid in matches)
-                    valid.append(((score_spread, load, dom), dom))
-            if not valid:
+            counted_in = (
+                sorted(d for d in spread_domains_of.get(pod.key, {}).get(key, set()) if d) or eligible
+            )
+            dom, reason = pinner.pin(pod, eligible, counted_in)
+            if dom is None:
                 failures[pod.key] = reason
-                continue
-            dom = min(valid)[1]
-            pins[pod.key][key] = dom
-            for tsc in spreads:
-                if tsc.when_unsatisfiable == "DoNotSchedule" and len(counted_in) >= tsc.min_domains:
-                    active[(index.ids[spread_scope(pod, tsc.selector)], dom)].add(
-                        (tsc.max_skew, tuple(counted_in))
-                    )
-            for sid in matches:
-                counts[sid][dom] += 1
-                totals[sid] += 1
-            for term in anti:
-                anti_in[dom].append(
-                    (index.ids[term_scope(term.selector, term.namespaces, term.all_namespaces)], pod)
-                )
+            else:
+                pins[pod.key][key] = dom
     return DomainOutcome(dict(pins), failures)

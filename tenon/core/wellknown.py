@@ -1,14 +1,14 @@
 """Every well-known Kubernetes name tenon reads or writes: labels, annotations, taints, finalizers.
 
-One module, so a name is spelled once and a reader can see at a glance which of them are Karpenter's public API
-(a Karpenter user's manifests and tools rely on them), which are Kubernetes' or Cluster API's own, and which are
-tenon's (``tenon.sh/``). It lives in the core because the core reads node labels too; everything above imports
-it from here.
+One module, so a name is spelled once and a reader can see at a glance which of them are Karpenter's
+public API (a Karpenter user's manifests and tools rely on them), which are Kubernetes' or Cluster API's own,
+and which are tenon's (``tenon.sh/``). It lives in the core because the core reads node labels too;
+everything above imports it from here.
 """
 
 from __future__ import annotations
 
-# --- Kubernetes ----------------------------------------------------------------------------------------------
+# --- Kubernetes ---------------------------------------------------------------------------------------------
 HOSTNAME = "kubernetes.io/hostname"
 ARCH = "kubernetes.io/arch"
 OS = "kubernetes.io/os"
@@ -17,7 +17,7 @@ INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 
-# --- Karpenter (karpenter.sh/v1): labels, annotations, taints, finalizer -------------------------------------
+# --- Karpenter (karpenter.sh/v1): labels, annotations, taints, finalizer ------------------------------------
 NODEPOOL = "karpenter.sh/nodepool"
 CAPACITY_TYPE = "karpenter.sh/capacity-type"
 REGISTERED = "karpenter.sh/registered"
@@ -30,7 +30,7 @@ DISRUPTED_TAINT = "karpenter.sh/disrupted"
 TERMINATION_FINALIZER = "karpenter.sh/termination"
 """Holds a NodeClaim or Node deleted by a user until tenon has drained it gracefully."""
 
-# --- Cluster API -----------------------------------------------------------------------------------------------
+# --- Cluster API --------------------------------------------------------------------------------------------
 DELETE_MACHINE = "cluster.x-k8s.io/delete-machine"
 """Annotation that makes Cluster API remove exactly this Machine when its MachineDeployment shrinks."""
 DEPLOYMENT_NAME = "cluster.x-k8s.io/deployment-name"
@@ -38,11 +38,11 @@ PAUSED = "cluster.x-k8s.io/paused"
 MAX_SIZE = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
 """cluster-autoscaler's annotation for a node group's upper bound; tenon honours it the same way."""
 CAPACITY_PREFIX = "capacity.cluster-autoscaler.kubernetes.io/"
-"""cluster-autoscaler's scale-from-zero capacity annotations (``cpu``, ``memory``, ``ephemeral-disk``, ...)."""
+"""cluster-autoscaler's scale-from-zero capacity annotations (``cpu``, ``memory``, ``ephemeral-disk``...)."""
 KARPENTER_MEMBER = "node.cluster.x-k8s.io/karpenter-member"
 """Label marking a MachineDeployment as part of Karpenter's (and tenon's) Cluster API node groups."""
 
-# --- tenon ---------------------------------------------------------------------------------------------------
+# --- tenon --------------------------------------------------------------------------------------------------
 PRICE_PER_HOUR = "tenon.sh/price-per-hour"
 FLAVOR = "tenon.sh/flavor"
 NODECLAIM = "tenon.sh/nodeclaim"
