@@ -1,12 +1,12 @@
 """The three PATCH flavours of the Kubernetes API, as pure functions on JSON data.
 
-* **JSON merge patch** (RFC 7386, ``application/merge-patch+json``): maps merge recursively, ``null`` deletes a
-  key, every list is replaced whole.
-* **Strategic merge patch** (``application/strategic-merge-patch+json``, built-in kinds only): like merge patch,
-  except for lists the Go types tag with ``patchStrategy:"merge"``. Those merge element-by-element on a merge
-  key (``containers`` by ``name``, ``conditions`` and ``addresses`` by ``type``, ``ownerReferences`` by ``uid``,
-  ...) or, for lists of primitives such as ``finalizers``, as a set union. Directives are honoured:
-  ``$patch: replace|delete|merge`` in maps and list elements, ``$deleteFromPrimitiveList/<field>``,
+* **JSON merge patch** (RFC 7386, ``application/merge-patch+json``): maps merge recursively, ``null``
+  deletes a key, every list is replaced whole.
+* **Strategic merge patch** (``application/strategic-merge-patch+json``, built-in kinds only): like merge
+  patch, except for lists the Go types tag with ``patchStrategy:"merge"``. Those merge element-by-element on
+  a merge key (``containers`` by ``name``, ``conditions`` and ``addresses`` by ``type``, ``ownerReferences``
+  by ``uid``, ...) or, for lists of primitives such as ``finalizers``, as a set union. Directives are
+  honoured: ``$patch: replace|delete|merge`` in maps and list elements, ``$deleteFromPrimitiveList/<field>``,
   ``$setElementOrder/<field>``; ``$retainKeys`` is accepted and ignored.
 
   The real server looks strategies up in the Go struct tags; the sandbox keys them by **field name**
@@ -35,7 +35,7 @@ JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 PATCH_TYPES = (MERGE_PATCH, STRATEGIC_MERGE_PATCH, JSON_PATCH, APPLY_PATCH)
 
-# field name -> merge key, for lists of maps tagged patchStrategy:"merge" in the core/apps/policy types we serve.
+# field name -> merge key, for lists of maps tagged patchStrategy:"merge" in the core/apps/policy types.
 MERGE_KEYS: dict[str, str] = {
     "containers": "name",
     "initContainers": "name",
@@ -94,13 +94,9 @@ def strategic_merge_patch(target: Any, patch: Any) -> Any:
 
 
 def _smp_map(target: dict[str, Any], patch: dict[str, Any], where: str) -> dict[str, Any]:
-    directive = patch.get("$patch")
-    if directive == "replace":
-        return {k: _clone(v) for k, v in patch.items() if k != "$patch"}
-    if directive == "delete":
-        return {}
-    if directive not in (None, "merge"):
-        raise BadRequest(f'strategic merge patch at "{where or "/"}": unknown $patch directive "{directive}"')
+    replaced = _map_directive(patch, where)
+    if replaced is not None:
+        return replaced
     result = dict(target)
     orders: dict[str, list[Any]] = {}
     for key, value in patch.items():
@@ -108,32 +104,52 @@ def _smp_map(target: dict[str, Any], patch: dict[str, Any], where: str) -> dict[
             continue
         if key.startswith(_SET_ORDER):
             orders[key[len(_SET_ORDER) :]] = value if isinstance(value, list) else []
-            continue
-        if key.startswith(_DELETE_FROM):
-            field = key[len(_DELETE_FROM) :]
-            if not isinstance(value, list):
-                raise BadRequest(f'strategic merge patch: "{key}" must be a list')
-            current = result.get(field)
-            if isinstance(current, list):
-                result[field] = [v for v in current if v not in value]
-            continue
-        path = f"{where}.{key}" if where else key
-        if value is None:
-            result.pop(key, None)
-        elif isinstance(value, dict):
-            current = result.get(key)
-            if isinstance(value.get("$patch"), str) and value["$patch"] == "delete":
-                result.pop(key, None)
-            else:
-                result[key] = _smp_map(current if isinstance(current, dict) else {}, value, path)
-        elif isinstance(value, list):
-            result[key] = _smp_list(key, result.get(key), value, path)
+        elif key.startswith(_DELETE_FROM):
+            _delete_from_primitive_list(result, key, value)
         else:
-            result[key] = value
+            _smp_field(result, key, value, f"{where}.{key}" if where else key)
     for field, order in orders.items():
         if isinstance(result.get(field), list):
             result[field] = _apply_order(field, result[field], order)
     return result
+
+
+def _map_directive(patch: dict[str, Any], where: str) -> dict[str, Any] | None:
+    """What a map's ``$patch`` directive makes of it (``replace``, ``delete``), or None to merge."""
+    directive = patch.get("$patch")
+    if directive == "replace":
+        return {k: _clone(v) for k, v in patch.items() if k != "$patch"}
+    if directive == "delete":
+        return {}
+    if directive not in (None, "merge"):
+        raise BadRequest(f'strategic merge patch at "{where or "/"}": unknown $patch directive "{directive}"')
+    return None
+
+
+def _delete_from_primitive_list(result: dict[str, Any], key: str, values: Any) -> None:
+    """``$deleteFromPrimitiveList/<field>``: drop those values from the field's list."""
+    if not isinstance(values, list):
+        raise BadRequest(f'strategic merge patch: "{key}" must be a list')
+    field = key[len(_DELETE_FROM) :]
+    current = result.get(field)
+    if isinstance(current, list):
+        result[field] = [v for v in current if v not in values]
+
+
+def _smp_field(result: dict[str, Any], key: str, value: Any, path: str) -> None:
+    """Patch one field of ``result`` in place: delete on null, recurse into maps and lists, else set."""
+    if value is None:
+        result.pop(key, None)
+    elif isinstance(value, dict):
+        if value.get("$patch") == "delete":
+            result.pop(key, None)
+        else:
+            current = result.get(key)
+            result[key] = _smp_map(current if isinstance(current, dict) else {}, value, path)
+    elif isinstance(value, list):
+        result[key] = _smp_list(key, result.get(key), value, path)
+    else:
+        result[key] = value
 
 
 def _smp_list(field: str, current: Any, patch: list[Any], where: str) -> list[Any]:
@@ -141,40 +157,43 @@ def _smp_list(field: str, current: Any, patch: list[Any], where: str) -> list[An
     if any(isinstance(v, dict) and v.get("$patch") == "replace" for v in patch):
         return [_clone(v) for v in patch if not (isinstance(v, dict) and v.get("$patch") == "replace")]
     if field in MERGE_PRIMITIVE_LISTS:
-        merged = list(current_list)
-        for v in patch:
-            if v not in merged:
-                merged.append(v)
-        return merged
+        return _union(current_list, patch)
     merge_key = MERGE_KEYS.get(field)
     if merge_key is None:
         return [_clone(v) for v in patch]
     merged = list(current_list)
     for i, item in enumerate(patch):
-        if not isinstance(item, dict):
-            raise BadRequest(
-                f'strategic merge patch at "{where}[{i}]": expected an object with "{merge_key}"'
-            )
-        if merge_key not in item:
-            raise BadRequest(f'strategic merge patch at "{where}[{i}]": missing merge key "{merge_key}"')
-        key_value = item[merge_key]
-        index = next(
-            (
-                j
-                for j, existing in enumerate(merged)
-                if isinstance(existing, dict) and existing.get(merge_key) == key_value
-            ),
-            None,
-        )
-        if item.get("$patch") == "delete":
-            if index is not None:
-                merged.pop(index)
-            continue
-        if index is None:
-            merged.append(_smp_map({}, item, f"{where}[{i}]"))
-        else:
-            merged[index] = _smp_map(merged[index], item, f"{where}[{i}]")
+        _merge_item(merged, merge_key, item, f"{where}[{i}]")
     return merged
+
+
+def _union(current: list[Any], patch: list[Any]) -> list[Any]:
+    """A list of primitives tagged ``patchStrategy:"merge"``: the patch's new values appended, in order."""
+    merged = list(current)
+    for value in patch:
+        if value not in merged:
+            merged.append(value)
+    return merged
+
+
+def _merge_item(merged: list[Any], merge_key: str, item: Any, where: str) -> None:
+    """Merge one patch element into ``merged`` (in place) by its merge key; ``$patch: delete`` removes."""
+    if not isinstance(item, dict):
+        raise BadRequest(f'strategic merge patch at "{where}": expected an object with "{merge_key}"')
+    if merge_key not in item:
+        raise BadRequest(f'strategic merge patch at "{where}": missing merge key "{merge_key}"')
+    key_value = item[merge_key]
+    index = next(
+        (j for j, old in enumerate(merged) if isinstance(old, dict) and old.get(merge_key) == key_value),
+        None,
+    )
+    if item.get("$patch") == "delete":
+        if index is not None:
+            merged.pop(index)
+    elif index is None:
+        merged.append(_smp_map({}, item, where))
+    else:
+        merged[index] = _smp_map(merged[index], item, where)
 
 
 def _apply_order(field: str, items: list[Any], order: list[Any]) -> list[Any]:

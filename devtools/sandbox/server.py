@@ -31,13 +31,14 @@ with its ``x-kubernetes-group-version-kind`` and the ``fieldValidation`` paramet
 apply`` needs to validate server-side. When the client prefers ``as=Table`` (kubectl get, also with ``-w``),
 lists, single objects and watch events are rendered by :mod:`devtools.sandbox.tables`.
 
-Errors are always ``kind: Status`` JSON with the right code; unexpected exceptions become a 500 Status with the
-exception type and message, never a stack trace (the trace goes to the log).
+Errors are always ``kind: Status`` JSON with the right code; unexpected exceptions become a 500 Status with
+the exception type and message, never a stack trace (the trace goes to the log).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import random
@@ -144,6 +145,58 @@ async def status_errors(
         return error_response(InternalError(f"internal error: {type(exc).__name__}: {exc}"))
 
 
+class _WatchFrames:
+    """Watch frames: the stored event's own line, or a Table per event for ``kubectl get -w``."""
+
+    def __init__(self, rt: ResourceType, tables: bool, include_object: str) -> None:
+        self.rt = rt
+        self.tables = tables
+        self.include_object = include_object
+        self.columns_sent = False  # the first Table carries the column definitions
+
+    def frame(self, event: Any) -> bytes:
+        if not self.tables or event.type == "BOOKMARK":
+            line: bytes = event.line(self.rt.api_version)
+            return line
+        table = render_table(
+            self.rt, [event.obj], include_object=self.include_object, with_columns=not self.columns_sent
+        )
+        self.columns_sent = True
+        return _encode({"type": event.type, "object": table}) + b"\n"
+
+
+async def _stream_events(
+    request: web.Request,
+    response: web.StreamResponse,
+    watch: Any,
+    frames: _WatchFrames,
+    deadline: float,
+    bookmark_interval: float | None,
+) -> None:
+    """Write events (queued ones in one batch) until the deadline, the client leaves or the watch closes;
+    with bookmarks, a BOOKMARK every ``bookmark_interval`` seconds of quiet."""
+    loop = asyncio.get_running_loop()
+    last_bookmark = loop.time()
+    while (remaining := deadline - loop.time()) > 0:
+        wait = min(remaining, 1.0)
+        if bookmark_interval is not None:
+            wait = max(0.001, min(wait, last_bookmark + bookmark_interval - loop.time()))
+        event = await watch.next_raw(wait)
+        if event is not None:
+            await response.write(b"".join(frames.frame(e) for e in [event, *watch.drain_raw()]))
+            continue
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            return
+        if (
+            bookmark_interval is not None
+            and watch.pending == 0
+            and loop.time() - last_bookmark >= bookmark_interval
+        ):
+            await response.write(frames.frame(watch.bookmark()))
+            last_bookmark = loop.time()
+
+
 class ApiServer:
     """Request handling for one store."""
 
@@ -226,100 +279,135 @@ class ApiServer:
             return await self.handle_request(request, target)
 
     async def handle_request(self, request: web.Request, target: Target) -> web.StreamResponse:
-        method = request.method
-        q = request.query
-        rt, ns, name, sub = target.rt, target.namespace, target.name, target.subresource
+        rt, sub = target.rt, target.subresource
         if rt.verbs != MAIN_VERBS:
-            if not (method == "POST" and name is None and "create" in rt.verbs):
-                raise MethodNotAllowed(
-                    f"{method} is not supported on {rt.plural} (verbs: {', '.join(rt.verbs)})"
-                )
-            if rt.plural == "bindings" and ns is not None:
-                return json_response(self.bind(await self.body(request), ns, None), 201)
-        if name is None:
-            if method == "GET":
-                if parse_bool(q.get("watch"), "watch"):
-                    return await self.watch(request, target)
-                return self.list_objects(request, target)
-            if method == "POST":
-                body = await self.body(request)
-                return json_response(self._as_version(rt, self.store.create(rt, body, ns, owned=True)), 201)
-            if method == "DELETE":
-                options = await self.delete_options(request)
-                items = self.store.delete_collection(
-                    rt,
-                    ns,
-                    q.get("labelSelector"),
-                    q.get("fieldSelector"),
-                    options["grace"],
-                    options["policy"],
-                )
-                return json_response(self.list_body(rt, items, self.store.resource_version, None, None))
-            raise MethodNotAllowed(f"{method} is not supported on a collection of {rt.plural}")
+            self._check_create_only(request.method, target)
+            if rt.plural == "bindings" and target.namespace is not None:
+                return json_response(self.bind(await self.body(request), target.namespace, None), 201)
+        if target.name is None:
+            return await self._handle_collection(request, target)
         if sub is not None and sub not in rt.subresources:
             raise NotFound(f'{rt.plural} has no "{sub}" subresource')
+        handler = self._object_handlers.get(request.method)
+        response = await handler(self, request, target) if handler is not None else None
+        if response is None:
+            raise MethodNotAllowed(
+                f"{request.method} is not supported on {rt.plural}{'/' + sub if sub else ''}"
+            )
+        return response
+
+    @staticmethod
+    def _check_create_only(method: str, target: Target) -> None:
+        """Kinds served with fewer verbs (``bindings``) accept only a create on their collection."""
+        rt = target.rt
+        if not (method == "POST" and target.name is None and "create" in rt.verbs):
+            raise MethodNotAllowed(f"{method} is not supported on {rt.plural} (verbs: {', '.join(rt.verbs)})")
+
+    async def _handle_collection(self, request: web.Request, target: Target) -> web.StreamResponse:
+        """list, watch, create and deletecollection."""
+        method, q, rt, ns = request.method, request.query, target.rt, target.namespace
         if method == "GET":
-            if sub == "scale":
-                return json_response(self.store.get_scale(rt, name, ns))
-            if sub in (None, "status"):
-                obj = self.store.get(rt, name, ns)
-                if sub is None and wants_table(request.headers.get("Accept")):
-                    return json_response(
-                        render_table(
-                            rt,
-                            [obj],
-                            include_object=q.get("includeObject", "Metadata"),
-                            list_metadata={"resourceVersion": obj["metadata"].get("resourceVersion", "")},
-                        )
-                    )
-                return json_response(obj)
-        elif method == "PUT":
+            if parse_bool(q.get("watch"), "watch"):
+                return await self.watch(request, target)
+            return self.list_objects(request, target)
+        if method == "POST":
             body = await self.body(request)
-            if sub == "scale":
-                return json_response(self.store.update_scale(rt, name, ns, body))
-            if sub in (None, "status"):
-                body_name = (body.get("metadata") or {}).get("name") if isinstance(body, dict) else None
-                if body_name != name:
-                    raise BadRequest(
-                        f"the name of the object ({body_name}) does not match the name on the URL ({name})"
-                    )
-                return json_response(self._as_version(rt, self.store.update(rt, body, sub, ns, owned=True)))
-        elif method == "PATCH":
-            body = await self.body(request, allow_list=True)
-            content_type = request.headers.get("Content-Type", "")
-            return json_response(
-                self._as_version(rt, self.store.patch(rt, name, ns, body, content_type, sub, owned=True))
-            )
-        elif method == "POST":
-            body = await self.body(request)
-            if sub == "binding" and ns is not None:
-                return json_response(self.bind(body, ns, name), 201)
-            if sub == "eviction" and ns is not None:
-                if not isinstance(body, dict):
-                    raise BadRequest("Eviction: the body must be an object")
-                body_name = (body.get("metadata") or {}).get("name")
-                if body_name and body_name != name:
-                    raise BadRequest(
-                        f"name in URL does not match name in Eviction object ({body_name} != {name})"
-                    )
-                return json_response(self.store.evict(name, ns, body.get("deleteOptions")), 201)
-        elif method == "DELETE" and sub is None:
+            return json_response(self._as_version(rt, self.store.create(rt, body, ns, owned=True)), 201)
+        if method == "DELETE":
             options = await self.delete_options(request)
-            last, _removed = self.store.delete_with_result(
-                rt, name, ns, options["grace"], options["policy"], options["preconditions"]
+            items = self.store.delete_collection(
+                rt, ns, q.get("labelSelector"), q.get("fieldSelector"), options["grace"], options["policy"]
             )
-            return json_response(last)
-        raise MethodNotAllowed(f"{method} is not supported on {rt.plural}{'/' + sub if sub else ''}")
+            return json_response(self.list_body(rt, items, self.store.resource_version, None, None))
+        raise MethodNotAllowed(f"{method} is not supported on a collection of {rt.plural}")
+
+    async def _get_object(self, request: web.Request, target: Target) -> web.StreamResponse | None:
+        rt, ns, name, sub = target.rt, target.namespace, target.name or "", target.subresource
+        if sub == "scale":
+            return json_response(self.store.get_scale(rt, name, ns))
+        if sub not in (None, "status"):
+            return None
+        obj = self.store.get(rt, name, ns)
+        if sub is None and wants_table(request.headers.get("Accept")):
+            return json_response(
+                render_table(
+                    rt,
+                    [obj],
+                    include_object=request.query.get("includeObject", "Metadata"),
+                    list_metadata={"resourceVersion": obj["metadata"].get("resourceVersion", "")},
+                )
+            )
+        return json_response(obj)
+
+    async def _put_object(self, request: web.Request, target: Target) -> web.StreamResponse | None:
+        rt, ns, name, sub = target.rt, target.namespace, target.name or "", target.subresource
+        body = await self.body(request)
+        if sub == "scale":
+            return json_response(self.store.update_scale(rt, name, ns, body))
+        if sub not in (None, "status"):
+            return None
+        body_name = (body.get("metadata") or {}).get("name") if isinstance(body, dict) else None
+        if body_name != name:
+            raise BadRequest(
+                f"the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )
+        return json_response(self._as_version(rt, self.store.update(rt, body, sub, ns, owned=True)))
+
+    async def _patch_object(self, request: web.Request, target: Target) -> web.StreamResponse | None:
+        rt, ns, name = target.rt, target.namespace, target.name or ""
+        body = await self.body(request, allow_list=True)
+        content_type = request.headers.get("Content-Type", "")
+        patched = self.store.patch(rt, name, ns, body, content_type, target.subresource, owned=True)
+        return json_response(self._as_version(rt, patched))
+
+    async def _post_object(self, request: web.Request, target: Target) -> web.StreamResponse | None:
+        """The ``binding`` and ``eviction`` subresources of a pod."""
+        ns, name, sub = target.namespace, target.name or "", target.subresource
+        body = await self.body(request)
+        if ns is None or sub not in ("binding", "eviction"):
+            return None
+        if sub == "binding":
+            return json_response(self.bind(body, ns, name), 201)
+        if not isinstance(body, dict):
+            raise BadRequest("Eviction: the body must be an object")
+        body_name = (body.get("metadata") or {}).get("name")
+        if body_name and body_name != name:
+            raise BadRequest(f"name in URL does not match name in Eviction object ({body_name} != {name})")
+        return json_response(self.store.evict(name, ns, body.get("deleteOptions")), 201)
+
+    async def _delete_object(self, request: web.Request, target: Target) -> web.StreamResponse | None:
+        if target.subresource is not None:
+            return None
+        options = await self.delete_options(request)
+        last, _removed = self.store.delete_with_result(
+            target.rt,
+            target.name or "",
+            target.namespace,
+            options["grace"],
+            options["policy"],
+            options["preconditions"],
+        )
+        return json_response(last)
+
+    _object_handlers: dict[
+        str, Callable[[ApiServer, web.Request, Target], Awaitable[web.StreamResponse | None]]
+    ] = {
+        "GET": _get_object,
+        "PUT": _put_object,
+        "PATCH": _patch_object,
+        "POST": _post_object,
+        "DELETE": _delete_object,
+    }
 
     @staticmethod
     def _as_version(rt: ResourceType, stored: dict[str, Any]) -> dict[str, Any]:
-        """A stored object as the requested version presents it (only ``apiVersion`` differs; no copy if same)."""
+        """A stored object as the requested version shows it (only ``apiVersion`` differs; same: no copy)."""
         if stored.get("kind") != rt.kind or stored.get("apiVersion") == rt.api_version:
             return stored  # e.g. an autoscaling/v1 Scale from a scale patch stays as it is
         return {**stored, "apiVersion": rt.api_version}
 
     def bind(self, body: Any, namespace: str, pod_name: str | None) -> dict[str, Any]:
-        """``pods/{name}/binding`` (``pod_name`` from the path) or the ``bindings`` collection (from the body)."""
+        """``pods/{name}/binding`` (pod named in the path) or the ``bindings`` collection (in the body)."""
         if not isinstance(body, dict):
             raise BadRequest("Binding: the body must be an object")
         metadata = body.get("metadata") or {}
@@ -430,7 +518,6 @@ class ApiServer:
 
     async def watch(self, request: web.Request, target: Target) -> web.StreamResponse:
         q = request.query
-        rt = target.rt
         timeout = parse_int(q.get("timeoutSeconds"), "timeoutSeconds")
         allow_bookmarks = parse_bool(q.get("allowWatchBookmarks"), "allowWatchBookmarks")
         bookmark_interval = self.config.bookmark_interval or self.store.bookmark_interval
@@ -440,7 +527,7 @@ class ApiServer:
         response.enable_chunked_encoding()
         try:
             watch = self.store.watch(
-                rt,
+                target.rt,
                 target.namespace,
                 q.get("resourceVersion"),
                 q.get("labelSelector"),
@@ -453,65 +540,28 @@ class ApiServer:
             await response.write(_encode({"type": "ERROR", "object": expired.to_status()}) + b"\n")
             await response.write_eof()
             return response
-        loop = asyncio.get_running_loop()
-        duration = (
-            float(timeout)
-            if timeout and timeout > 0
-            else random.uniform(self.config.watch_max_seconds / 2, self.config.watch_max_seconds)
+        deadline = asyncio.get_running_loop().time() + self._watch_duration(timeout)
+        frames = _WatchFrames(
+            target.rt, wants_table(request.headers.get("Accept")), q.get("includeObject", "Metadata")
         )
-        deadline = loop.time() + duration
-        last_bookmark = loop.time()
-        api_version = rt.api_version
-        table_columns_sent: bool | None = None  # None: plain objects; else a Table per event (kubectl get -w)
-        if wants_table(request.headers.get("Accept")):
-            table_columns_sent = False
-        include_object = q.get("includeObject", "Metadata")
-
-        def frame(event: Any) -> bytes:
-            nonlocal table_columns_sent
-            if table_columns_sent is None or event.type == "BOOKMARK":
-                line: bytes = event.line(api_version)
-                return line
-            table = render_table(
-                rt, [event.obj], include_object=include_object, with_columns=not table_columns_sent
-            )
-            table_columns_sent = True
-            return _encode({"type": event.type, "object": table}) + b"\n"
-
         try:
             await response.prepare(request)
-            while True:
-                now = loop.time()
-                remaining = deadline - now
-                if remaining <= 0:
-                    break
-                wait = min(remaining, 1.0)
-                if allow_bookmarks:
-                    wait = max(0.001, min(wait, last_bookmark + bookmark_interval - now))
-                event = await watch.next_raw(wait)
-                if event is None:
-                    transport = request.transport
-                    if transport is None or transport.is_closing():
-                        break
-                    if (
-                        allow_bookmarks
-                        and watch.pending == 0
-                        and loop.time() - last_bookmark >= bookmark_interval
-                    ):
-                        await response.write(frame(watch.bookmark()))
-                        last_bookmark = loop.time()
-                    continue
-                batch = [event, *watch.drain_raw()]
-                await response.write(b"".join(frame(e) for e in batch))
+            await _stream_events(
+                request, response, watch, frames, deadline, bookmark_interval if allow_bookmarks else None
+            )
         except (StopAsyncIteration, ConnectionResetError, ConnectionError):
             pass
         finally:
             watch.close()
-        try:
+        with contextlib.suppress(ConnectionResetError, ConnectionError):
             await response.write_eof()
-        except (ConnectionResetError, ConnectionError):
-            pass
         return response
+
+    def _watch_duration(self, timeout: int | None) -> float:
+        """``timeoutSeconds``, or a random time in [max/2, max] (the real server's minRequestTimeout)."""
+        if timeout and timeout > 0:
+            return float(timeout)
+        return random.uniform(self.config.watch_max_seconds / 2, self.config.watch_max_seconds)
 
     # ------------------------------------------------------------------ discovery
 

@@ -28,10 +28,11 @@ taint {node.kubernetes.io/not-ready: }."``. With no nodes at all the message is 
 
 Like kube-scheduler, the search stops once enough feasible nodes were found (:func:`feasible_nodes_to_find`,
 the adaptive ``percentageOfNodesToScore``: every node below 100 nodes, 42% of 1,000) and the next pod's
-search starts where this one stopped. The per-domain pod counts behind spread and inter-pod affinity come from ``topology_index.TopologyIndex``
-(memoised, exact under same-cycle bookings), so a pod with constraints costs a few dictionary look-ups per
-node rather than a scan of its namespace. Scoring is ``NodeResourcesFit`` least-allocated (the mean free fraction of cpu and memory after placing the
-pod), ties broken by node name, so decisions are deterministic. Preemption is not simulated. Pod affinity
+search starts where this one stopped. The per-domain pod counts behind spread and inter-pod affinity come
+from ``topology_index.TopologyIndex`` (memoised, exact under same-cycle bookings), so a pod with constraints
+costs a few dictionary look-ups per node rather than a scan of its namespace. Scoring is ``NodeResourcesFit``
+least-allocated (the mean free fraction of cpu and memory after placing the pod), ties broken by node name,
+so decisions are deterministic. Preemption is not simulated. Pod affinity
 terms with a non-empty ``namespaceSelector`` select namespaces by their ``kubernetes.io/metadata.name``
 label only (the cache holds no Namespace objects); an empty one selects all namespaces.
 """
@@ -189,18 +190,33 @@ class _PodContext:
 
     # ----- the filters, one per plugin; each returns None (pass) or the list of reasons
     def filter(self, info: NodeInfo) -> list[str] | None:
+        """Why ``info`` cannot take the pod (the first plugin that rejects it), or None if it can."""
+        failed = self._placement_failure(info) or self._resources_failure(info)
+        if failed is None and self.inter_pod:
+            failed = (
+                self._spread_failure(info)
+                or self._anti_affinity_failure(info)
+                or self._affinity_failure(info)
+            )
+        return failed
+
+    def _placement_failure(self, info: NodeInfo) -> list[str] | None:
+        """NodeUnschedulable, NodeName, TaintToleration, NodeAffinity and NodePorts."""
         if info.unschedulable and not self.tolerates_unschedulable:
             return ["node(s) were unschedulable"]
         if self.node_name and self.node_name != info.name:
             return ["node(s) didn't match the requested node name"]
-        if info.taints:
-            taint = untolerated_taint(self.tolerations, info.taints)
-            if taint is not None:
-                return [f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value') or ''}}}"]
+        taint = untolerated_taint(self.tolerations, info.taints) if info.taints else None
+        if taint is not None:
+            return [f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value') or ''}}}"]
         if not self.plain_placement and not node_matches_pod(self.pod, info.name, info.labels):
             return ["node(s) didn't match Pod's node affinity/selector"]
         if self.host_ports and any(port in info.used_ports for port in self.host_ports):
             return ["node(s) didn't have free ports for the requested pod ports"]
+        return None
+
+    def _resources_failure(self, info: NodeInfo) -> list[str] | None:
+        """NodeResourcesFit: the pod count, then every requested resource (all the short ones are named)."""
         allocatable, requested = info.allocatable, info.requested
         max_pods = allocatable.get("pods")
         too_many = max_pods is not None and len(info.pod_keys) + 1 > max_pods
@@ -213,8 +229,10 @@ class _PodContext:
             return (["Too many pods"] if too_many else []) + [
                 f"Insufficient {name}" for name in sorted(short)
             ]
-        if not self.inter_pod:
-            return None
+        return None
+
+    def _spread_failure(self, info: NodeInfo) -> list[str] | None:
+        """PodTopologySpread (DoNotSchedule constraints)."""
         for constraint in self.spread:
             value = info.labels.get(constraint["key"])
             if value is None:
@@ -222,22 +240,31 @@ class _PodContext:
             skew = constraint["counts"].get(value, 0) + constraint["self"] - constraint["global_min"]
             if skew > constraint["max_skew"]:
                 return ["node(s) didn't match pod topology spread constraints"]
+        return None
+
+    def _anti_affinity_failure(self, info: NodeInfo) -> list[str] | None:
+        """InterPodAffinity: the pod's required anti-affinity, then that of existing pods against it."""
         for term, blocked in zip(self.anti_terms, self.anti_blocked, strict=True):
             if info.labels.get(term.topology_key) in blocked:
                 return ["node(s) didn't match pod anti-affinity rules"]
         for key, value in self.existing_blocked:
             if info.labels.get(key) == value:
                 return ["node(s) didn't satisfy existing pods anti-affinity rules"]
-        if self.affinity_terms:
-            pods_exist = True
-            for term, domains in zip(self.affinity_terms, self.affinity_domains, strict=True):
-                value = info.labels.get(term.topology_key)
-                if value is None:
-                    return ["node(s) didn't match pod affinity rules"]
-                if value not in domains:
-                    pods_exist = False
-            if not pods_exist and not (not self.affinity_any and self.self_affine):
+        return None
+
+    def _affinity_failure(self, info: NodeInfo) -> list[str] | None:
+        """InterPodAffinity: the pod's required affinity (the first pod of a self-affine set may land)."""
+        if not self.affinity_terms:
+            return None
+        pods_exist = True
+        for term, domains in zip(self.affinity_terms, self.affinity_domains, strict=True):
+            value = info.labels.get(term.topology_key)
+            if value is None:
                 return ["node(s) didn't match pod affinity rules"]
+            if value not in domains:
+                pods_exist = False
+        if not pods_exist and not (not self.affinity_any and self.self_affine):
+            return ["node(s) didn't match pod affinity rules"]
         return None
 
     def score(self, info: NodeInfo) -> float:
