@@ -10,10 +10,11 @@ Design
   (namespace ``""`` for cluster-scoped kinds). Lists sort the keys, which gives the stable etcd-like order
   ``limit``/``continue`` paging needs.
 * **Immutable stored objects, copy-on-write.** A stored dict is never mutated after it is committed: every
-  write builds a new top-level dict (and new ``metadata``/``status`` dicts where it changes them) and may share
-  untouched subtrees with the previous version. That is what lets one committed object be handed to every
-  watcher without a per-watcher copy. Callers always get private copies: inputs are copied on the way in, and
-  results on the way out (one ``msgspec`` encode/decode round trip, far cheaper than ``copy.deepcopy``).
+  write builds a new top-level dict (and new ``metadata``/``status`` dicts where it changes them) and may
+  share untouched subtrees with the previous version. That is what lets one committed object be handed to
+  every watcher without a per-watcher copy. Callers always get private copies: inputs are copied on the way
+  in, and results on the way out (one ``msgspec`` encode/decode round trip, far cheaper than
+  ``copy.deepcopy``).
 * **Resource versions.** One global counter per store; every committed write takes the next value, which is
   written into ``metadata.resourceVersion`` and into the watch event. Updates carrying a stale
   ``resourceVersion`` fail with :class:`Conflict`; no-op updates do not bump it (as upstream).
@@ -23,8 +24,8 @@ Design
   client must re-list, which is the reconnect path we want clients to exercise. Each event caches its JSON
   encoding once, so N HTTP watchers cost one encode, not N.
 * **Watchers.** Every :class:`Watch` owns an ``asyncio.Queue``; a write delivers the event synchronously to
-  every watcher of the bucket whose namespace and selectors match. Under selectors an object moving into or out
-  of the selection is reported as ADDED or DELETED, as the real watch cache does. Because delivery is
+  every watcher of the bucket whose namespace and selectors match. Under selectors an object moving into or
+  out of the selection is reported as ADDED or DELETED, as the real watch cache does. Because delivery is
   synchronous, an idle watcher (empty queue) has seen everything up to the store's current resource version,
   so its BOOKMARK can carry that version safely.
 * **Deletion.** Objects with finalizers only get ``deletionTimestamp``; they go when the last finalizer is
@@ -32,8 +33,8 @@ Design
   and ``deletionGracePeriodSeconds`` are set and the simulated kubelet deletes them later with grace 0.
   Removing an object queues background garbage collection of its dependents (``ownerReferences``), run on the
   next event-loop iteration (or at once when no loop is running); ``Orphan`` propagation strips the owner
-  reference instead, and ``Foreground`` keeps the owner (``foregroundDeletion`` finalizer) until its dependents
-  are gone. Deleting a namespace deletes its contents and removes the namespace once it is empty.
+  reference instead, and ``Foreground`` keeps the owner (``foregroundDeletion`` finalizer) until its
+  dependents are gone. Deleting a namespace deletes its contents and removes the namespace once it is empty.
 * **Dry run.** Inside ``with store.dry_run():`` every write runs admission, conflicts and patches as usual
   and returns its would-be result, but the commit step stores and publishes nothing (``?dryRun=All``).
 * **Subresources.** ``status`` writes touch only ``.status``; main-resource writes keep the old ``.status``
@@ -247,7 +248,7 @@ class Watch:
             return
         if self._queue.qsize() >= self.max_pending:
             # A consumer this far behind would hold unbounded memory; end its watch, as the real server
-            # terminates slow watchers. The client re-watches from its last resourceVersion (or re-lists on 410).
+            # terminates slow watchers. The client re-watches from its last resourceVersion (re-lists on 410).
             self.overflowed = True
             self.close()
             return
@@ -431,34 +432,50 @@ class Store:
         self._rv += 1
         rv = self._rv
         new["metadata"]["resourceVersion"] = str(rv)
-        uid = new["metadata"].get("uid")
+        self._keep(bucket, type_, key, new, old)
+        self._publish(bucket, _Event(type_, new, rv), old)
         if type_ == "DELETED":
+            self._after_removal(rt, key, new["metadata"].get("uid"))
+        while self._foreground_ready:
+            self._finish_foreground(self._foreground_ready.pop())
+        return new
+
+    def _keep(
+        self, bucket: _Bucket, type_: str, key: Key, new: dict[str, Any], old: dict[str, Any] | None
+    ) -> None:
+        """Store (or drop, for DELETED) the committed object and update the uid, owner and node indexes."""
+        rt = bucket.rt
+        uid = new["metadata"].get("uid")
+        current = None if type_ == "DELETED" else new
+        if current is None:
             del bucket.objects[key]
             if uid:
                 self._uids.pop(uid, None)
         else:
-            bucket.objects[key] = new
+            bucket.objects[key] = current
             if uid:
                 self._uids[uid] = (rt.storage_key, key)
-        self._index_owners(rt.storage_key, key, old, None if type_ == "DELETED" else new)
+        self._index_owners(rt.storage_key, key, old, current)
         if bucket.by_node is not None:
-            _reindex_node(bucket.by_node, key, old, None if type_ == "DELETED" else new)
-        event = _Event(type_, new, rv)
+            _reindex_node(bucket.by_node, key, old, current)
+
+    @staticmethod
+    def _publish(bucket: _Bucket, event: _Event, old: dict[str, Any] | None) -> None:
+        """Append the event to the bucket's history and hand it to every watcher."""
         if len(bucket.history) == bucket.history.maxlen:
             bucket.compacted_rv = bucket.history[0].rv
         bucket.history.append(event)
         for watcher in tuple(bucket.watchers):
             watcher._offer(event, old)
-        if type_ == "DELETED":
-            if uid:
-                self._foreground.discard(uid)
-                if uid in self._dependents:
-                    self._queue_gc(uid, "Background")
-            if rt.namespaced:
-                self._maybe_finish_namespace(key[0])
-        while self._foreground_ready:
-            self._finish_foreground(self._foreground_ready.pop())
-        return new
+
+    def _after_removal(self, rt: ResourceType, key: Key, uid: str | None) -> None:
+        """An object is gone: collect its dependents and finish its namespace if that was being deleted."""
+        if uid:
+            self._foreground.discard(uid)
+            if uid in self._dependents:
+                self._queue_gc(uid, "Background")
+        if rt.namespaced:
+            self._maybe_finish_namespace(key[0])
 
     def _finish_foreground(self, owner_uid: str) -> None:
         """The owner's dependents are gone: drop its foregroundDeletion finalizer (which may remove it)."""
@@ -634,37 +651,9 @@ class Store:
         meta = dict(meta)
         obj = {**obj, "apiVersion": rt.api_version, "kind": rt.kind, "metadata": meta}
         obj = {"apiVersion": rt.api_version, "kind": rt.kind, **obj}
-        if rt.namespaced:
-            body_ns = meta.get("namespace")
-            if namespace and body_ns and body_ns != namespace:
-                raise BadRequest(
-                    "the namespace of the provided object does not match the namespace sent on the "
-                    f"request ({body_ns!r} != {namespace!r})"
-                )
-            ns = namespace or body_ns
-            if not ns:
-                raise BadRequest(f"{rt.kind}: metadata.namespace: a namespace is required")
-            ns_obj = self._bucket(self.registry.resource("v1", "Namespace")).objects.get(("", ns))
-            if ns_obj is None:
-                raise NotFound(f'namespaces "{ns}" not found', details=object_details("namespaces", "", ns))
-            if ns_obj["metadata"].get("deletionTimestamp"):
-                raise Forbidden(
-                    f'{rt.kind} "{meta.get("name") or ""}" is forbidden: unable to create new content '
-                    f"in namespace {ns} because it is being terminated"
-                )
-            meta["namespace"] = ns
-        else:
-            meta.pop("namespace", None)
+        self._place_in_namespace(rt, meta, namespace)
         if not meta.get("name"):
-            prefix = meta.get("generateName")
-            if not prefix or not isinstance(prefix, str):
-                raise Invalid(f"{rt.kind}: metadata.name: Required value: name or generateName is required")
-            bucket = self._bucket(rt)
-            for _ in range(16):
-                candidate = prefix + "".join(random.choices(_NAME_SUFFIX_ALPHABET, k=5))
-                if (meta.get("namespace", ""), candidate) not in bucket.objects:
-                    break
-            meta["name"] = candidate
+            meta["name"] = self._generated_name(rt, meta)
         for server_field in (
             "resourceVersion",
             "deletionTimestamp",
@@ -687,6 +676,43 @@ class Store:
             )
         stored = self._commit(rt, "ADDED", key, obj, None)
         return stored if owned else self._out(rt, stored)
+
+    def _place_in_namespace(self, rt: ResourceType, meta: dict[str, Any], namespace: str | None) -> None:
+        """Set ``metadata.namespace`` of a new object (the URL's, else the body's): it must exist and not be
+        terminating. Cluster-scoped objects have none."""
+        if not rt.namespaced:
+            meta.pop("namespace", None)
+            return
+        body_ns = meta.get("namespace")
+        if namespace and body_ns and body_ns != namespace:
+            raise BadRequest(
+                "the namespace of the provided object does not match the namespace sent on the "
+                f"request ({body_ns!r} != {namespace!r})"
+            )
+        ns = namespace or body_ns
+        if not ns:
+            raise BadRequest(f"{rt.kind}: metadata.namespace: a namespace is required")
+        ns_obj = self._bucket(self.registry.resource("v1", "Namespace")).objects.get(("", ns))
+        if ns_obj is None:
+            raise NotFound(f'namespaces "{ns}" not found', details=object_details("namespaces", "", ns))
+        if ns_obj["metadata"].get("deletionTimestamp"):
+            raise Forbidden(
+                f'{rt.kind} "{meta.get("name") or ""}" is forbidden: unable to create new content '
+                f"in namespace {ns} because it is being terminated"
+            )
+        meta["namespace"] = ns
+
+    def _generated_name(self, rt: ResourceType, meta: dict[str, Any]) -> str:
+        """``generateName`` plus five random characters, avoiding names taken in the namespace."""
+        prefix = meta.get("generateName")
+        if not prefix or not isinstance(prefix, str):
+            raise Invalid(f"{rt.kind}: metadata.name: Required value: name or generateName is required")
+        bucket = self._bucket(rt)
+        for _ in range(16):
+            candidate = prefix + "".join(random.choices(_NAME_SUFFIX_ALPHABET, k=5))
+            if (meta.get("namespace", ""), candidate) not in bucket.objects:
+                break
+        return candidate
 
     def _check_type(self, rt: ResourceType, obj: dict[str, Any]) -> None:
         kind, api_version = obj.get("kind"), obj.get("apiVersion")
@@ -724,7 +750,7 @@ class Store:
         *,
         owned: bool = False,
     ) -> dict[str, Any]:
-        """Replace an object (PUT). ``subresource="status"`` replaces only ``.status``. ``owned``: see create."""
+        """Replace an object (PUT). ``status`` replaces only ``.status``. ``owned``: see create."""
         if not isinstance(obj, dict):
             raise BadRequest(f"{rt.kind}: the request body must be a JSON object")
         stored = self._update_owned(rt, obj if owned else clone(obj), subresource, namespace)
@@ -743,46 +769,65 @@ class Store:
             )
         key = self._key(rt, meta.get("name", ""), namespace or meta.get("namespace"))
         old = self._stored(rt, key)
-        given_rv = meta.get("resourceVersion")
-        if given_rv and given_rv != old["metadata"]["resourceVersion"]:
-            raise Conflict(
-                f'Operation cannot be fulfilled on {qualified(rt.plural, rt.group)} "{key[1]}": the '
-                "object has been modified; please apply your changes to the latest version and try again",
-                details=object_details(rt.plural, rt.group, key[1]),
-            )
+        self._check_resource_version(rt, key[1], old, meta.get("resourceVersion"))
         if subresource == "status":
-            if "status" not in rt.subresources:
-                raise NotFound(f"{rt.plural} has no status subresource")
-            new = dict(old)
-            new["metadata"] = dict(old["metadata"])
-            if obj.get("status") is None:
-                new.pop("status", None)
-            else:
-                new["status"] = obj["status"]
+            new = self._with_status_of(rt, old, obj)
         elif subresource is None:
-            new = obj
-            new["apiVersion"], new["kind"] = old["apiVersion"], rt.kind
-            new_meta = dict(meta)
-            for kept in _META_KEPT_ON_UPDATE:
-                if kept in old["metadata"]:
-                    new_meta[kept] = old["metadata"][kept]
-                else:
-                    new_meta.pop(kept, None)
-            new["metadata"] = new_meta
-            if "status" in rt.subresources:
-                if "status" in old:
-                    new["status"] = old["status"]
-                else:
-                    new.pop("status", None)
-            new = admission.apply_defaults(rt, new)
-            if rt.group == "" and rt.plural == "pods":
-                admission.check_pod_spec_update(rt, old, new)
-            if _spec_of(new) != _spec_of(old):
-                new_meta["generation"] = int(old["metadata"].get("generation", 1)) + 1
+            new = self._replacement(rt, old, obj, meta)
         else:
             raise NotFound(f'{rt.plural} has no "{subresource}" subresource that accepts updates')
         admission.validate(rt, new)
         return self._commit_update(rt, key, new, old)
+
+    @staticmethod
+    def _check_resource_version(rt: ResourceType, name: str, old: dict[str, Any], given: Any) -> None:
+        """Optimistic concurrency: a write naming another resourceVersion than the stored one conflicts."""
+        if given and given != old["metadata"]["resourceVersion"]:
+            raise Conflict(
+                f'Operation cannot be fulfilled on {qualified(rt.plural, rt.group)} "{name}": the '
+                "object has been modified; please apply your changes to the latest version and try again",
+                details=object_details(rt.plural, rt.group, name),
+            )
+
+    @staticmethod
+    def _with_status_of(rt: ResourceType, old: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
+        """A ``status`` subresource write: the stored object with only ``.status`` replaced."""
+        if "status" not in rt.subresources:
+            raise NotFound(f"{rt.plural} has no status subresource")
+        new = dict(old)
+        new["metadata"] = dict(old["metadata"])
+        if obj.get("status") is None:
+            new.pop("status", None)
+        else:
+            new["status"] = obj["status"]
+        return new
+
+    @staticmethod
+    def _replacement(
+        rt: ResourceType, old: dict[str, Any], obj: dict[str, Any], meta: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A main-resource write: ``obj`` with the server-owned metadata (and status, where it is a
+        subresource) kept from ``old``, defaults applied and ``generation`` bumped when the spec changed."""
+        new = obj
+        new["apiVersion"], new["kind"] = old["apiVersion"], rt.kind
+        new_meta = dict(meta)
+        for kept in _META_KEPT_ON_UPDATE:
+            if kept in old["metadata"]:
+                new_meta[kept] = old["metadata"][kept]
+            else:
+                new_meta.pop(kept, None)
+        new["metadata"] = new_meta
+        if "status" in rt.subresources:
+            if "status" in old:
+                new["status"] = old["status"]
+            else:
+                new.pop("status", None)
+        new = admission.apply_defaults(rt, new)
+        if rt.group == "" and rt.plural == "pods":
+            admission.check_pod_spec_update(rt, old, new)
+        if _spec_of(new) != _spec_of(old):
+            new_meta["generation"] = int(old["metadata"].get("generation", 1)) + 1
+        return new
 
     def _commit_update(
         self, rt: ResourceType, key: Key, new: dict[str, Any], old: dict[str, Any]
@@ -941,10 +986,27 @@ class Store:
                 f'propagationPolicy: Unsupported value: "{propagation_policy}": supported values: '
                 '"Background", "Foreground", "Orphan"'
             )
-        if grace_period_seconds is not None and grace_period_seconds < 0:
-            grace_period_seconds = 0
         key = self._key(rt, name, namespace)
         old = self._stored(rt, key)
+        self._check_preconditions(rt, name, old, preconditions)
+        if propagation_policy == "Orphan":
+            self._orphan_dependents(old["metadata"].get("uid"))
+        new = dict(old)
+        new["metadata"] = dict(old["metadata"])
+        grace = self._pod_grace(rt, old, grace_period_seconds)
+        if grace > 0:
+            return self._delete_gracefully(rt, key, new, old, grace)
+        uid = new["metadata"].get("uid", "")
+        if propagation_policy == "Foreground" and uid and self._dependents.get(uid):
+            return self._delete_in_foreground(rt, key, new, old, uid)
+        if new["metadata"].get("finalizers"):
+            return self._delete_pending_finalizers(rt, key, new, old)
+        return self._delete_now(rt, key, new, old)
+
+    @staticmethod
+    def _check_preconditions(
+        rt: ResourceType, name: str, old: dict[str, Any], preconditions: dict[str, Any] | None
+    ) -> None:
         for field, expected in (preconditions or {}).items():
             if expected and old["metadata"].get(field) != expected:
                 raise Conflict(
@@ -953,54 +1015,71 @@ class Store:
                     f"{field} in object meta: {old['metadata'].get(field)}",
                     details=object_details(rt.plural, rt.group, name),
                 )
-        if propagation_policy == "Orphan":
-            self._orphan_dependents(old["metadata"].get("uid"))
-        new = dict(old)
-        meta = new["metadata"] = dict(old["metadata"])
-        grace = 0
-        if rt.group == "" and rt.plural == "pods":
-            spec, status = old.get("spec") or {}, old.get("status") or {}
-            grace = (
-                grace_period_seconds
-                if grace_period_seconds is not None
-                else int(spec.get("terminationGracePeriodSeconds", 30) or 0)
-            )
-            if not spec.get("nodeName") or status.get("phase") in _TERMINAL_PHASES:
-                grace = 0
-        if grace > 0:
-            current = meta.get("deletionGracePeriodSeconds")
-            if meta.get("deletionTimestamp") and current is not None and current <= grace:
-                return self._out(rt, old), False  # already terminating at least as fast
-            meta["deletionTimestamp"] = rfc3339(time.time() + grace)
-            meta["deletionGracePeriodSeconds"] = grace
-            return self._out(rt, self._commit(rt, "MODIFIED", key, new, old)), False
-        uid = meta.get("uid", "")
-        if propagation_policy == "Foreground" and uid and self._dependents.get(uid):
-            # The owner stays, with deletionTimestamp and the foregroundDeletion finalizer, until the
-            # garbage collector has deleted every dependent; then the finalizer goes and so does the owner.
-            if meta.get("deletionTimestamp") and FOREGROUND_FINALIZER in (meta.get("finalizers") or ()):
-                return self._out(rt, old), False
-            meta["finalizers"] = [*(meta.get("finalizers") or ()), FOREGROUND_FINALIZER]
-            meta.setdefault("deletionTimestamp", rfc3339())
-            meta["deletionGracePeriodSeconds"] = 0
-            if not self._dry_run:
-                self._foreground.add(uid)
-            committed = self._commit(rt, "MODIFIED", key, new, old)
-            self._queue_gc(uid, "Foreground")
-            return self._out(rt, committed), False
-        if meta.get("finalizers"):
-            if meta.get("deletionTimestamp") and meta.get("deletionGracePeriodSeconds") == 0:
-                return self._out(rt, old), False
-            meta.setdefault("deletionTimestamp", rfc3339())
-            meta["deletionGracePeriodSeconds"] = 0
-            if rt.group == "" and rt.plural == "namespaces":
-                self._start_namespace_deletion(name)
-            return self._out(rt, self._commit(rt, "MODIFIED", key, new, old)), False
+
+    @staticmethod
+    def _pod_grace(rt: ResourceType, old: dict[str, Any], requested: int | None) -> int:
+        """How long a deleted object terminates: only a bound, running pod gets any (asked, or its own)."""
+        if rt.group != "" or rt.plural != "pods":
+            return 0
+        spec, status = old.get("spec") or {}, old.get("status") or {}
+        if not spec.get("nodeName") or status.get("phase") in _TERMINAL_PHASES:
+            return 0
+        if requested is not None:
+            return max(0, requested)
+        return int(spec.get("terminationGracePeriodSeconds", 30) or 0)
+
+    def _delete_gracefully(
+        self, rt: ResourceType, key: Key, new: dict[str, Any], old: dict[str, Any], grace: int
+    ) -> tuple[dict[str, Any], bool]:
+        """A running pod: ``deletionTimestamp`` = now + grace; the kubelet deletes it when it has stopped."""
+        meta = new["metadata"]
+        current = meta.get("deletionGracePeriodSeconds")
+        if meta.get("deletionTimestamp") and current is not None and current <= grace:
+            return self._out(rt, old), False  # already terminating at least as fast
+        meta["deletionTimestamp"] = rfc3339(time.time() + grace)
+        meta["deletionGracePeriodSeconds"] = grace
+        return self._out(rt, self._commit(rt, "MODIFIED", key, new, old)), False
+
+    def _delete_in_foreground(
+        self, rt: ResourceType, key: Key, new: dict[str, Any], old: dict[str, Any], uid: str
+    ) -> tuple[dict[str, Any], bool]:
+        """The owner stays, with deletionTimestamp and the foregroundDeletion finalizer, until the garbage
+        collector has deleted every dependent; then the finalizer goes and so does the owner."""
+        meta = new["metadata"]
+        if meta.get("deletionTimestamp") and FOREGROUND_FINALIZER in (meta.get("finalizers") or ()):
+            return self._out(rt, old), False
+        meta["finalizers"] = [*(meta.get("finalizers") or ()), FOREGROUND_FINALIZER]
+        meta.setdefault("deletionTimestamp", rfc3339())
+        meta["deletionGracePeriodSeconds"] = 0
+        if not self._dry_run:
+            self._foreground.add(uid)
+        committed = self._commit(rt, "MODIFIED", key, new, old)
+        self._queue_gc(uid, "Foreground")
+        return self._out(rt, committed), False
+
+    def _delete_pending_finalizers(
+        self, rt: ResourceType, key: Key, new: dict[str, Any], old: dict[str, Any]
+    ) -> tuple[dict[str, Any], bool]:
+        """An object with finalizers only gets ``deletionTimestamp``; it goes when the last one is removed."""
+        meta = new["metadata"]
+        if meta.get("deletionTimestamp") and meta.get("deletionGracePeriodSeconds") == 0:
+            return self._out(rt, old), False
+        meta.setdefault("deletionTimestamp", rfc3339())
+        meta["deletionGracePeriodSeconds"] = 0
+        if rt.group == "" and rt.plural == "namespaces":
+            self._start_namespace_deletion(key[1])
+        return self._out(rt, self._commit(rt, "MODIFIED", key, new, old)), False
+
+    def _delete_now(
+        self, rt: ResourceType, key: Key, new: dict[str, Any], old: dict[str, Any]
+    ) -> tuple[dict[str, Any], bool]:
+        """Remove now; a namespace first deletes its contents and stays Terminating while some remain."""
+        meta = new["metadata"]
         meta.setdefault("deletionTimestamp", rfc3339())
         meta["deletionGracePeriodSeconds"] = 0
         if rt.group == "" and rt.plural == "namespaces":
             new["status"] = {**(old.get("status") or {}), "phase": "Terminating"}
-            if self._start_namespace_deletion(name):
+            if self._start_namespace_deletion(key[1]):
                 return self._out(rt, self._commit(rt, "MODIFIED", key, new, old)), False
             meta.pop("deletionGracePeriodSeconds", None)
         return self._out(rt, self._commit(rt, "DELETED", key, new, old)), True
@@ -1227,7 +1306,7 @@ class Store:
         allow_bookmarks: bool = False,
         bookmark_interval: float | None = None,
     ) -> Watch:
-        """Start a watch. ``resource_version`` None/""/"0" begins with synthetic ADDED events for what exists."""
+        """A watch; ``resource_version`` None/""/"0" starts with synthetic ADDED events for what exists."""
         labels, fields = self._selectors(rt, label_selector, field_selector)
         bucket = self._bucket(rt)
         ns = namespace if rt.namespaced and namespace else None
