@@ -142,7 +142,7 @@ class LocalStack:
         log.close()
 
     def scrape_metrics(self, timeout: float = 2.0) -> tuple[dict[str, str], dict[str, str]]:
-        """Each running service's ``/metrics`` text by key, and why a service had none (not serving yet, gone)."""
+        """Each running service's ``/metrics`` text by key, and why a service had none (not serving, gone)."""
         texts: dict[str, str] = {}
         unavailable: dict[str, str] = {}
         for key, port in self.health_ports.items():
@@ -186,9 +186,9 @@ class LocalStack:
 
 
 def metric_values(texts: Iterable[str]) -> dict[str, float]:
-    """tenon's and Karpenter's metrics (``tenon_*``, ``karpenter_*``) from Prometheus expositions, by sample name,
-    summed over label sets and processes: ``karpenter_nodeclaims_created_total`` is every claim created by any
-    service. Histograms contribute their ``_count`` and ``_sum``, not their buckets."""
+    """tenon's and Karpenter's metrics (``tenon_*``, ``karpenter_*``) from Prometheus expositions, by sample
+    name, summed over label sets and processes: ``karpenter_nodeclaims_created_total`` is every claim created
+    by any service. Histograms contribute their ``_count`` and ``_sum``, not their buckets."""
     values: dict[str, float] = {}
     for text in texts:
         for family in text_string_to_metric_families(text):

@@ -8,7 +8,7 @@ JSON object: the NodeClaims (``instanceType``, ``pods``), the timeline in second
 ``launched``, ``registered``, ``initialized``, ``allPodsRunning``), ``totalPricePerHour``; then, once every pod
 runs, the Deployment is deleted and it reports ``allNodesRemoved`` (seconds from the delete, when no node and no
 NodeClaim is left) and the MachineDeployments' final replicas (all 0): scale to zero. Its ``metrics`` are the
-services' own, scraped from each one's ``/metrics`` just before the stack stops, by metric name and summed over
+services' own, scraped from each one's ``/metrics`` just before the stack stops, by metric name, summed over
 services and labels (``karpenter_nodeclaims_created_total``, ``karpenter_nodes_created_total``, ...).
 """
 

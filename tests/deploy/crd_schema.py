@@ -1,11 +1,12 @@
 """Checking CustomResourceDefinitions the way the kube-apiserver does, without one.
 
 :func:`structural_problems` applies the rules of a *structural* schema (Kubernetes "Specifying a structural
-schema": a type on every node, logical junctors holding value validations only, metadata restricted to name and
-generateName, int-or-string only in its two allowed forms) and reports each violation with its path;
+schema": a type on every node, logical junctors holding value validations only, metadata restricted to name
+and generateName, int-or-string only in its two allowed forms) and reports each violation with its path;
 :func:`validator` turns a version's ``openAPIV3Schema`` into a JSON Schema validator (OpenAPI 3.0 schemas are
-Draft 4 in what the API server checks: boolean ``exclusiveMinimum``, ``x-kubernetes-*`` ignored), so objects can
-be validated with the failing field named. CEL rules (``x-kubernetes-validations``) are not evaluated here.
+Draft 4 in what the API server checks: boolean ``exclusiveMinimum``, ``x-kubernetes-*`` ignored), so objects
+can be validated with the failing field named. CEL rules (``x-kubernetes-validations``) are not evaluated
+here.
 """
 
 from __future__ import annotations
@@ -113,8 +114,8 @@ def validator(crd: dict[str, Any], version: str | None = None) -> jsonschema.Dra
 
 
 def field_errors(crd: dict[str, Any], obj: dict[str, Any]) -> list[str]:
-    """``path: message`` for every way ``obj`` fails its schema (paths like ``spec.template.spec.requirements[0]
-    .operator``), sorted."""
+    """``path: message`` for every way ``obj`` fails its schema, sorted (paths like
+    ``spec.template.spec.requirements[0].operator``)."""
     found = []
     for error in validator(crd).iter_errors(obj):
         path = ""

@@ -1,9 +1,9 @@
 """Reading a Dockerfile and a .dockerignore the way Docker does, for tests that cannot run a Docker engine.
 
 :func:`parse_dockerfile` splits a Dockerfile into stages of instructions (line continuations joined, comments
-dropped, ``ARG`` defaults before the first ``FROM`` substituted into ``FROM``). :func:`context_files` applies a
-``.dockerignore`` to a directory as the builder does (moby's patternmatcher: Go ``filepath.Match`` patterns plus
-``**``, a pattern also matching a parent directory, later patterns winning, ``!`` re-including).
+dropped, ``ARG`` defaults before the first ``FROM`` substituted into ``FROM``). :class:`DockerIgnore` applies
+a ``.dockerignore`` to a directory as the builder does (moby's patternmatcher: Go ``filepath.Match`` patterns
+plus ``**``, a pattern also matching a parent directory, later patterns winning, ``!`` re-including).
 """
 
 from __future__ import annotations
@@ -127,8 +127,8 @@ class DockerIgnore:
         )
 
     def context_files(self, root: Path) -> list[str]:
-        """Every file of ``root`` the build context would hold (an excluded directory that no ``!`` rule reaches
-        into is not walked, as Docker does not)."""
+        """Every file of ``root`` the build context would hold (an excluded directory that no ``!`` rule
+        reaches into is not walked, as Docker does not)."""
         kept = []
         for directory, dirnames, filenames in os.walk(root):
             here = Path(directory).relative_to(root).as_posix()

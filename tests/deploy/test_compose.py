@@ -1,5 +1,6 @@
 """compose.yaml is a valid Compose file (against the Compose Specification's own JSON Schema, vendored beside
-this test) that builds tenon's image and runs NATS with JetStream and every service, nothing installed at start."""
+this test) that builds tenon's image and runs NATS with JetStream and every service, installing nothing at
+start."""
 
 from __future__ import annotations
 
@@ -42,8 +43,8 @@ def test_the_schema_refuses_what_compose_refuses(compose: dict[str, Any]) -> Non
     broken["services"]["disruption"]["buidl"] = "."
     assert errors(broken) == [
         "services.disruption: 'buidl' does not match any of the regexes: '^x-'",
-        "services.scheduler.depends_on: {'nats': {'condition': 'service_ready'}} is not valid under any of the "
-        "given schemas",
+        "services.scheduler.depends_on: {'nats': {'condition': 'service_ready'}} is not valid under any "
+        "of the given schemas",
     ]
 
 

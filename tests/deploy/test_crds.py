@@ -1,6 +1,6 @@
-"""The CRDs tenon ships install like Karpenter's: structural schemas (so the API server accepts them and prunes
-as it should), Karpenter's printer columns, and schemas under which Karpenter's own example manifests, tenon's
-demo and docs are valid and bad objects are refused with the field named."""
+"""The CRDs tenon ships install like Karpenter's: structural schemas (so the API server accepts them and
+prunes as it should), Karpenter's printer columns, and schemas under which Karpenter's own example manifests,
+tenon's demo and docs are valid and bad objects are refused with the field named."""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ EXAMPLE_OBJECTS = _example_objects()
 
 
 KNOWN_INVALID = {
-    # Karpenter's own example puts the version in nodeClassRef.group; its CRD (and so the API server) refuses it
+    # Karpenter's own example puts the version in nodeClassRef.group; its CRD (so the API server) refuses it
     "windows-custom-userdata.yaml: NodePool windows2022": [
         "spec.template.spec.nodeClassRef.group: 'karpenter.k8s.aws/v1' does not match '^[^/]*$'"
     ],

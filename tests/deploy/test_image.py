@@ -92,8 +92,8 @@ def test_context_holds_the_package_and_its_pins_and_nothing_else(
 def test_the_context_alone_runs_every_service_entry_point_without_devtools(
     dockerignore: DockerIgnore, tmp_path: Path
 ) -> None:
-    """What the image installs (the context's packages beside the pinned dependencies), with no devtools on the
-    path: the CLI lists its own commands only, and every service ``tenon run`` knows imports."""
+    """What the image installs (the context's packages beside the pinned dependencies), with no devtools on
+    the path: the CLI lists its own commands only, and every service ``tenon run`` knows imports."""
     for relative in dockerignore.context_files(ROOT):
         target = tmp_path / relative
         target.parent.mkdir(parents=True, exist_ok=True)

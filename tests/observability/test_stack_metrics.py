@@ -1,5 +1,5 @@
-"""``tenon up --json`` reports ``metrics``: the local stack gives every service process a health port of its own,
-scrapes each one's ``/metrics`` while it runs, and adds the values up by metric name."""
+"""``tenon up --json`` reports ``metrics``: the local stack gives every service process a health port of its
+own, scrapes each one's ``/metrics`` while it runs, and adds the values up by metric name."""
 
 from __future__ import annotations
 

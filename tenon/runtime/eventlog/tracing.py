@@ -1,10 +1,11 @@
 """W3C trace context in message headers: one trace follows a Pending pod through every service.
 
 Publishing injects the current context (``traceparent``/``tracestate``) into the headers; the consumer runner
-extracts it and runs the handler inside a CONSUMER span that is a child of the producer's span, so whatever the
-handler publishes carries the same trace id. Spans go wherever the process's tracer provider sends them
+extracts it and runs the handler inside a CONSUMER span that is a child of the producer's span, so whatever
+the handler publishes carries the same trace id. Spans go wherever the process's tracer provider sends them
 (:func:`configure_tracing` sets one up from ``OTEL_*`` environment variables: ``OTEL_TRACES_EXPORTER=otlp``
-sends them over OTLP/HTTP to ``OTEL_EXPORTER_OTLP_ENDPOINT``, ``console`` prints them; without it they are no-ops).
+sends them over OTLP/HTTP to ``OTEL_EXPORTER_OTLP_ENDPOINT``, ``console`` prints them; without it they are
+no-ops).
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ EXPORTERS = ("otlp", "console", "none")
 
 
 def span_exporters(env: Mapping[str, str] | None = None) -> list[SpanExporter]:
-    """The exporters ``OTEL_TRACES_EXPORTER`` asks for (default ``none``: spans cost nothing unless asked for).
+    """The exporters ``OTEL_TRACES_EXPORTER`` asks for (default ``none``: spans cost nothing unless asked).
 
     ``otlp`` is the SDK's OTLP/HTTP (protobuf) exporter, which reads ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or
     ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``), ``..._HEADERS``, ``..._TIMEOUT``, ``..._CERTIFICATE`` and the
@@ -129,7 +130,8 @@ def configure_tracing(service_name: str, env: Mapping[str, str] | None = None) -
     no exporter, leave the no-op default (which costs nothing) and return None.
 
     The resource is ``service.name`` (``OTEL_SERVICE_NAME`` wins over ``service_name``) and
-    ``service.namespace=tenon``, plus ``OTEL_RESOURCE_ATTRIBUTES``; the sampler follows ``OTEL_TRACES_SAMPLER``.
+    ``service.namespace=tenon``, plus ``OTEL_RESOURCE_ATTRIBUTES``; the sampler follows
+    ``OTEL_TRACES_SAMPLER``.
     Spans are batched; the provider flushes them when the process exits.
     """
     env = os.environ if env is None else env

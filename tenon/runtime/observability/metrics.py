@@ -1,13 +1,13 @@
-"""tenon's Prometheus metrics: Karpenter's names and labels where the meaning is the same, ``tenon_*`` for the rest.
+"""tenon's Prometheus metrics: Karpenter's names and labels where the meaning is the same, ``tenon_*`` else.
 
-Every metric lives in :data:`REGISTRY` (not prometheus-client's global one, so nothing else in the process leaks
-into ``/metrics``), which also carries the process and platform collectors. A service records what it decides
-through these objects, e.g. ``NODECLAIMS_CREATED.labels(reason="provisioned", nodepool="default",
+Every metric lives in :data:`REGISTRY` (not prometheus-client's global one, so nothing else in the process
+leaks into ``/metrics``), which also carries the process and platform collectors. A service records what it
+decides through these objects, e.g. ``NODECLAIMS_CREATED.labels(reason="provisioned", nodepool="default",
 min_values_relaxed="false").inc()``; :class:`tenon.runtime.observability.Observability` serves them.
 
 Names, types, labels and buckets follow Karpenter v1 (``kubernetes-sigs/karpenter`` ``pkg/metrics``,
-``pkg/controllers/**/metrics.go``; ``aws/karpenter-provider-aws`` for the interruption and offering metrics), so
-Karpenter's dashboards and alerts read tenon unchanged. Karpenter v1 renamed the scheduling queue depth to
+``pkg/controllers/**/metrics.go``; ``aws/karpenter-provider-aws`` for the interruption and offering metrics),
+so Karpenter's dashboards and alerts read tenon unchanged. Karpenter v1 renamed the scheduling queue depth to
 ``karpenter_scheduler_queue_depth`` (it was ``karpenter_provisioner_scheduling_queue_depth`` before v1); tenon
 uses the v1 name. Counters are declared with their ``_total`` suffix as exposed.
 """
@@ -35,18 +35,18 @@ for _collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
 
 DURATION_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0,
-    1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 60, 120, 150, 300,
-    450, 600,
+    1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 60, 120, 150,
+    300, 450, 600,
 )  # fmt: skip
 """Karpenter's ``metrics.DurationBuckets()``: scheduling and disruption durations."""
 DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 """client_golang's ``DefBuckets``, which Karpenter's cloud provider histogram uses."""
 
-# --- NodeClaims and Nodes (Karpenter pkg/metrics/metrics.go) ---------------------------------------------------
+# --- NodeClaims and Nodes (Karpenter pkg/metrics/metrics.go) ------------------------------------------------
 NODECLAIMS_CREATED = Counter(
     "karpenter_nodeclaims_created_total",
-    "Number of nodeclaims created in total. Labeled by reason the nodeclaim was created, the owning nodepool, "
-    "and if min values was relaxed for this nodeclaim.",
+    "Number of nodeclaims created in total. Labeled by reason the nodeclaim was created, the owning "
+    "nodepool, and if min values was relaxed for this nodeclaim.",
     ["reason", "nodepool", "min_values_relaxed"],
     registry=REGISTRY,
 )
@@ -76,7 +76,7 @@ NODES_TERMINATED = Counter(
     registry=REGISTRY,
 )
 
-# --- Pods (Karpenter pkg/controllers/metrics/pod) --------------------------------------------------------------
+# --- Pods (Karpenter pkg/controllers/metrics/pod) -----------------------------------------------------------
 POD_STATE_LABELS = (
     "name",
     "namespace",
@@ -100,7 +100,7 @@ PODS_STATE = Gauge(
     registry=REGISTRY,
 )
 
-# --- Scheduling (Karpenter pkg/controllers/provisioning/scheduling/metrics.go) ---------------------------------
+# --- Scheduling (Karpenter pkg/controllers/provisioning/scheduling/metrics.go) ------------------------------
 SCHEDULING_DURATION = Histogram(
     "karpenter_scheduler_scheduling_duration_seconds",
     "Duration of scheduling simulations used for deprovisioning and provisioning in seconds.",
@@ -121,18 +121,18 @@ UNSCHEDULABLE_PODS = Gauge(
     registry=REGISTRY,
 )
 
-# --- NodePools (Karpenter pkg/controllers/metrics/nodepool) ----------------------------------------------------
+# --- NodePools (Karpenter pkg/controllers/metrics/nodepool) -------------------------------------------------
 NODEPOOL_USAGE = Gauge(
     "karpenter_nodepools_usage",
-    "The amount of resources that have been provisioned for a nodepool. Labeled by nodepool name and resource "
-    "type.",
+    "The amount of resources that have been provisioned for a nodepool. Labeled by nodepool name and "
+    "resource type.",
     ["resource_type", "nodepool"],
     registry=REGISTRY,
 )
 NODEPOOL_LIMIT = Gauge(
     "karpenter_nodepools_limit",
-    "Limits specified on the nodepool that restrict the quantity of resources provisioned. Labeled by nodepool "
-    "name and resource type.",
+    "Limits specified on the nodepool that restrict the quantity of resources provisioned. Labeled by "
+    "nodepool name and resource type.",
     ["resource_type", "nodepool"],
     registry=REGISTRY,
 )
@@ -144,10 +144,11 @@ NODEPOOL_COST = Gauge(
     registry=REGISTRY,
 )
 
-# --- Voluntary disruption (Karpenter pkg/controllers/disruption/metrics.go) ------------------------------------
+# --- Voluntary disruption (Karpenter pkg/controllers/disruption/metrics.go) ---------------------------------
 DISRUPTION_DECISIONS = Counter(
     "karpenter_voluntary_disruption_decisions_total",
-    "Number of disruption decisions performed. Labeled by disruption decision, reason, and consolidation type.",
+    "Number of disruption decisions performed. Labeled by disruption decision, reason, and consolidation "
+    "type.",
     ["decision", "reason", "consolidation_type"],
     registry=REGISTRY,
 )
@@ -167,13 +168,13 @@ DISRUPTION_EVALUATION_DURATION = Histogram(
 )
 NODEPOOL_ALLOWED_DISRUPTIONS = Gauge(
     "karpenter_nodepools_allowed_disruptions",
-    "The number of nodes for a given NodePool that can be concurrently disrupting at a point in time. Labeled "
-    "by NodePool and reason.",
+    "The number of nodes for a given NodePool that can be concurrently disrupting at a point in time. "
+    "Labeled by NodePool and reason.",
     ["nodepool", "reason"],
     registry=REGISTRY,
 )
 
-# --- Cloud provider (Karpenter pkg/cloudprovider/metrics; AWS provider pkg/controllers/metrics) ----------------
+# --- Cloud provider (Karpenter pkg/cloudprovider/metrics; AWS provider pkg/controllers/metrics) -------------
 CLOUDPROVIDER_DURATION = Histogram(
     "karpenter_cloudprovider_duration_seconds",
     "Duration of cloud provider method calls. Labeled by the controller, method name and provider.",
@@ -201,7 +202,7 @@ OFFERING_AVAILABLE = Gauge(
     registry=REGISTRY,
 )
 
-# --- Interruption (AWS provider pkg/controllers/interruption/metrics.go) ---------------------------------------
+# --- Interruption (AWS provider pkg/controllers/interruption/metrics.go) ------------------------------------
 INTERRUPTION_RECEIVED = Counter(
     "karpenter_interruption_received_messages_total",
     "Count of messages received from the SQS queue. Broken down by message type.",
@@ -220,7 +221,7 @@ INTERRUPTION_QUEUE_DURATION = Histogram(
     registry=REGISTRY,
 )
 
-# --- tenon's own ---------------------------------------------------------------------------------------------
+# --- tenon's own --------------------------------------------------------------------------------------------
 NODECLAIMS_BY_PHASE = Gauge(
     "tenon_nodeclaims",
     "NodeClaims by lifecycle phase (Planned, Launched, Registered, Initialized, Disrupting) and nodepool, as "

@@ -126,7 +126,7 @@ class Observability:
         self._start_error: str | None = None
         self._lag_collector = _LoopLagCollector(self)
 
-    # --- readiness (runs on the service's loop) ---------------------------------------------------------------
+    # --- readiness (runs on the service's loop) -------------------------------------------------------------
     def add_readiness_check(self, name: str, check: ReadinessCheck) -> None:
         if not name or any(c.isspace() for c in name):
             raise ValueError(f"readiness check name must be a non-empty word, got {name!r}")
@@ -155,7 +155,7 @@ class Observability:
         except Exception as exc:
             return False, f"check raised {type(exc).__name__}: {exc}"
 
-    # --- liveness (the heartbeat runs on the service's loop) -------------------------------------------------
+    # --- liveness (the heartbeat runs on the service's loop) ------------------------------------------------
     def stalled_for(self) -> float:
         """Seconds since the heartbeat last ticked."""
         return time.monotonic() - self._last_beat
@@ -168,7 +168,7 @@ class Observability:
             self.loop_lag = max(0.0, now - expected)
             self._last_beat = now
 
-    # --- HTTP handlers (run on the server's own loop) --------------------------------------------------------
+    # --- HTTP handlers (run on the server's own loop) -------------------------------------------------------
     async def _healthz(self, request: web.Request) -> web.Response:
         if self._heartbeat is None or self._heartbeat.done():
             return web.Response(status=503, text=f"{self.service}: heartbeat not running\n")
@@ -216,7 +216,7 @@ class Observability:
         app.router.add_get("/metrics", self._metrics)
         return app
 
-    # --- the server thread ------------------------------------------------------------------------------------
+    # --- the server thread ----------------------------------------------------------------------------------
     def _serve(self, opened: threading.Event) -> None:
         loop = asyncio.new_event_loop()
         self._server_loop = loop
@@ -239,7 +239,7 @@ class Observability:
             loop.close()
             opened.set()
 
-    # --- lifecycle (called on the service's loop) ------------------------------------------------------------
+    # --- lifecycle (called on the service's loop) -----------------------------------------------------------
     @property
     def port(self) -> int:
         """The bound port once started (the one the system picked for 0), else the configured one."""
