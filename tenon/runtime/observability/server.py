@@ -13,7 +13,8 @@
 The server (aiohttp) runs on an event loop of its own in a daemon thread: a service loop blocked by a long
 computation still gets a truthful 503 and its metrics scraped, instead of a probe timeout that says nothing.
 The port comes from ``TENON_HEALTH_PORT`` (default 8081; 0 picks a free port, readable as ``.port`` once
-started) and the address from ``TENON_HEALTH_HOST`` (default all interfaces).
+started; give a host with it, or each address family may get a port of its own) and the address from
+``TENON_HEALTH_HOST`` (default: every interface, IPv4 and IPv6).
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ class Observability:
             raise ObservabilityConfigError(
                 f"health port: must be from 0 to 65535, got {self.configured_port}"
             )
-        self.host = host if host is not None else (environment.get(HOST_ENV) or "0.0.0.0")
+        self.host = host if host is not None else environment.get(HOST_ENV, "")
         self.registry = registry if registry is not None else REGISTRY
         self.heartbeat_seconds = heartbeat_seconds
         self.stall_seconds = stall_seconds
@@ -224,11 +225,13 @@ class Observability:
         try:
             loop.run_until_complete(runner.setup())
             try:
-                loop.run_until_complete(web.TCPSite(runner, self.host, self.configured_port).start())
+                # no host: every interface, IPv4 and IPv6 (a pod's IP may be either)
+                site = web.TCPSite(runner, self.host or None, self.configured_port)
+                loop.run_until_complete(site.start())
             except OSError as exc:
+                where = f"{self.host or '*'}:{self.configured_port}"
                 self._start_error = (
-                    f"{PORT_ENV}: cannot serve health and metrics on {self.host}:{self.configured_port}: "
-                    f"{exc.strerror or exc}"
+                    f"{PORT_ENV}: cannot serve health and metrics on {where}: {exc.strerror or exc}"
                 )
                 return
             self._bound_port = int(runner.addresses[0][1])
@@ -247,7 +250,7 @@ class Observability:
 
     @property
     def url(self) -> str:
-        host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
         return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
 
     async def start(self) -> None:
