@@ -297,6 +297,115 @@ class DisruptionDecision(Event, frozen=True, kw_only=True, tag=True):
     replacements: tuple[str, ...] = ()
 
 
+# --- Cluster API, as the Cluster API launcher sees it and acts on it (tenon.capi.*) -----------------------
+
+
+class MachineDeploymentObserved(Event, frozen=True, kw_only=True, tag=True):
+    """A karpenter-member MachineDeployment was added, changed in what the launcher decides on, or removed.
+
+    ``machine_deployment`` is the object trimmed to those fields: name, namespace, uid, resourceVersion,
+    ``spec.replicas``, ``spec.paused``, and the max-size, paused and ``tenon.sh/scaled-up-for`` /
+    ``scaled-down-for`` annotations. A change to anything else (status, templates) is not an observation."""
+
+    schema: Literal[1] = 1
+    change: ObservedChange
+    machine_deployment: KubeObject
+
+
+class MachineObserved(Event, frozen=True, kw_only=True, tag=True):
+    """A Machine of a member MachineDeployment (or one carrying tenon's ownership mark) was added, changed in
+    what the launcher decides on, or removed. ``machine`` is trimmed to: name, namespace, uid,
+    resourceVersion, creation and deletion timestamps, the deployment-name and nodepool labels, the
+    ``tenon.sh/nodeclaim`` and ``cluster.x-k8s.io/delete-machine`` annotations and ``spec.providerID``."""
+
+    schema: Literal[1] = 1
+    change: ObservedChange
+    machine: KubeObject
+
+
+class MachineLeakChecked(Event, frozen=True, kw_only=True, tag=True):
+    """The launcher looked for the NodeClaim of a Machine bound to a claim it does not know (past the grace).
+
+    This is the evidence a removal needs, recorded so that the verdict (``MachineRemovalDecided`` or
+    ``MachineKept``) can be replayed: whether a NodeClaim object of that name exists in the workload cluster,
+    and whether the event log still reaches back past the Machine's creation minus the launch timeout (if it
+    does not, the claim may simply have aged out of it)."""
+
+    schema: Literal[1] = 1
+    namespace: str
+    machine: str
+    machine_deployment: str | None = None
+    nodeclaim: str
+    machine_created: datetime | None = None
+    bound_since: datetime
+    leak_grace: float
+    """Seconds the Machine had to stay bound to the unknown claim before this check (a launcher setting)."""
+    nodeclaim_object: Literal["absent", "present", "unknown"]
+    """Whether a NodeClaim object of that name is in the workload cluster (unknown: it could not be read)."""
+    log_first_sequence: int
+    log_starts_at: datetime | None = None
+    log_needed_since: datetime | None = None
+    """The moment the log must reach back to: the Machine's creation minus the launch timeout."""
+    log_reaches_back: bool
+    detail: str = ""
+
+
+class MachineDeploymentScaled(Event, frozen=True, kw_only=True, tag=True):
+    """The launcher set a MachineDeployment's replicas and its records of why (``tenon.sh/scaled-up-for``:
+    claims a replica was added for and whose Machine is not bound yet; ``scaled-down-for``: Machines a replica
+    was removed for), in one patch, preconditioned on the version it decided from."""
+
+    schema: Literal[1] = 1
+    namespace: str
+    machine_deployment: str
+    resource_version: str
+    replicas_from: int
+    replicas_to: int
+    scaled_up_for: tuple[str, ...] = ()
+    scaled_down_for: tuple[str, ...] = ()
+    reason: str
+
+
+class MachineBound(Event, frozen=True, kw_only=True, tag=True):
+    """The launcher bound a Machine its MachineDeployment created for a claim to that claim (annotation
+    ``tenon.sh/nodeclaim``, label ``karpenter.sh/nodepool``)."""
+
+    schema: Literal[1] = 1
+    namespace: str
+    machine: str
+    machine_deployment: str | None = None
+    nodeclaim: str
+    nodepool: str
+
+
+class MachineRemovalDecided(Event, frozen=True, kw_only=True, tag=True):
+    """The launcher marked a Machine ``cluster.x-k8s.io/delete-machine`` (its replica goes next), on positive
+    evidence only: its claim ended, drained or failed for good with a complete history, or (a leak) no claim
+    of that name exists anywhere and the log reaches back past the Machine. ``evidence`` lists the facts."""
+
+    schema: Literal[1] = 1
+    namespace: str
+    machine: str
+    machine_deployment: str | None = None
+    nodeclaim: str
+    reason: str
+    evidence: tuple[str, ...] = ()
+
+
+class MachineKept(Event, frozen=True, kw_only=True, tag=True):
+    """The launcher kept a Machine it could not prove unwanted, and says why (once per Machine and reason).
+    ``code`` names the rule: ``incomplete-history``, ``nodeclaim-object-exists``,
+    ``nodeclaim-objects-unreadable``, ``log-too-short``."""
+
+    schema: Literal[1] = 1
+    namespace: str
+    machine: str
+    machine_deployment: str | None = None
+    nodeclaim: str
+    code: str
+    reason: str
+
+
 # --- faults -------------------------------------------------------------------------------------------------------
 
 
@@ -339,6 +448,13 @@ AnyEvent = (
     | InterruptionNotice
     | DisruptionDecision
     | DeadLetter
+    | MachineDeploymentObserved
+    | MachineObserved
+    | MachineLeakChecked
+    | MachineDeploymentScaled
+    | MachineBound
+    | MachineRemovalDecided
+    | MachineKept
 )
 """The tagged union every consumer decodes."""
 

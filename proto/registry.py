@@ -61,13 +61,20 @@ def _claim_step(
 
 _EVERYONE_DECIDING = (SCHEDULER, DISRUPTION)
 
+
+def _capi(*event_types: type[ev.Event], subject: str) -> tuple[EventSpec, ...]:
+    """The CAPI launcher's own story of the Cluster API objects: its observations (its decisions must be
+    replayable from the log, so what it saw is in the log) and its actions on them, written and read by it."""
+    return tuple(EventSpec(t, subject, (LAUNCHER_CAPI,), (LAUNCHER_CAPI,)) for t in event_types)
+
+
 SPECS: tuple[EventSpec, ...] = (
     EventSpec(ev.NodeObserved, "tenon.cluster.node.*", (POD_WATCHER,), _EVERYONE_DECIDING),
     EventSpec(ev.BoundPodObserved, "tenon.cluster.pod.*.*", (POD_WATCHER,), _EVERYONE_DECIDING),
     EventSpec(ev.NodePoolsSnapshot, "tenon.cluster.nodepools", (POD_WATCHER,), _EVERYONE_DECIDING),
     EventSpec(ev.NodeClassesSnapshot, "tenon.cluster.nodeclasses", (POD_WATCHER,), (SCHEDULER, LAUNCHERS)),
     EventSpec(ev.DaemonSetsSnapshot, "tenon.cluster.daemonsets", (POD_WATCHER,), _EVERYONE_DECIDING),
-    EventSpec(ev.CatalogSnapshot, "tenon.catalog.*", (LAUNCHERS,), (SCHEDULER, DISRUPTION)),
+    EventSpec(ev.CatalogSnapshot, "tenon.catalog.*", (LAUNCHERS,), (SCHEDULER, DISRUPTION, LAUNCHER_CAPI)),
     EventSpec(ev.PendingBatch, "tenon.pending", (POD_WATCHER,), (SCHEDULER,)),
     EventSpec(ev.BatchPlanned, "tenon.scheduling.batch", (SCHEDULER,), ()),
     _claim_step(ev.NodeClaimPlanned, (SCHEDULER,), (SCHEDULER, LAUNCHERS, DISRUPTION)),
@@ -82,6 +89,17 @@ SPECS: tuple[EventSpec, ...] = (
     EventSpec(ev.DisruptionDecision, "tenon.disruption.decision", (DISRUPTION,), ()),
     EventSpec(ev.InterruptionNotice, "tenon.interruption.*", (INTERRUPTION_HANDLER,), (DISRUPTION,)),
     EventSpec(ev.DeadLetter, "tenon.deadletter.*.*", (ANY_CONSUMER,), ()),
+    *_capi(
+        ev.MachineDeploymentObserved, ev.MachineDeploymentScaled, subject=subjects.CAPI_MACHINEDEPLOYMENTS
+    ),
+    *_capi(
+        ev.MachineObserved,
+        ev.MachineLeakChecked,
+        ev.MachineBound,
+        ev.MachineRemovalDecided,
+        ev.MachineKept,
+        subject=subjects.CAPI_MACHINES,
+    ),
 )
 
 BY_TYPE: dict[type[ev.Event], EventSpec] = {spec.type: spec for spec in SPECS}
@@ -117,6 +135,17 @@ _SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = {
     ev.DisruptionDecision: lambda e: subjects.DISRUPTION_DECISIONS,
     ev.InterruptionNotice: lambda e: subjects.interruption(e.provider_id.split(":", 1)[0] or "unknown"),
     ev.DeadLetter: lambda e: subjects.deadletter(e.stream, e.consumer),
+    ev.MachineDeploymentObserved: lambda e: subjects.capi_machinedeployment(
+        _name(e.machine_deployment, "namespace") or "default", _name(e.machine_deployment, "name")
+    ),
+    ev.MachineDeploymentScaled: lambda e: subjects.capi_machinedeployment(e.namespace, e.machine_deployment),
+    ev.MachineObserved: lambda e: subjects.capi_machine(
+        _name(e.machine, "namespace") or "default", _name(e.machine, "name")
+    ),
+    ev.MachineLeakChecked: lambda e: subjects.capi_machine(e.namespace, e.machine),
+    ev.MachineBound: lambda e: subjects.capi_machine(e.namespace, e.machine),
+    ev.MachineRemovalDecided: lambda e: subjects.capi_machine(e.namespace, e.machine),
+    ev.MachineKept: lambda e: subjects.capi_machine(e.namespace, e.machine),
 }
 
 

@@ -15,6 +15,9 @@ Subjects partition it so that consumers filter cheaply:
     tenon.nodeclaim.<nodeclaim>.<step>            the NodeClaim lifecycle (the aggregate is tenon.nodeclaim.<nodeclaim>.*)
     tenon.disruption.decision                     DisruptionDecision
     tenon.interruption.<provider>                 InterruptionNotice
+    tenon.capi.machinedeployment.<ns>.<name>      MachineDeploymentObserved, MachineDeploymentScaled
+    tenon.capi.machine.<ns>.<name>                MachineObserved, MachineBound, MachineLeakChecked,
+                                                  MachineRemovalDecided, MachineKept (the CAPI launcher's)
 
 Dead letters go to their own stream, ``TENON_DEADLETTER``, on ``tenon.deadletter.<stream>.<consumer>``, so a
 poison message never shares retention (or consumers) with the healthy log.
@@ -42,6 +45,9 @@ BATCH_DECISIONS = "tenon.scheduling.batch"
 NODECLAIMS = "tenon.nodeclaim.>"
 DISRUPTION_DECISIONS = "tenon.disruption.decision"
 INTERRUPTIONS = "tenon.interruption.*"
+CAPI = "tenon.capi.>"
+CAPI_MACHINEDEPLOYMENTS = "tenon.capi.machinedeployment.*.*"
+CAPI_MACHINES = "tenon.capi.machine.*.*"
 DEADLETTERS = "tenon.deadletter.>"
 
 EVENT_SUBJECTS: tuple[str, ...] = (
@@ -52,6 +58,7 @@ EVENT_SUBJECTS: tuple[str, ...] = (
     "tenon.nodeclaim.>",
     "tenon.disruption.>",
     "tenon.interruption.>",
+    "tenon.capi.>",
 )
 """The subjects the events stream captures (``tenon.deadletter.>`` is deliberately not among them)."""
 
@@ -103,6 +110,16 @@ def nodeclaim_step(name: str, event_type: str) -> str:
     except KeyError:
         raise ValueError(f"{event_type} is not a NodeClaim lifecycle event") from None
     return f"tenon.nodeclaim.{token(name)}.{step}"
+
+
+def capi_machinedeployment(namespace: str, name: str) -> str:
+    """A Cluster API MachineDeployment's story as the CAPI launcher tells it: observed, scaled, observed..."""
+    return f"tenon.capi.machinedeployment.{token(namespace)}.{token(name)}"
+
+
+def capi_machine(namespace: str, name: str) -> str:
+    """A Cluster API Machine's story as the CAPI launcher tells it: observed, bound, checked, removed."""
+    return f"tenon.capi.machine.{token(namespace)}.{token(name)}"
 
 
 def interruption(provider: str) -> str:
