@@ -3,57 +3,98 @@
 Plain data in, decisions out: no I/O, no clock, no randomness; the same input always gives the same plan.
 The scheduler service wraps it; ``tenon simulate`` runs it on YAML files (what-if before changing a NodePool).
 
-Public API (stable names; everything else is internal):
+Public API (stable names, importable from ``tenon.core``; everything else is internal, except the modules
+:mod:`tenon.core.quantities` and :mod:`tenon.core.wellknown`):
 
-``parse_objects(documents: Iterable[tuple[str, int, dict]]) -> ClusterInput``
-    Kubernetes objects as dicts, each with its source (file name, or ``"event"``) and document index.
-    Understands NodePool, ClusterAPINodeClass/EC2NodeClass, MachineDeployment, InstanceCatalog, Pod,
-    Deployment/ReplicaSet/StatefulSet/Job (expanded into pods ``<owner>-<i>``), DaemonSet, Node, and
-    ``karpenter.sh/v1`` NodeClaim (in-flight capacity, so nothing is bought twice for the same pods; pods
-    already destined to it are listed in the annotation ``tenon.sh/nominated-pods``). Raises
-    :class:`InputError`, whose ``str()`` names file, document, kind/name and field.
+Parsing, once, at the edge
+    ``parse_object(source: str, index: int, obj: dict | None) -> ClusterInput``
+        What one Kubernetes object contributes (a part: a ``ClusterInput`` holding only its model objects).
+        Understands NodePool, ClusterAPINodeClass/EC2NodeClass, MachineDeployment, InstanceCatalog, Pod,
+        Deployment/ReplicaSet/StatefulSet/Job (expanded into pods ``<owner>-<i>``), DaemonSet, Node,
+        ``karpenter.sh/v1`` NodeClaim (in-flight capacity: labels, ``spec.requirements``,
+        ``status.allocatable``/``capacity``/``nodeName``; the pods it was bought for in the annotation
+        ``tenon.sh/nominated-pods``) and ``List``; other kinds are recorded as skipped. Raises
+        :class:`InputError`, one line naming file (``source``), document (``index``), kind/name and field.
+    ``assemble(parts: Iterable[ClusterInput], in_flight: Iterable[InFlightNodeClaim] = ()) -> ClusterInput``
+        Parts put together in order, without parsing anything again; in-flight claims may be given directly
+        as :class:`InFlightNodeClaim`. Unpriced MachineDeployments are estimated against the whole set; a
+        claim whose ``node_name`` is one of the Nodes is left out (the Node counts).
+    ``parse_objects(documents: Iterable[tuple[str, int, dict]]) -> ClusterInput``
+        ``assemble(parse_object(*d) for d in documents)``: what ``tenon simulate`` and the bench read.
+    ``machine_deployment_types(mds) -> tuple[list[MachineDeploymentType], list[SkippedObject]]``,
+    ``instance_types_from_machine_deployments(mds) -> tuple[list[InstanceType], list[SkippedObject]]``
+        Cluster API MachineDeployments to instance types (capacity annotations, max size, price or an explicit
+        estimate); unreadable ones are skipped with a reason naming them.
+    ``instance_types_from_catalog(doc, source, index) -> tuple[InstanceType, ...]``
+        An ``InstanceCatalog`` document to instance types.
 
-``solve(inputs: ClusterInput) -> Plan``
-    Existing room first, then the cheapest set of new NodeClaims. ``Plan.to_json()`` is the ``-o json``
-    contract of ``tenon simulate`` (see :mod:`tenon.core.plan`): ``nodeClaims`` (``nodePool``,
-    ``instanceType``, ``zone``, ``capacityType``, ``pricePerHour``, ``pods``, ``fallbacks``, ``requirements``,
-    ``priceEstimated``, ``explanation``), ``existingNodes``, ``unschedulable`` (``pod``, ``reason``,
-    ``reasons`` per NodePool), ``totalPricePerHour``.
+Solving
+    ``solve(inputs: ClusterInput) -> Plan``
+        Existing room first (Nodes, then in-flight claims), then the cheapest set of new NodeClaims.
+        ``Plan.to_json()`` is the ``-o json`` contract of ``tenon simulate`` (see :mod:`tenon.core.plan`):
+        ``nodeClaims`` (``nodePool``, ``instanceType``, ``zone``, ``capacityType``, ``pricePerHour``,
+        ``pods``, ``fallbacks``, ``requirements``, ``priceEstimated``, ``explanation``), ``existingNodes``,
+        ``unschedulable`` (``pod``, ``reason``, ``reasons`` per NodePool), ``totalPricePerHour``.
 
-``instance_types_from_machine_deployments(mds: list[dict]) -> tuple[list[InstanceType], list[SkippedObject]]``
-    Cluster API MachineDeployments to instance types (capacity annotations, max size, price or an explicit
-    estimate); unreadable ones are skipped with a reason naming them.
-
-``instance_types_from_catalog(doc, source, index) -> tuple[InstanceType, ...]``
-    An ``InstanceCatalog`` document to instance types.
+The model (frozen dataclasses): :class:`ClusterInput` and what it holds (:class:`NodePool`,
+:class:`NodeClass`, :class:`InstanceType`, :class:`MachineDeploymentType`, :class:`Pod`, :class:`DaemonSet`,
+:class:`Node`, :class:`InFlightNodeClaim`, :class:`SkippedObject`), :class:`Requirement` and
+:class:`LabelSelector`; the output :class:`Plan`, :class:`PlannedNodeClaim`, :class:`Unschedulable`; the
+error :class:`InputError`.
 
 Module map: :mod:`.quantities` (Kubernetes quantities), :mod:`.requirements` (node requirements, label
 selectors), :mod:`.model` (the frozen data), :mod:`.objects` (dicts to model), :mod:`.catalog` (instance
 types), :mod:`.templates` (NodePool x type, DaemonSet overhead, pod feasibility), :mod:`.topology` (domains
 and hostname rules), :mod:`.packing` (cost-aware packing), :mod:`.solver` (the pipeline), :mod:`.plan`
 (output), :mod:`.explain` (why each type won or lost), :mod:`.catalogs_generated` (the fake-400 and kwok-144
-catalogs from their published formulas).
+catalogs from their published formulas), :mod:`.wellknown` (label, annotation and taint names).
 """
 
-from tenon.core.catalog import instance_types_from_catalog, instance_types_from_machine_deployments
+from tenon.core.catalog import (
+    instance_types_from_catalog,
+    instance_types_from_machine_deployments,
+    machine_deployment_types,
+)
 from tenon.core.errors import InputError
-from tenon.core.model import ClusterInput, InFlightNodeClaim, InstanceType, Pod, SkippedObject
-from tenon.core.objects import parse_objects
+from tenon.core.model import (
+    ClusterInput,
+    DaemonSet,
+    InFlightNodeClaim,
+    InstanceType,
+    MachineDeploymentType,
+    Node,
+    NodeClass,
+    NodePool,
+    Pod,
+    SkippedObject,
+)
+from tenon.core.objects import assemble, parse_object, parse_objects
 from tenon.core.plan import Plan, PlannedNodeClaim, Unschedulable
+from tenon.core.requirements import LabelSelector, Requirement
 from tenon.core.solver import solve
 
 __all__ = [
     "ClusterInput",
+    "DaemonSet",
     "InFlightNodeClaim",
     "InputError",
     "InstanceType",
+    "LabelSelector",
+    "MachineDeploymentType",
+    "Node",
+    "NodeClass",
+    "NodePool",
     "Plan",
     "PlannedNodeClaim",
     "Pod",
+    "Requirement",
     "SkippedObject",
     "Unschedulable",
+    "assemble",
     "instance_types_from_catalog",
     "instance_types_from_machine_deployments",
+    "machine_deployment_types",
+    "parse_object",
     "parse_objects",
     "solve",
 ]

@@ -33,7 +33,8 @@ InstanceCatalog named like the NodeClass (or the only catalog given).
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from tenon.core.errors import InputError
@@ -177,8 +178,8 @@ def _price(raw: str) -> float:
     return price
 
 
-def _md_type(md: Mapping[str, Any]) -> tuple[MachineDeploymentType, float | None]:
-    """One MachineDeployment as an instance type; the price is ``None`` when it must be estimated."""
+def _md_type(md: Mapping[str, Any]) -> MachineDeploymentType:
+    """One MachineDeployment as an instance type; unpriced (``price_estimated``, price 0) until estimated."""
     meta = md.get("metadata") or {}
     annotations = _Annotations(meta.get("annotations") or {})
     spec = md.get("spec") or {}
@@ -209,58 +210,59 @@ def _md_type(md: Mapping[str, Any]) -> tuple[MachineDeploymentType, float | None
         source=f"MachineDeployment {namespace}/{md_name}",
     )
     md_labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
-    return MachineDeploymentType(namespace, md_name, md_labels, instance_type), price
+    return MachineDeploymentType(namespace, md_name, md_labels, instance_type)
+
+
+def machine_deployment_type(md: Mapping[str, Any]) -> MachineDeploymentType | SkippedObject | None:
+    """One MachineDeployment as an instance type (with its MD labels), or why it is skipped; ``None`` when it
+    is not a member (``node.cluster.x-k8s.io/karpenter-member``). An unpriced one is estimated alone: see
+    :func:`estimate_unpriced` for a set."""
+    meta = md.get("metadata") or {}
+    if KARPENTER_MEMBER not in (meta.get("labels") or {}):
+        return None
+    try:
+        return estimate_unpriced([_md_type(md)])[0]
+    except ValueError as err:
+        name = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '?'}"
+        return SkippedObject("cluster", "MachineDeployment", name, str(err))
+
+
+def estimate_unpriced(types: Sequence[MachineDeploymentType]) -> list[MachineDeploymentType]:
+    """``types`` with every unpriced one (``price_estimated``) priced by estimate, scaled to agree with the
+    priced ones of the set (median ratio). Depends only on the set: applying it again changes nothing."""
+    priced = [
+        mdt.instance_type.offerings[0].price / estimate_price(mdt.instance_type.capacity)
+        for mdt in types
+        if not mdt.instance_type.price_estimated and estimate_price(mdt.instance_type.capacity) > 0
+    ]
+    scale = statistics.median(priced) if priced and statistics.median(priced) > 0 else 1.0
+    return [_with_estimate(mdt, scale) if mdt.instance_type.price_estimated else mdt for mdt in types]
+
+
+def _with_estimate(mdt: MachineDeploymentType, scale: float) -> MachineDeploymentType:
+    it = mdt.instance_type
+    estimate = round(scale * estimate_price(it.capacity), 6)
+    offerings = tuple(Offering(o.zone, o.capacity_type, estimate, o.available) for o in it.offerings)
+    return replace(mdt, instance_type=replace(it, offerings=offerings))
 
 
 def machine_deployment_types(
-    mds: list[dict[str, Any]],
+    mds: Iterable[Mapping[str, Any]],
 ) -> tuple[list[MachineDeploymentType], list[SkippedObject]]:
     """Member MachineDeployments as instance types (with their MD labels), plus the ones skipped and why."""
-    parsed: list[tuple[MachineDeploymentType, float | None]] = []
+    types: list[MachineDeploymentType] = []
     skipped: list[SkippedObject] = []
     for md in mds:
-        meta = md.get("metadata") or {}
-        name = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '?'}"
-        if KARPENTER_MEMBER not in (meta.get("labels") or {}):
-            continue
-        try:
-            parsed.append(_md_type(md))
-        except ValueError as err:
-            skipped.append(SkippedObject("cluster", "MachineDeployment", name, str(err)))
-    priced = [
-        price / estimate_price(mdt.instance_type.capacity)
-        for mdt, price in parsed
-        if price is not None and estimate_price(mdt.instance_type.capacity) > 0
-    ]
-    scale = statistics.median(priced) if priced and statistics.median(priced) > 0 else 1.0
-    out = []
-    for mdt, price in parsed:
-        if price is None:
-            estimate = round(scale * estimate_price(mdt.instance_type.capacity), 6)
-            it = mdt.instance_type
-            offerings = tuple(Offering(o.zone, o.capacity_type, estimate, o.available) for o in it.offerings)
-            mdt = MachineDeploymentType(
-                mdt.namespace,
-                mdt.name,
-                mdt.md_labels,
-                InstanceType(
-                    it.name,
-                    it.capacity,
-                    it.overhead,
-                    it.labels,
-                    offerings,
-                    it.taints,
-                    True,
-                    it.max_new,
-                    it.source,
-                ),
-            )
-        out.append(mdt)
-    return out, skipped
+        found = machine_deployment_type(md)
+        if isinstance(found, SkippedObject):
+            skipped.append(found)
+        elif found is not None:
+            types.append(found)
+    return estimate_unpriced(types), skipped
 
 
 def instance_types_from_machine_deployments(
-    mds: list[dict[str, Any]],
+    mds: Iterable[Mapping[str, Any]],
 ) -> tuple[list[InstanceType], list[SkippedObject]]:
     """Cluster API MachineDeployments (as dicts) to instance types; unreadable ones are skipped, with why."""
     types, skipped = machine_deployment_types(mds)

@@ -186,7 +186,14 @@ class MachineDeploymentType:
 
 @dataclass(frozen=True)
 class InFlightNodeClaim:
-    """Capacity already decided (a NodeClaim) that is not yet a Node: use its room before buying more."""
+    """Capacity already decided (a NodeClaim) that is not yet a Node: use its room before buying more.
+
+    Its labels are the template's of (NodePool, instance type), then a label for each single-value ``In``
+    requirement, then ``labels``, then the pool, type, zone and capacity type given here. ``capacity``
+    (else the type's, else ``allocatable``) counts against the NodePool's limits. ``pods`` are the pods it
+    was bought for that are still pending: their room on it is taken, and they are not planned again. A
+    claim whose ``node_name`` is a Node of the same input is not counted: the Node is.
+    """
 
     name: str
     node_pool: str
@@ -196,6 +203,9 @@ class InFlightNodeClaim:
     labels: dict[str, str] = field(default_factory=dict, hash=False)
     allocatable: Resources | None = field(default=None, hash=False)  # None: from the catalog's type
     pods: tuple[str, ...] = ()  # ns/name of pods already destined to it
+    capacity: Resources | None = field(default=None, hash=False)  # None: from the catalog's type
+    requirements: tuple[Requirement, ...] = ()
+    node_name: str = ""  # the Node it became, once known
 
 
 @dataclass(frozen=True)
@@ -211,7 +221,11 @@ class SkippedObject:
 
 @dataclass(frozen=True)
 class ClusterInput:
-    """Everything one solve reads. Pods with ``node_name`` are bound; the others are pending."""
+    """Everything one solve reads. Pods with ``node_name`` are bound; the others are pending.
+
+    Also what one object contributes (:func:`tenon.core.objects.parse_object`): such parts are put together
+    by :func:`tenon.core.objects.assemble`.
+    """
 
     node_pools: tuple[NodePool, ...] = ()
     node_classes: tuple[NodeClass, ...] = ()

@@ -1,8 +1,11 @@
 """Kubernetes objects (plain dicts, as YAML/JSON decode them) to the scheduler's model.
 
-:func:`parse_objects` takes ``(source, document index, object)`` triples, so every error can say *where*: an
-:class:`InputError` names the file (or ``event``), the document index, the object's kind and
-``namespace/name``, and the field path (``spec.template.spec.containers[0].resources.requests.cpu``).
+:func:`parse_object` parses one object, with its source (file, or ``event``) and document index so that every
+error can say *where*: an :class:`InputError` names them, the object's kind and ``namespace/name``, and the
+field path (``spec.template.spec.containers[0].resources.requests.cpu``). What it returns is a part: a
+:class:`ClusterInput` holding only what this object contributes. :func:`assemble` puts parts together
+without parsing again (a service parses each object once, when its event arrives, and keeps the part);
+:func:`parse_objects` is both in one step, for files.
 
 What each kind contributes:
 
@@ -18,10 +21,11 @@ What each kind contributes:
 * ``Node``: existing room (``status.allocatable`` minus bound pods).
 * ``NodeClaim`` (``karpenter.sh/v1``): in-flight capacity not yet a Node. NodePool, type, zone and capacity
   type come from the labels ``karpenter.sh/nodepool``, ``node.kubernetes.io/instance-type``,
-  ``topology.kubernetes.io/zone``, ``karpenter.sh/capacity-type``; resources from ``status.allocatable`` or,
-  before launch, from the catalog; the pods already destined to it from the annotation
-  ``tenon.sh/nominated-pods`` (comma-separated ``namespace/name``). A NodeClaim whose Node is present is
-  ignored (the Node counts instead).
+  ``topology.kubernetes.io/zone``, ``karpenter.sh/capacity-type``; ``spec.requirements``; resources from
+  ``status.allocatable`` or, before launch, from the catalog (``status.capacity`` for NodePool limits); the
+  pods already destined to it from the annotation ``tenon.sh/nominated-pods`` (comma-separated
+  ``namespace/name``). A NodeClaim whose Node (``status.nodeName``) is present is ignored (the Node counts
+  instead).
 * ``List``: its ``items``. Other kinds are recorded as skipped, not rejected, so a whole
   ``kubectl get -o yaml`` dump can be fed in.
 
@@ -33,10 +37,10 @@ Pod requests follow Kubernetes' ``PodRequests``: the sum of containers, sidecars
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from tenon.core.catalog import instance_types_from_catalog, machine_deployment_types
+from tenon.core.catalog import estimate_unpriced, instance_types_from_catalog, machine_deployment_type
 from tenon.core.errors import InputError
 from tenon.core.model import (
     ON_DEMAND,
@@ -389,11 +393,17 @@ def _node(ctx: _Ctx, obj: Mapping[str, Any]) -> Node:
 def _node_claim(ctx: _Ctx, obj: Mapping[str, Any]) -> InFlightNodeClaim:
     meta = ctx.mapping(obj.get("metadata"), "metadata")
     labels = ctx.labels(meta.get("labels"), "metadata.labels")
+    spec = ctx.mapping(obj.get("spec"), "spec")
     status = ctx.mapping(obj.get("status"), "status")
     for key in (NODEPOOL, INSTANCE_TYPE):
         if not labels.get(key):
             raise ctx.error(f"metadata.labels.{key}", "is required to count an in-flight NodeClaim")
+    requirements = tuple(
+        _requirement(ctx, r, f"spec.requirements[{i}]", NODE_OPERATORS)
+        for i, r in enumerate(ctx.listing(spec.get("requirements"), "spec.requirements"))
+    )
     allocatable = ctx.resources(status.get("allocatable"), "status.allocatable") or None
+    capacity = ctx.resources(status.get("capacity"), "status.capacity") or None
     annotations = ctx.labels(meta.get("annotations"), "metadata.annotations")
     pods = tuple(p.strip() for p in annotations.get(NOMINATED_PODS, "").split(",") if p.strip())
     return InFlightNodeClaim(
@@ -405,33 +415,13 @@ def _node_claim(ctx: _Ctx, obj: Mapping[str, Any]) -> InFlightNodeClaim:
         labels,
         allocatable,
         pods,
+        capacity=capacity,
+        requirements=requirements,
+        node_name=str(status.get("nodeName") or ""),
     )
 
 
 NAMESPACED_KINDS = ("Pod", "DaemonSet", "MachineDeployment", *WORKLOAD_KINDS)
-
-
-@dataclass
-class _Parts:
-    """What the documents read so far contribute, in document order."""
-
-    pools: list[NodePool] = field(default_factory=list)
-    classes: list[NodeClass] = field(default_factory=list)
-    catalogs: dict[str, tuple[InstanceType, ...]] = field(default_factory=dict)
-    mds: list[dict[str, Any]] = field(default_factory=list)
-    pods: list[Pod] = field(default_factory=list)
-    daemon_sets: list[DaemonSet] = field(default_factory=list)
-    nodes: list[Node] = field(default_factory=list)
-    claims: list[tuple[InFlightNodeClaim, str]] = field(default_factory=list)  # with the Node it became
-    skipped: list[SkippedObject] = field(default_factory=list)
-
-
-def _list_items(source: str, index: int, obj: Mapping[str, Any]) -> list[tuple[str, int, Any]]:
-    """A ``List``'s items, each read as a document of its own at the List's place."""
-    items = obj.get("items")
-    if not isinstance(items, list):
-        raise InputError(source, index, "List", "", "items", "must be a list")
-    return [(source, index, item) for item in items]
 
 
 def _context(source: str, index: int, obj: Any) -> _Ctx:
@@ -460,7 +450,7 @@ def _template(ctx: _Ctx, spec: Mapping[str, Any]) -> tuple[Mapping[str, Any], di
     return template, labels
 
 
-def _workload_pods(ctx: _Ctx, obj: Mapping[str, Any], namespace: str, name: str) -> list[Pod]:
+def _workload_pods(ctx: _Ctx, obj: Mapping[str, Any], namespace: str, name: str) -> tuple[Pod, ...]:
     """A Deployment/ReplicaSet/StatefulSet (``spec.replicas``) or Job (``spec.parallelism``) as its pods."""
     spec = ctx.mapping(obj.get("spec"), "spec")
     field = "spec.parallelism" if ctx.kind == "Job" else "spec.replicas"
@@ -468,10 +458,10 @@ def _workload_pods(ctx: _Ctx, obj: Mapping[str, Any], namespace: str, name: str)
     template, labels = _template(ctx, spec)
     owner = f"{ctx.kind}/{name}"
     spec_field = "spec.template.spec"
-    return [
+    return tuple(
         parse_pod_spec(ctx, namespace, f"{name}-{i}", labels, template.get("spec"), spec_field, owner=owner)
         for i in range(count)
-    ]
+    )
 
 
 def _daemon_set(ctx: _Ctx, obj: Mapping[str, Any], namespace: str, name: str) -> DaemonSet:
@@ -490,67 +480,109 @@ def _node_class(ctx: _Ctx, obj: Mapping[str, Any], name: str) -> NodeClass:
     )
 
 
-def _read_object(ctx: _Ctx, obj: Mapping[str, Any], parts: _Parts) -> None:
-    """One object (not a List) into ``parts``, by kind; kinds the scheduler does not use are skipped."""
+def _machine_deployment(obj: Mapping[str, Any]) -> ClusterInput:
+    found = machine_deployment_type(dict(obj))
+    if isinstance(found, SkippedObject):
+        return ClusterInput(skipped=(found,))
+    return ClusterInput(machine_deployments=() if found is None else (found,))
+
+
+def _read_object(ctx: _Ctx, obj: Mapping[str, Any]) -> ClusterInput:
+    """One object (not a List), by kind; kinds the scheduler does not use are skipped."""
     kind = ctx.kind
     meta = obj["metadata"]
     namespace = str(meta.get("namespace") or "default")
     name = str(meta["name"])
     labels = ctx.labels(meta.get("labels"), "metadata.labels")
     if kind == "NodePool":
-        parts.pools.append(_node_pool(ctx, obj))
-    elif kind.endswith("NodeClass"):
-        parts.classes.append(_node_class(ctx, obj, name))
-    elif kind == "InstanceCatalog":
-        parts.catalogs[name] = instance_types_from_catalog(obj, ctx.source, ctx.index)
-    elif kind == "MachineDeployment":
-        parts.mds.append(dict(obj))
-    elif kind == "Pod":
-        parts.pods.append(parse_pod_spec(ctx, namespace, name, labels, obj.get("spec"), "spec"))
-    elif kind in WORKLOAD_KINDS:
-        parts.pods += _workload_pods(ctx, obj, namespace, name)
-    elif kind == "DaemonSet":
-        parts.daemon_sets.append(_daemon_set(ctx, obj, namespace, name))
-    elif kind == "Node":
-        parts.nodes.append(_node(ctx, obj))
-    elif kind == "NodeClaim":
-        status = ctx.mapping(obj.get("status"), "status")
-        parts.claims.append((_node_claim(ctx, obj), str(status.get("nodeName") or "")))
-    else:
-        where = f"{ctx.source} document {ctx.index}"
-        parts.skipped.append(SkippedObject(where, kind, ctx.name, "kind not used by the scheduler"))
+        return ClusterInput(node_pools=(_node_pool(ctx, obj),))
+    if kind.endswith("NodeClass"):
+        return ClusterInput(node_classes=(_node_class(ctx, obj, name),))
+    if kind == "InstanceCatalog":
+        return ClusterInput(catalogs={name: instance_types_from_catalog(obj, ctx.source, ctx.index)})
+    if kind == "MachineDeployment":
+        return _machine_deployment(obj)
+    if kind == "Pod":
+        return ClusterInput(pods=(parse_pod_spec(ctx, namespace, name, labels, obj.get("spec"), "spec"),))
+    if kind in WORKLOAD_KINDS:
+        return ClusterInput(pods=_workload_pods(ctx, obj, namespace, name))
+    if kind == "DaemonSet":
+        return ClusterInput(daemon_sets=(_daemon_set(ctx, obj, namespace, name),))
+    if kind == "Node":
+        return ClusterInput(nodes=(_node(ctx, obj),))
+    if kind == "NodeClaim":
+        return ClusterInput(in_flight=(_node_claim(ctx, obj),))
+    where = f"{ctx.source} document {ctx.index}"
+    return ClusterInput(skipped=(SkippedObject(where, kind, ctx.name, "kind not used by the scheduler"),))
 
 
-def _cluster_input(parts: _Parts) -> ClusterInput:
-    md_types, md_skipped = machine_deployment_types(parts.mds)
-    node_names = {n.name for n in parts.nodes}
-    in_flight = tuple(claim for claim, node in parts.claims if not (node and node in node_names))
+def parse_object(source: str, index: int, obj: Any) -> ClusterInput:
+    """What one Kubernetes object (a ``List``: its items) contributes to a :class:`ClusterInput`, parsed once.
+
+    ``source`` and ``index`` (file or ``"event"``, document number) are for errors only: an invalid object
+    raises :class:`InputError` naming them, its kind and name, and the field. ``None`` (an empty YAML
+    document) contributes nothing. Put parts together with :func:`assemble`.
+    """
+    if obj is None:
+        return ClusterInput()
+    if isinstance(obj, Mapping) and obj.get("kind") == "List":
+        items = obj.get("items")
+        if not isinstance(items, list):
+            raise InputError(source, index, "List", "", "items", "must be a list")
+        return assemble(parse_object(source, index, item) for item in items)
+    return _read_object(_context(source, index, obj), obj)
+
+
+_PART_FIELDS = (
+    "node_pools",
+    "node_classes",
+    "machine_deployments",
+    "pods",
+    "daemon_sets",
+    "nodes",
+    "skipped",
+)
+
+
+def assemble(parts: Iterable[ClusterInput], in_flight: Iterable[InFlightNodeClaim] = ()) -> ClusterInput:
+    """One :class:`ClusterInput` from parts (:func:`parse_object`), in order, and in-flight claims.
+
+    Catalogs are merged by name (a later one wins). Unpriced MachineDeployments are estimated against the
+    priced ones of the whole set; MachineDeployments skipped come after the other skipped objects. An
+    in-flight claim whose ``node_name`` is one of the Nodes is left out: the Node counts instead.
+    """
+    merged: dict[str, list[Any]] = {name: [] for name in _PART_FIELDS}
+    catalogs: dict[str, tuple[InstanceType, ...]] = {}
+    claims: list[InFlightNodeClaim] = []
+    for part in parts:
+        for name in _PART_FIELDS:
+            found = getattr(part, name)
+            if found:
+                merged[name] += found
+        catalogs.update(part.catalogs)
+        claims += part.in_flight
+    claims += in_flight
+    node_names = {n.name for n in merged["nodes"]}
+    skipped = sorted(merged["skipped"], key=lambda s: s.kind == "MachineDeployment")
     return ClusterInput(
-        node_pools=tuple(parts.pools),
-        node_classes=tuple(parts.classes),
-        catalogs=parts.catalogs,
-        machine_deployments=tuple(md_types),
-        pods=tuple(parts.pods),
-        daemon_sets=tuple(parts.daemon_sets),
-        nodes=tuple(parts.nodes),
-        in_flight=in_flight,
-        skipped=tuple(parts.skipped + md_skipped),
+        node_pools=tuple(merged["node_pools"]),
+        node_classes=tuple(merged["node_classes"]),
+        catalogs=catalogs,
+        machine_deployments=tuple(estimate_unpriced(merged["machine_deployments"])),
+        pods=tuple(merged["pods"]),
+        daemon_sets=tuple(merged["daemon_sets"]),
+        nodes=tuple(merged["nodes"]),
+        in_flight=tuple(c for c in claims if not (c.node_name and c.node_name in node_names)),
+        skipped=tuple(skipped),
     )
 
 
 def parse_objects(documents: Iterable[tuple[str, int, Any]]) -> ClusterInput:
-    """Kubernetes objects to a :class:`ClusterInput`; raises :class:`InputError` on invalid input."""
-    parts = _Parts()
-    queue = list(documents)
-    while queue:
-        source, index, obj = queue.pop(0)
-        if obj is None:
-            continue
-        if isinstance(obj, Mapping) and obj.get("kind") == "List":
-            queue[0:0] = _list_items(source, index, obj)
-            continue
-        _read_object(_context(source, index, obj), obj, parts)
-    return _cluster_input(parts)
+    """Kubernetes objects to a :class:`ClusterInput`; raises :class:`InputError` on invalid input.
+
+    The same as :func:`assemble` of :func:`parse_object` of each document.
+    """
+    return assemble(parse_object(source, index, obj) for source, index, obj in documents)
 
 
 def with_pods(inputs: ClusterInput, pods: Iterable[Pod]) -> ClusterInput:

@@ -30,6 +30,7 @@ from tenon.core.catalog import instance_types_for_node_pool
 from tenon.core.explain import MAX_FALLBACKS, explain_choice
 from tenon.core.model import (
     ClusterInput,
+    InFlightNodeClaim,
     InstanceType,
     NodePool,
     Pod,
@@ -239,6 +240,21 @@ class _PendingClasses:
         self.keys = next_keys
 
 
+def _claim_labels(claim: InFlightNodeClaim, tpl: Template | None) -> dict[str, str]:
+    """The labels the node of an in-flight claim will have (see :class:`InFlightNodeClaim`)."""
+    labels = {
+        **(tpl.labels if tpl else {}),
+        **{r.key: r.values[0] for r in claim.requirements if r.operator == "In" and len(r.values) == 1},
+        **claim.labels,
+        NODEPOOL: claim.node_pool,
+        INSTANCE_TYPE: claim.instance_type,
+        CAPACITY_TYPE: claim.capacity_type,
+    }
+    if claim.zone:
+        labels[ZONE] = claim.zone
+    return labels
+
+
 class _Solve:
     def __init__(self, inputs: ClusterInput, excluded: dict[str, dict[str, str]] | None = None):
         self.inputs = inputs
@@ -305,16 +321,7 @@ class _Solve:
                 free = list(tpl.alloc)
             else:
                 continue
-            labels = {
-                **(tpl.labels if tpl else {}),
-                **claim.labels,
-                NODEPOOL: claim.node_pool,
-                INSTANCE_TYPE: claim.instance_type,
-                CAPACITY_TYPE: claim.capacity_type,
-            }
-            if claim.zone:
-                labels[ZONE] = claim.zone
-            room = _Room(claim.name, "NodeClaim", labels, tpl.taints if tpl else (), free)
+            room = _Room(claim.name, "NodeClaim", _claim_labels(claim, tpl), tpl.taints if tpl else (), free)
             for key in claim.pods:
                 destined = self.by_key.get(key)
                 if destined is not None:
@@ -550,7 +557,7 @@ class _Solve:
             if claim.node_pool == pool.name and claim.name not in node_names:
                 used["nodes"] += 1
                 it = types.get(claim.instance_type)
-                for r, amount in (it.capacity if it else claim.allocatable or {}).items():
+                for r, amount in (claim.capacity or (it.capacity if it else claim.allocatable or {})).items():
                     used[r] += amount
         return used
 
