@@ -197,16 +197,18 @@ def _merge_item(merged: list[Any], merge_key: str, item: Any, where: str) -> Non
 
 
 def _apply_order(field: str, items: list[Any], order: list[Any]) -> list[Any]:
+    """``$setElementOrder``: items in the listed order, the unlisted (or unorderable) ones after them."""
     merge_key = MERGE_KEYS.get(field)
 
     def key_of(value: Any) -> Any:
-        if merge_key and isinstance(value, dict):
-            return value.get(merge_key)
-        return value
+        key = value.get(merge_key) if merge_key and isinstance(value, dict) else value
+        return key if isinstance(key, str | int | float | bool) else None  # a list or map names no element
 
-    wanted = [key_of(v) for v in order]
-    ranked = {k: i for i, k in enumerate(wanted) if isinstance(k, (str, int, float, bool))}
-    return sorted(items, key=lambda v: ranked.get(key_of(v), len(ranked)))
+    ranked: dict[Any, int] = {}
+    for index, key in enumerate(key_of(v) for v in order):
+        if key is not None:
+            ranked.setdefault(key, index)
+    return sorted(items, key=lambda v: ranked.get(key_of(v), len(order)))
 
 
 # --- RFC 6902 -----------------------------------------------------------------------------------------------

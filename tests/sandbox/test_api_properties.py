@@ -78,3 +78,15 @@ def test_structured_selector_and_its_string_form_select_the_same(
 def test_nil_and_empty_structured_selectors() -> None:
     assert not from_label_selector_dict(None).matches({"app": "x"})  # nil selects nothing (PDB semantics)
     assert from_label_selector_dict({}).matches({"app": "x"})  # empty selects everything
+
+
+def test_set_element_order_with_unorderable_elements_is_no_crash() -> None:
+    # lists or maps where a merge key belongs name no element: they keep their place after the listed ones
+    target = {"containers": [[], {"name": "b"}, {"name": "a"}], "finalizers": [["x"], "y"]}
+    patch = {
+        "$setElementOrder/containers": [{"name": "a"}, {"name": []}],
+        "$setElementOrder/finalizers": [{"k": 1}, "y"],
+    }
+    patched = strategic_merge_patch(target, patch)
+    assert patched["containers"] == [{"name": "a"}, [], {"name": "b"}]
+    assert patched["finalizers"] == ["y", ["x"]]
