@@ -31,6 +31,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -100,84 +102,101 @@ async def _wait_ready(url: str, deadline: float) -> None:
     raise RuntimeError(f"sandbox at {url} did not become ready")
 
 
+@dataclass
+class _Traffic:
+    """What the HTTP run's writers and watchers share: send times, write-to-event latencies, counts."""
+
+    count: int
+    sent: dict[str, float] = field(default_factory=dict)
+    latencies: list[float] = field(default_factory=list)
+    received: list[int] = field(default_factory=lambda: [0] * WATCHERS)
+    errors: int = 0
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+async def _watch_adds(
+    session: aiohttp.ClientSession, url: str, rv: str, traffic: _Traffic, index: int
+) -> None:
+    """One raw watch stream: the latency of every ADDED pod, until all ``count`` pods were seen."""
+    async with session.get(
+        url + "/api/v1/namespaces/default/pods",
+        params={"watch": "true", "resourceVersion": rv, "timeoutSeconds": "600"},
+    ) as response:
+        while traffic.received[index] < traffic.count:
+            line = await response.content.readline()
+            if not line:
+                break
+            now = time.perf_counter()
+            event = _decode(line)
+            if event["type"] == "ADDED":
+                traffic.latencies.append(now - traffic.sent[event["object"]["metadata"]["name"]])
+                traffic.received[index] += 1
+    if all(r >= traffic.count for r in traffic.received):
+        traffic.done.set()
+
+
+async def _write_pods(
+    session: aiohttp.ClientSession, url: str, names: Iterator[str], traffic: _Traffic
+) -> None:
+    """Create pods one after the other, taking names from the iterator the other writers share."""
+    for name in names:
+        body = _encode(_pod(name))
+        traffic.sent[name] = time.perf_counter()
+        async with session.post(
+            url + "/api/v1/namespaces/default/pods", data=body, headers={"Content-Type": "application/json"}
+        ) as response:
+            await response.read()
+            if response.status != 201:
+                traffic.errors += 1
+
+
+async def _full_list_seconds(
+    session: aiohttp.ClientSession, url: str, list_size: int, traffic: _Traffic
+) -> float:
+    """Grow to the end-to-end scale (10,000 pods) and time a full list, as an informer's initial sync does."""
+    names = iter([f"bulk-{i:05d}" for i in range(max(0, list_size - traffic.count))])
+    await asyncio.gather(*(_write_pods(session, url, names, traffic) for _ in range(IN_FLIGHT)))
+    timings = []
+    for _ in range(3):
+        begin = time.perf_counter()
+        async with session.get(url + "/api/v1/pods") as response:
+            listed = len((await response.json(loads=_decode))["items"])
+        timings.append(time.perf_counter() - begin)
+    assert listed == list_size, listed
+    return min(timings)
+
+
 async def _http_run(url: str, count: int, list_size: int, server_pid: int) -> dict[str, Any]:
-    sent: dict[str, float] = {}
-    latencies: list[float] = []
-    received = [0] * WATCHERS
-    done = asyncio.Event()
+    traffic = _Traffic(count)
     connector = aiohttp.TCPConnector(limit=IN_FLIGHT + WATCHERS + 4)
     timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         async with session.get(url + "/api/v1/namespaces/default/pods") as response:
             rv = (await response.json())["metadata"]["resourceVersion"]
-
-        async def watcher(index: int) -> None:
-            async with session.get(
-                url + "/api/v1/namespaces/default/pods",
-                params={"watch": "true", "resourceVersion": rv, "timeoutSeconds": "600"},
-            ) as response:
-                while received[index] < count:
-                    line = await response.content.readline()
-                    if not line:
-                        break
-                    now = time.perf_counter()
-                    event = _decode(line)
-                    if event["type"] == "ADDED":
-                        latencies.append(now - sent[event["object"]["metadata"]["name"]])
-                        received[index] += 1
-            if all(r >= count for r in received):
-                done.set()
-
-        watch_tasks = [asyncio.create_task(watcher(i)) for i in range(WATCHERS)]
+        watch_tasks = [
+            asyncio.create_task(_watch_adds(session, url, rv, traffic, i)) for i in range(WATCHERS)
+        ]
         await asyncio.sleep(0.3)  # let the streams open
         names = iter([f"bench-{i:05d}" for i in range(count)])
-        errors = 0
-
-        async def writer() -> None:
-            nonlocal errors
-            for name in names:
-                body = _encode(_pod(name))
-                sent[name] = time.perf_counter()
-                async with session.post(
-                    url + "/api/v1/namespaces/default/pods",
-                    data=body,
-                    headers={"Content-Type": "application/json"},
-                ) as response:
-                    await response.read()
-                    if response.status != 201:
-                        errors += 1
-
         cpu_before = _cpu_seconds(server_pid)
         started = time.perf_counter()
-        await asyncio.gather(*(writer() for _ in range(IN_FLIGHT)))
+        await asyncio.gather(*(_write_pods(session, url, names, traffic) for _ in range(IN_FLIGHT)))
         written = time.perf_counter()
         try:
-            await asyncio.wait_for(done.wait(), 30)
+            await asyncio.wait_for(traffic.done.wait(), 30)
             cpu_after = _cpu_seconds(server_pid)
         finally:
             for task in watch_tasks:
                 task.cancel()
             await asyncio.gather(*watch_tasks, return_exceptions=True)
-        list_seconds = None
-        if list_size:
-            # grow to the end-to-end scale (10,000 pods) and time a full list, as an informer's initial sync does
-            names = iter([f"bulk-{i:05d}" for i in range(max(0, list_size - count))])
-            await asyncio.gather(*(writer() for _ in range(IN_FLIGHT)))
-            timings = []
-            for _ in range(3):
-                begin = time.perf_counter()
-                async with session.get(url + "/api/v1/pods") as response:
-                    listed = len((await response.json(loads=_decode))["items"])
-                timings.append(time.perf_counter() - begin)
-            assert listed == list_size, listed
-            list_seconds = min(timings)
+        list_seconds = await _full_list_seconds(session, url, list_size, traffic) if list_size else None
     server_cpu = cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None
     return {
         "writes": count,
-        "errors": errors,
+        "errors": traffic.errors,
         "seconds": written - started,
-        "latencies": latencies,
-        "events": sum(received),
+        "latencies": traffic.latencies,
+        "events": sum(traffic.received),
         "list_seconds": list_seconds,
         "server_cpu_seconds": server_cpu,
     }

@@ -1,4 +1,4 @@
-"""``tenon sandbox``: a local Kubernetes API (workload + management clusters) with simulated nodes and machines.
+"""``tenon sandbox``: a local Kubernetes API (workload and management clusters), simulated nodes and machines.
 
 Writes two kubeconfigs (workload and management cluster) and serves until SIGINT/SIGTERM. Point kubectl or
 tenon's services at them: ``kubectl --kubeconfig ~/.tenon/sandbox/workload.kubeconfig get nodes``. The
@@ -110,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
 
     def announce(sandbox: Sandbox) -> None:
         print(
-            f"tenon sandbox: workload cluster {sandbox.workload_url} (kubeconfig {sandbox.workload_kubeconfig})\n"
+            f"tenon sandbox: workload cluster {sandbox.workload_url} "
+            f"(kubeconfig {sandbox.workload_kubeconfig})\n"
             f"tenon sandbox: management cluster {sandbox.management_url} "
             f"(kubeconfig {sandbox.management_kubeconfig})\n"
             f"tenon sandbox: profile {sandbox.profile.name} x{args.time_scale}, controllers "

@@ -30,7 +30,7 @@ Layers (each module one concept, pure logic apart from I/O):
     (``tenon sandbox``), and ``running_sandbox()`` for tests.
 
 ``protobuf``
-    Decoding of the protobuf bodies ``kubectl create namespace|deployment|pdb`` send (everything else is JSON).
+    Decoding of the protobuf bodies ``kubectl create namespace|deployment|pdb`` send (the rest is JSON).
 ``tables``
     Server-side printing (``meta.k8s.io/v1 Table``) so ``kubectl get`` shows the usual columns (pod STATUS
     and NODE, node Ready state, NodeClaim NODE/READY, Machine PHASE).

@@ -1,9 +1,10 @@
 """API errors of the sandbox, shaped like the Kubernetes API server's ``metav1.Status`` failures.
 
-Every failure the store or the HTTP layer can report is an :class:`ApiError` subclass carrying the HTTP code, the
-machine-readable ``reason`` and a human message naming the object and field at fault. The HTTP layer turns them
-into ``kind: Status`` bodies with :meth:`ApiError.to_status`; in-process callers (the sandbox controllers) catch
-the subclasses directly, e.g. ``except Conflict:`` to retry an optimistic-concurrency write.
+Every failure the store or the HTTP layer can report is an :class:`ApiError` subclass carrying the HTTP code,
+the machine-readable ``reason`` and a human message naming the object and field at fault. The HTTP layer turns
+them into ``kind: Status`` bodies with :meth:`ApiError.to_status`; in-process callers (the sandbox
+controllers) catch the subclasses directly, e.g. ``except Conflict:`` to retry an optimistic-concurrency
+write.
 
 The messages follow the real server's wording where clients or people recognise it (``pods "x" not found``,
 ``Operation cannot be fulfilled on ...``), because tools such as ``kubectl`` print them verbatim.

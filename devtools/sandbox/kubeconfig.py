@@ -32,7 +32,7 @@ def kubeconfig_dict(server_url: str, context: str) -> dict[str, Any]:
 
 
 def write_kubeconfig(path: str | os.PathLike[str], server_url: str, context: str) -> Path:
-    """Write a kubeconfig for ``server_url`` to ``path`` (parents created, atomic replace); returns the path."""
+    """Write a kubeconfig for ``server_url`` to ``path`` (parents created, replaced atomically); its path."""
     target = Path(path).expanduser()
     target.parent.mkdir(parents=True, exist_ok=True)
     text = yaml.safe_dump(kubeconfig_dict(server_url, context), sort_keys=False)

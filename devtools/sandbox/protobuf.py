@@ -3,8 +3,8 @@
 Almost every client talks JSON to the sandbox, but ``kubectl create namespace``, ``kubectl create deployment``
 and ``kubectl create poddisruptionbudget`` build typed objects and POST them as
 ``application/vnd.kubernetes.protobuf`` (verified with kubectl v1.32). Those are exactly the commands a person
-trying tenon types first (``kubectl create deployment web --image=nginx --replicas=8``), so the sandbox decodes
-them rather than failing.
+trying tenon types first (``kubectl create deployment web --image=nginx --replicas=8``), so the sandbox
+decodes them rather than failing.
 
 Format: the 4-byte magic ``k8s\\0`` followed by a ``runtime.Unknown`` message (``typeMeta`` = 1 with
 ``apiVersion`` = 1 and ``kind`` = 2, ``raw`` = 2 holding the object's own message). Messages are decoded with
@@ -243,8 +243,8 @@ def decode_message(data: bytes, schema: Schema, where: str = "object") -> dict[s
         entry = schema.get(number)
         if entry is None:
             raise UnsupportedMediaType(
-                f"protobuf field {number} of {where} is not supported by the tenon sandbox; send this object as "
-                "JSON instead (for example kubectl apply -f manifest.yaml)"
+                f"protobuf field {number} of {where} is not supported by the tenon sandbox; send this object "
+                "as JSON instead (for example kubectl apply -f manifest.yaml)"
             )
         name, kind = entry
         path = f"{where}.{name}"
@@ -255,8 +255,8 @@ def decode_message(data: bytes, schema: Schema, where: str = "object") -> dict[s
             out.setdefault(name, {})[item.get("key", "")] = item.get("value", "")
         else:
             converted = _convert(kind, wire, value, path)
-            # Go encodes every non-pointer scalar, set or not; JSON would omit them (omitempty). Keep zero only
-            # for the pointer fields where 0 means something ("int0": replicas, grace periods, ...).
+            # Go encodes every non-pointer scalar, set or not; JSON would omit them (omitempty). Keep zero
+            # only for the pointer fields where 0 means something ("int0": replicas, grace periods, ...).
             if converted is None or (
                 converted in ("", False, 0) and kind != "int0" and not isinstance(kind, dict)
             ):
@@ -275,8 +275,8 @@ def decode_object(body: bytes) -> dict[str, Any]:
     schema = KINDS.get((api_version, kind))
     if schema is None:
         raise UnsupportedMediaType(
-            f"the tenon sandbox accepts protobuf only for {', '.join(k for _, k in KINDS)}; send {kind or 'this'} "
-            "as JSON instead (for example kubectl apply -f manifest.yaml)"
+            f"the tenon sandbox accepts protobuf only for {', '.join(k for _, k in KINDS)}; "
+            f"send {kind or 'this'} as JSON instead (for example kubectl apply -f manifest.yaml)"
         )
     obj = decode_message(envelope.get("raw", b""), schema, kind)
     return {"apiVersion": api_version, "kind": kind, **obj}

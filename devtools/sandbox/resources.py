@@ -1,16 +1,18 @@
 """The resource registry: every kind the sandbox serves, and how each one is addressed.
 
-A :class:`ResourceType` is one group/version/plural (``apps/v1 deployments``). The registry is the single source
-the store (what to keep, which subresources exist), the HTTP layer (path parsing), discovery (``/api/v1``,
-``/apis/{group}/{version}``) and the OpenAPI stub all read, so adding a kind means adding one line here.
+A :class:`ResourceType` is one group/version/plural (``apps/v1 deployments``). The registry is the single
+source the store (what to keep, which subresources exist), the HTTP layer (path parsing), discovery
+(``/api/v1``, ``/apis/{group}/{version}``) and the OpenAPI stub all read, so adding a kind means adding one
+line here.
 
 Two versions of one group and plural (Cluster API's ``v1beta1`` and ``v1beta2`` machines) share storage: the
-store keys its buckets by :attr:`ResourceType.storage_key` (group and plural) and rewrites ``apiVersion`` on the
-way out, which is what a real server with a no-op conversion would do. The sandbox performs no schema
+store keys its buckets by :attr:`ResourceType.storage_key` (group and plural) and rewrites ``apiVersion`` on
+the way out, which is what a real server with a no-op conversion would do. The sandbox performs no schema
 conversion between versions; callers that care use one version consistently.
 
-``selectable_fields`` lists the field-selector paths a kind accepts, as the real server's ``ToSelectableFields``
-does (``metadata.name`` and ``metadata.namespace`` are always allowed); an unknown field is a 400.
+``selectable_fields`` lists the field-selector paths a kind accepts, as the real server's
+``ToSelectableFields`` does (``metadata.name`` and ``metadata.namespace`` are always allowed); an unknown
+field is a 400.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ Field selectors accept ``path=value``, ``path==value`` and ``path!=value`` on th
 selectable (see :mod:`devtools.sandbox.resources`). Values compare as the server's field sets render them:
 booleans as ``true``/``false``, absent fields as the empty string.
 
-Both parsers raise :class:`~devtools.sandbox.errors.BadRequest` naming the offending term, which the HTTP layer
-returns as a 400 ``Status``.
+Both parsers raise :class:`~devtools.sandbox.errors.BadRequest` naming the offending term, which the HTTP
+layer returns as a 400 ``Status``.
 """
 
 from __future__ import annotations

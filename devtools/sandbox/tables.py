@@ -239,7 +239,7 @@ def _event_cells(obj: Obj, now: float) -> list[Any]:
     ]
 
 
-# -- custom resources (their CRDs' additionalPrinterColumns) --------------------------------------------------
+# -- custom resources (their CRDs' additionalPrinterColumns) ----------------------------------------------
 
 
 def _nodeclaim_cells(obj: Obj, now: float) -> list[Any]:

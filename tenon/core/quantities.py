@@ -202,7 +202,7 @@ def _non_negative(value: object) -> int:
 
 
 def to_canonical(resource: str, value: object) -> int:
-    """Non-negative quantity in the scheduler's integer unit for ``resource`` (millicores for cpu), rounded up."""
+    """A non-negative quantity in scheduler units (cpu millicores, else base units), rounded up."""
     nanos = _non_negative(value)
     return -(-nanos // (10**6 if resource == CPU else NANO))
 

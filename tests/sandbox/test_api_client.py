@@ -145,7 +145,7 @@ async def test_each_patch_type_through_the_client(api_sandbox: SandboxHandle) ->
                 },
             },
         )
-        # The CustomObjectsApi pitfall: a dict sent as application/json-patch+json must be refused, as upstream.
+        # The CustomObjectsApi pitfall: a dict sent as application/json-patch+json is refused, as upstream.
         with pytest.raises(ApiException) as refused:
             await custom.patch_cluster_custom_object(
                 "karpenter.sh", "v1", "nodepools", "default", {"spec": {"weight": 10}}
@@ -264,7 +264,7 @@ async def test_eviction_blocked_by_budget_and_binding(api_sandbox: SandboxHandle
         core: Any = client.CoreV1Api(api)  # dict bodies: the generated stubs want models
         await core.create_namespaced_pod("default", pod_manifest("web-1", labels={"app": "web"}))
         # The real server answers a binding with a Status, which the generated client cannot parse as a
-        # V1Binding (kubernetes-client/python#825); callers read the raw response, as the sandbox's users must.
+        # V1Binding (kubernetes-client/python#825); callers read the raw response, as sandbox users must.
         response = await core.create_namespaced_pod_binding(
             "web-1",
             "default",

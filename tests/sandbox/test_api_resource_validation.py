@@ -19,6 +19,8 @@ from devtools.sandbox.testing import SandboxHandle
 from tests.sandbox.conftest import KubectlRunner, node_manifest
 from tests.sandbox.controller_support import node, pod, pods_of, running_controllers, wait_for
 
+NEGATIVE_MEMORY = 'Invalid value: "-1Gi": must be greater than or equal to 0'
+
 
 def pod_yaml(name: str, requests: dict[str, str], limits: dict[str, str] | None = None) -> str:
     resources: dict[str, Any] = {"requests": requests}
@@ -152,10 +154,8 @@ async def test_client_gets_422_naming_each_bad_field(api_sandbox: SandboxHandle)
                 "spec.containers[0].resources.requests[cpu]"
             ],
             # the defaulted request (from the limit) is as negative as the limit
-            "spec.initContainers[0].resources.limits[memory]": 'Invalid value: "-1Gi": must be greater than or '
-            "equal to 0",
-            "spec.initContainers[0].resources.requests[memory]": 'Invalid value: "-1Gi": must be greater than or '
-            "equal to 0",
+            "spec.initContainers[0].resources.limits[memory]": NEGATIVE_MEMORY,
+            "spec.initContainers[0].resources.requests[memory]": NEGATIVE_MEMORY,
             "spec.overhead[cpu]": fields["spec.overhead[cpu]"],
         }
         assert fields["spec.containers[0].resources.requests[cpu]"].startswith(

@@ -242,7 +242,8 @@ def test_spread_rejects_nodes_missing_the_topology_key() -> None:
     state = cluster(node("n"))
     decision = decide(state, pod("w", labels={"app": "web"}, topologySpreadConstraints=spread))
     assert decision.message == (
-        "0/1 nodes are available: 1 node(s) didn't match pod topology spread constraints (missing required label)."
+        "0/1 nodes are available: "
+        "1 node(s) didn't match pod topology spread constraints (missing required label)."
     )
 
 

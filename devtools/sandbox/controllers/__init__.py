@@ -4,7 +4,7 @@
 store (pods, nodes, apps, policy) and the **management** store (Cluster API; it may be the same object):
 
 ==========================  =================================================================================
-``scheduler.Scheduler``     kube-scheduler: binds pending pods or marks them ``PodScheduled=False/Unschedulable``
+``scheduler.Scheduler``     kube-scheduler: binds pending pods or marks them ``PodScheduled=False``
 ``kubelet.Kubelet``         kubelets + node lifecycle: nodes NotReady -> Ready, pods Running, graceful deletes
 ``deployments``             Deployment -> ReplicaSet -> Pods
 ``daemonsets``              DaemonSet -> a pod per eligible node

@@ -36,7 +36,7 @@ class EventRecorder:
         self._seen.pop(uid, None)
 
     def record(self, obj: dict[str, Any], event_type: str, reason: str, message: str) -> None:
-        """Create or bump the Event for ``obj``; failures are logged, never raised (events are best effort)."""
+        """Create or bump the Event for ``obj``; failures are logged, never raised: events are best-effort."""
         meta = obj.get("metadata") or {}
         uid = str(meta.get("uid") or meta.get("name"))
         namespace = meta.get("namespace") or "default"

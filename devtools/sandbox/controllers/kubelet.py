@@ -1,4 +1,4 @@
-"""The simulated kubelet and node lifecycle: nodes boot NotReady then turn Ready; bound pods start; deleting pods go.
+"""The simulated kubelet and node lifecycle: nodes boot NotReady, then Ready; bound pods start, deleted go.
 
 One controller plays every node's kubelet (KWOK-style) plus the bits of the node lifecycle controller the
 autoscalers notice. It never invents resources: a node's capacity and allocatable are whatever its creator

@@ -160,7 +160,7 @@ class TopologyIndex:
     def eligible_nodes(
         self, key: tuple[Any, ...], topology_key: str, accepts: Callable[[NodeInfo], bool]
     ) -> tuple[frozenset[str], frozenset[str]]:
-        """(node names, domains) of the nodes carrying ``topology_key`` that ``accepts`` (memoised by ``key``)."""
+        """(node names, domains) of nodes with ``topology_key`` that ``accepts`` (memoised by ``key``)."""
         self._sync()
         found = self._eligible.get(key)
         if found is None:
@@ -181,7 +181,7 @@ class TopologyIndex:
         eligible: frozenset[str] | None = None,
         skip_terminating: bool = False,
     ) -> Counter[str]:
-        """Bound pods matching ``term`` per value of its topology key (only on ``eligible`` nodes if given)."""
+        """Pods matching ``term`` per value of its topology key (only on ``eligible`` nodes, if given)."""
         self._sync()
         key = (term.namespaces, term.selector_key, term.topology_key, eligible_key, skip_terminating)
         count = self._counts.get(key)
