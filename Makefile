@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup test lint schemas bench run clean
+.PHONY: setup test lint schemas docs bench run clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,10 +18,15 @@ test: setup
 
 lint: setup
 	$(VENV)/bin/ruff check tenon proto devtools tests bench
+	$(VENV)/bin/ruff format --check tenon proto devtools tests bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 schemas: setup
 	$(PY) -m proto.export
+
+docs: setup
+	$(PY) -m devtools.docs
 
 bench: setup
 	$(PY) -m bench $(BENCH_ARGS)

@@ -27,6 +27,7 @@ SUITES: tuple[str, ...] = (
     "sandbox",
     "sandbox_controllers",
     "launcher_capi",
+    "rebuild",
     "e2e",
 )
 

@@ -27,6 +27,10 @@ from tenon.domain.nodeclaim import ClaimBook, NodeClaim
 KubeObject = dict[str, Any]
 
 PENDING_TTL = timedelta(seconds=60)
+ENDED_KEPT = timedelta(hours=1)
+"""How long an ended claim stays in the projection (its NodeClaim object is deleted meanwhile); then it is
+forgotten, so the state grows with the cluster, not with its history (the log and ``tenon explain`` keep it)."""
+PRUNE_EVERY = timedelta(minutes=10)
 
 
 def object_key(obj: KubeObject) -> str:
@@ -52,6 +56,10 @@ class ClusterProjection:
     """When each pending pod was last offered in a batch: the pod-watcher offers a pod that is still pending again
     every few seconds, so one not offered for :data:`PENDING_TTL` is gone (deleted before it was ever bound)."""
     """Pods seen in PendingBatches and not (yet) bound or gone: what an abandoned claim's pods go back to."""
+
+    pruned_at: datetime | None = None
+    """Event time of the last pass that forgot long-ended claims (pruning follows event time, so a replay and
+    a rebuild from a snapshot forget exactly what the live service forgot)."""
 
     def claim(self, name: str) -> NodeClaim:
         return self.claims.claim(name)
@@ -85,7 +93,16 @@ class ClusterProjection:
             fold = _FOLDS.get(type(event))
             if fold is not None:
                 fold(self, event)
+        self._prune(event.decided_at)
         return self
+
+    def _prune(self, now: datetime) -> None:
+        if self.pruned_at is not None and now - self.pruned_at < PRUNE_EVERY:
+            return
+        self.pruned_at = now
+        horizon = now - ENDED_KEPT
+        for name in [name for name, claim in self.claims.items() if _ended_before(claim, horizon)]:
+            del self.claims[name]
 
     def _node_observed(self, event: ev.NodeObserved) -> None:
         name = object_key(event.node)
@@ -127,6 +144,11 @@ class ClusterProjection:
             if key not in self.bound_pods:
                 self.pending[key] = pod
                 self.pending_seen[key] = event.decided_at
+
+
+def _ended_before(claim: NodeClaim, moment: datetime) -> bool:
+    ending = claim.terminated or claim.abandoned
+    return ending is not None and ending.decided_at < moment
 
 
 _FOLDS: dict[type[ev.Event], Any] = {

@@ -56,6 +56,7 @@ from tenon.runtime.eventlog import (
     PermanentError,
     PublishResult,
 )
+from tenon.runtime.observability import metrics
 
 log = logging.getLogger("tenon.runtime")
 
@@ -202,6 +203,7 @@ class DeciderRuntime(Generic[S]):
                 },
             )
         folded = own = 0
+        self._held: dict[str, list[tuple[int, ev.Event]]] = {}
         if self.decider.inputs and bounds.last_sequence > self.handled:
             # one read in log order (the inputs' filters interleave), filtered here
             async for record in self.event_log.read(
@@ -232,17 +234,34 @@ class DeciderRuntime(Generic[S]):
         event = record.event
         if event is None or event.id in self.prefolded:
             return 0, 0
-        if record.sequence > floor and event.producer != self.name:
-            return 0, 0  # not handled yet: the consumer delivers it and it is decided then
+        if record.sequence <= floor:
+            return (1, 0) if self._rebuild_fold(event, record.sequence) else (0, 0)
+        if event.producer != self.name:
+            # not handled yet: the consumer delivers it and it is decided then; a claim's step is kept aside in
+            # case one of our own decisions on that claim follows (that decision was made after it)
+            if isinstance(event, ev.NodeClaimEvent):
+                self._held.setdefault(event.nodeclaim, []).append((record.sequence, event))
+            return 0, 0
+        # our own decision, made before the consumer's ack reached the broker: folded now, as the live service
+        # folded it, after the steps of its claim that came before it
+        folded = 0
+        if isinstance(event, ev.NodeClaimEvent):
+            for sequence, earlier in self._held.pop(event.nodeclaim, []):
+                if self._rebuild_fold(earlier, sequence):
+                    self.prefolded.add(earlier.id)
+                    folded += 1
+        if self._rebuild_fold(event, record.sequence):
+            self.prefolded.add(event.id)
+            folded += 1
+        return folded, 1
+
+    def _rebuild_fold(self, event: ev.Event, sequence: int) -> bool:
         try:
-            self.state = self.decider.evolve(self.state, event, record.sequence)
+            self.state = self.decider.evolve(self.state, event, sequence)
         except ImpossibleStory as exc:
             log.warning("impossible event skipped at rebuild", extra={"service": self.name, "why": str(exc)})
-            return 0, 0
-        if record.sequence > floor:
-            self.prefolded.add(event.id)  # our own decision: folded now, as the live service folded it
-            return 1, 1
-        return 1, 0
+            return False
+        return True
 
     async def _load_snapshot(self) -> str:
         stored = await self.event_log.snapshots().load(self.name)
@@ -330,6 +349,7 @@ class DeciderRuntime(Generic[S]):
         for decision in decisions:
             if not isinstance(decision, ev.NodeClaimPlanned):
                 await self._carry_out_one(decision, cause)
+        metrics.DECISION_DURATION.labels(service=self.name).observe(time.perf_counter() - started)
         log.info(
             "decided",
             extra={
@@ -349,6 +369,7 @@ class DeciderRuntime(Generic[S]):
         if result is None:
             return
         self._remember(decision.id)
+        metrics.DECISIONS.labels(service=self.name, type=type(decision).__name__).inc()
         try:
             self.state = self.decider.evolve(self.state, decision, result.sequence)
         except ImpossibleStory:

@@ -40,6 +40,8 @@ class LeaderElection:
         self.max_failures = max_failures
         self.is_leader = False
         self.terms = 0
+        self.rounds = 0
+        """Campaign rounds run (leader or standby, this replica knows where it stands once one has run)."""
         self.failures = 0
         """Terms in a row whose work raised (reset by a term that ends cleanly or is lost, not failed)."""
 
@@ -49,6 +51,7 @@ class LeaderElection:
         interval = self.ttl / 3
         while True:
             revision = await self._acquire(kv)
+            self.rounds += 1
             if revision is None:
                 await asyncio.sleep(interval)
                 continue

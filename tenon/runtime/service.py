@@ -33,6 +33,7 @@ from tenon.runtime.eventlog.provisioning import default_streams
 from tenon.runtime.eventlog.tracing import configure_tracing
 from tenon.runtime.leader import LeaderElection, ServiceFailed
 from tenon.runtime.logs import configure_logging
+from tenon.runtime.observability import Observability, ObservabilityConfigError
 from tenon.runtime.settings import SettingsError, load, setting
 
 log = logging.getLogger("tenon.service")
@@ -108,6 +109,17 @@ class CommonSettings:
         kind="duration",
         minimum=0.1,
     )
+    health_port: int = setting(
+        "TENON_HEALTH_PORT",
+        8081,
+        "port of /healthz, /readyz and /metrics (0: any free port)",
+        kind="int",
+        minimum=0,
+        maximum=65535,
+    )
+    health_host: str | None = setting(
+        "TENON_HEALTH_HOST", None, "address the health port listens on (default: all)"
+    )
     log_format: str = setting("TENON_LOG_FORMAT", "json", "json, or text for a terminal")
     log_level: str = setting("TENON_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR")
 
@@ -153,6 +165,12 @@ class ServiceContext:
     identity: str
     event_log: EventLog
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    observability: Observability | None = None
+    """Where the leader's work adds its readiness checks (None when run without a health port, in tests)."""
+
+    def readiness(self, name: str, check: Callable[[], tuple[bool, str]]) -> None:
+        if self.observability is not None:
+            self.observability.add_readiness_check(name, check)
 
 
 Work = Callable[[ServiceContext, Any], Awaitable[None]]
@@ -199,6 +217,17 @@ def default_identity(name: str) -> str:
 async def serve(definition: ServiceDefinition[SettingsT], settings: SettingsT) -> int:
     """Run ``definition`` as the leader of its group until SIGINT/SIGTERM; the process exit code."""
     identity = settings.identity or default_identity(definition.name)
+    observability = Observability(settings.health_port, definition.name, host=settings.health_host or "")
+    await observability.start()  # probes answer while the broker is reached and the state rebuilt
+    try:
+        return await _serve(definition, settings, identity, observability)
+    finally:
+        await observability.stop()
+
+
+async def _serve(
+    definition: ServiceDefinition[SettingsT], settings: SettingsT, identity: str, observability: Observability
+) -> int:
     connection = settings.connection(f"tenon-{definition.name}")
     streams = default_streams(
         replicas=settings.events_replicas,
@@ -206,7 +235,7 @@ async def serve(definition: ServiceDefinition[SettingsT], settings: SettingsT) -
         duplicate_window=min(settings.events_duplicate_window, settings.events_max_age),
     )
     event_log = await JetStreamEventLog.connect(connection, streams)
-    ctx = ServiceContext(definition.name, identity, event_log)
+    ctx = ServiceContext(definition.name, identity, event_log, observability=observability)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, ctx.stopping.set)
@@ -270,4 +299,8 @@ def main(definition: ServiceDefinition[Any], argv: Sequence[str] | None = None) 
         return 2
     configure_logging(definition.name, settings.log_level, settings.log_format)
     configure_tracing(definition.name)
-    return asyncio.run(serve(definition, settings))
+    try:
+        return asyncio.run(serve(definition, settings))
+    except ObservabilityConfigError as exc:
+        print(f"tenon run {definition.name}: {exc}", file=sys.stderr)
+        return 2

@@ -163,6 +163,7 @@ def load(
 
 def markdown_table(classes: Iterable[tuple[str, type]]) -> str:
     """The README's table: one row per variable, with the services that read it."""
+    classes = list(classes)
     rows: dict[str, tuple[Setting, Any, list[str]]] = {}
     for service, cls in classes:
         for field, declared_setting in declared(cls):
@@ -172,9 +173,9 @@ def markdown_table(classes: Iterable[tuple[str, type]]) -> str:
     for env_name in sorted(rows):
         declared_setting, default, services = rows[env_name]
         readers = "all" if len(services) == len({s for s, _ in classes}) else ", ".join(services)
+        shown = declared_setting.describe(default).replace("|", "\\|")
         lines.append(
-            f"| `{env_name}` | `{declared_setting.flag}` | {declared_setting.describe(default)} "
-            f"| {declared_setting.help} | {readers} |"
+            f"| `{env_name}` | `{declared_setting.flag}` | {shown} | {declared_setting.help} | {readers} |"
         )
     return "\n".join(lines)
 

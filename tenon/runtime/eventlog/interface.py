@@ -96,6 +96,11 @@ class EventLog(abc.ABC):
         reaches (retention removes the oldest records)."""
 
     @property
+    def connected(self) -> bool:
+        """Whether the log can be reached now (a readiness check)."""
+        return True
+
+    @property
     @abc.abstractmethod
     def max_message_size(self) -> int:
         """The largest message the broker accepts, in bytes."""

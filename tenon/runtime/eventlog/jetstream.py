@@ -274,6 +274,10 @@ class JetStreamEventLog(EventLog):
         return LogBounds(int(state.first_seq or 0), int(state.last_seq or 0), first_time)
 
     @property
+    def connected(self) -> bool:
+        return bool(self.client.is_connected)
+
+    @property
     def max_message_size(self) -> int:
         return int(self.client.max_payload or 1_048_576)
 
