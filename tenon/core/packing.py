@@ -505,7 +505,10 @@ class Packer:
                         continue
                 okeys = new_okeys
                 contents[c.index] = contents.get(c.index, 0) + k
-                _take(req, k, room, used)
+                for d, r in enumerate(req):  # _take, inline: this is the packer's innermost loop
+                    if r:
+                        room[d] -= r * k
+                        used[d] += r * k
         return okeys
 
     def knapsack(self, tpl: Template, room: list[int], contents: dict[int, int], used: list[int]) -> None:
