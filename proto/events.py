@@ -52,14 +52,37 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", rename=
 # --- observations of the cluster (written by pod-watcher, launchers) ---------------------------------------
 
 
+class PendingArrival(msgspec.Struct, frozen=True, rename="camel"):
+    """When a pod joined a batching window, and when it left if it stopped being pending before the close."""
+
+    uid: str
+    joined_at: datetime
+    left_at: datetime | None = None
+
+
 class PendingBatch(Event, frozen=True, kw_only=True, tag=True):
-    """Pods the kube-scheduler could not place, collected over one batching window."""
+    """Pods the kube-scheduler could not place, collected over one batching window.
+
+    The pods carry what scheduling reads (requests, affinity, tolerations, ...), never env values, commands or
+    other annotations. The optional fields record what the batching decision read, so that ``tenon replay
+    pod-watcher`` can decide it again: when each pod joined (and left) the window, the window's settings, the
+    message size the window was split by, and this part's place among the window's parts (``decidedAt`` is
+    when the window closed)."""
 
     schema: Literal[1] = 1
     batch_id: str
     pods: tuple[KubeObject, ...]
     window_opened_at: datetime
     window_closed_by: Literal["idle", "max-duration", "shutdown"]
+    window_idle_seconds: float | None = None
+    window_max_seconds: float | None = None
+    window_part: int = 1
+    window_parts: int = 1
+    max_message_bytes: int | None = None
+    arrivals: tuple[PendingArrival, ...] = ()
+    """The joins of this part's pods; joins of pods that left the window go in any part with room."""
+    too_large: tuple[str, ...] = ()
+    """Uids of pods of the window left out because no message could hold them."""
 
 
 class NodeObserved(Event, frozen=True, kw_only=True, tag=True):
