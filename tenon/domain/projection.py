@@ -4,10 +4,11 @@ Every input of a scheduling decision is an event, so the projection is a fold ov
 log order and you get exactly what the live scheduler saw when it decided. That is what makes ``tenon replay
 scheduler`` honest.
 
-It keeps: Nodes and bound pods (from pod-watcher's observations), NodePools, NodeClasses and DaemonSets (latest
-snapshots), catalogs per NodeClass (from the launchers), pending pods seen in batches (until they are bound or
-gone), and every NodeClaim's aggregate (:class:`tenon.domain.nodeclaim.NodeClaim`, folded from its subjects),
-including the stream sequence of its last event, which is what an optimistic append on the claim must expect.
+It keeps: Nodes and bound pods (from pod-watcher's observations), NodePools, NodeClasses and DaemonSets
+(latest snapshots), catalogs per NodeClass (from the launchers), pending pods seen in batches (until they are
+bound or gone), and every NodeClaim's aggregate (:class:`tenon.domain.nodeclaim.NodeClaim`, folded from its
+subjects), including the stream sequence of its last event, which is what an optimistic append on the claim
+must expect.
 
 ``apply`` mutates in place and returns the projection (a replay holds one projection and folds the whole range
 into it; copying thousands of objects per event would cost more than the decisions).
@@ -22,6 +23,7 @@ from typing import Any
 import msgspec
 
 from proto import events as ev
+from tenon.core import ClusterInput, InputError, parse_object
 from tenon.domain.nodeclaim import ClaimBook, NodeClaim
 
 KubeObject = dict[str, Any]
@@ -29,7 +31,8 @@ KubeObject = dict[str, Any]
 PENDING_TTL = timedelta(seconds=60)
 ENDED_KEPT = timedelta(hours=1)
 """How long an ended claim stays in the projection (its NodeClaim object is deleted meanwhile); then it is
-forgotten, so the state grows with the cluster, not with its history (the log and ``tenon explain`` keep it)."""
+forgotten, so the state grows with the cluster, not with its history (the log and ``tenon explain`` keep
+it)."""
 PRUNE_EVERY = timedelta(minutes=10)
 
 
@@ -52,10 +55,17 @@ class ClusterProjection:
     last_pod_activity: dict[str, datetime] = field(default_factory=dict)
     """Node name -> when a pod last arrived on it or left it (for consolidateAfter)."""
     pending: dict[str, KubeObject] = field(default_factory=dict)
-    pending_seen: dict[str, datetime] = field(default_factory=dict)
-    """When each pending pod was last offered in a batch: the pod-watcher offers a pod that is still pending again
-    every few seconds, so one not offered for :data:`PENDING_TTL` is gone (deleted before it was ever bound)."""
     """Pods seen in PendingBatches and not (yet) bound or gone: what an abandoned claim's pods go back to."""
+    pending_seen: dict[str, datetime] = field(default_factory=dict)
+    """When each pending pod was last offered in a batch: the pod-watcher offers a pod that is still pending
+    again every few seconds, so one not offered for :data:`PENDING_TTL` is gone (deleted before it was
+    bound)."""
+    provider_ids: dict[str, str] = field(default_factory=dict)
+    """providerID -> Node name, for the Nodes that have one."""
+    parsed: dict[str, Parsed] = field(default_factory=dict)
+    """Objects as the scheduling core reads them, by ``kind/key``: each is parsed once, when first needed
+    after it changed (folding a change drops its entry), and kept in snapshots, so a plan costs what is
+    new."""
 
     pruned_at: datetime | None = None
     """Event time of the last pass that forgot long-ended claims (pruning follows event time, so a replay and
@@ -78,10 +88,21 @@ class ClusterProjection:
         ]
 
     def node_by_provider_id(self, provider_id: str) -> KubeObject | None:
-        for node in self.nodes.values():
-            if (node.get("spec") or {}).get("providerID") == provider_id:
-                return node
-        return None
+        name = self.provider_ids.get(provider_id)
+        return self.nodes.get(name) if name is not None else None
+
+    def parse(self, kind: str, key: str, obj: KubeObject) -> Parsed:
+        """``obj`` as the scheduling core reads it (parsed once; the cache entry goes when the object
+        changes)."""
+        cache_key = f"{kind}/{key}"
+        found = self.parsed.get(cache_key)
+        if found is None:
+            found = self.parsed[cache_key] = parse_for_core(kind, obj)
+        return found
+
+    def _forget_parsed(self, prefix: str) -> None:
+        for key in [k for k in self.parsed if k.startswith(prefix)]:
+            del self.parsed[key]
 
     def apply(self, event: ev.Event, sequence: int = 0) -> ClusterProjection:
         """Fold ``event`` (stored at ``sequence``; 0 for a decision folded before the log hands it back).
@@ -106,13 +127,20 @@ class ClusterProjection:
 
     def _node_observed(self, event: ev.NodeObserved) -> None:
         name = object_key(event.node)
-        if event.change == "removed":
-            self.nodes.pop(name, None)
-        else:
+        self.parsed.pop(f"Node/{name}", None)
+        previous = self.nodes.pop(name, None)
+        if previous is not None:
+            self.provider_ids.pop(str((previous.get("spec") or {}).get("providerID")), None)
+        if event.change != "removed":
             self.nodes[name] = event.node
+            provider_id = (event.node.get("spec") or {}).get("providerID")
+            if provider_id:
+                self.provider_ids[str(provider_id)] = name
 
     def _bound_pod_observed(self, event: ev.BoundPodObserved) -> None:
         key = object_key(event.pod)
+        self.parsed.pop(f"Pod/{key}", None)
+        self.parsed.pop(f"Pending/{key}", None)
         node_name = (event.pod.get("spec") or {}).get("nodeName")
         if node_name:
             self.last_pod_activity[node_name] = event.decided_at
@@ -127,23 +155,43 @@ class ClusterProjection:
         self.pending_seen.pop(key, None)
 
     def _nodepools(self, event: ev.NodePoolsSnapshot) -> None:
+        self._forget_parsed("NodePool/")
         self.nodepools = {object_key(np): np for np in event.nodepools}
 
     def _nodeclasses(self, event: ev.NodeClassesSnapshot) -> None:
+        self._forget_parsed("NodeClass/")
         self.nodeclasses = {object_key(nc): nc for nc in event.nodeclasses}
 
     def _daemonsets(self, event: ev.DaemonSetsSnapshot) -> None:
+        self._forget_parsed("DaemonSet/")
         self.daemonsets = {object_key(ds): ds for ds in event.daemonsets}
 
     def _catalog(self, event: ev.CatalogSnapshot) -> None:
+        self.parsed.pop(f"Catalog/{event.node_class}", None)
         self.catalogs[event.node_class] = event
 
     def _pending_batch(self, event: ev.PendingBatch) -> None:
         for pod in event.pods:
             key = object_key(pod)
+            self.parsed.pop(f"Pending/{key}", None)
             if key not in self.bound_pods:
                 self.pending[key] = pod
                 self.pending_seen[key] = event.decided_at
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """One object as the scheduling core read it: its part of a ClusterInput, or why it could not be read."""
+
+    part: ClusterInput | None = None
+    problem: str | None = None
+
+
+def parse_for_core(kind: str, obj: KubeObject) -> Parsed:
+    try:
+        return Parsed(part=parse_object(kind, 0, obj))
+    except InputError as exc:
+        return Parsed(problem=str(exc))
 
 
 def _ended_before(claim: NodeClaim, moment: datetime) -> bool:

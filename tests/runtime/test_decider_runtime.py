@@ -3,6 +3,7 @@ stories, tick with a basis a replay can follow, and never decide the same input 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from datetime import UTC, datetime, timedelta
 
@@ -11,7 +12,7 @@ import pytest
 from proto import events as ev
 from proto import registry, subjects
 from tenon.domain.nodeclaim import Phase
-from tenon.domain.projection import encode_projection
+from tenon.domain.projection import ClusterProjection, encode_projection
 from tenon.runtime.decider import BaseExecutor
 from tenon.runtime.eventlog.memory import InMemoryEventLog
 from tenon.runtime.replay import replay
@@ -36,6 +37,11 @@ async def publish_batches(event_log: InMemoryEventLog, *names: str) -> None:
         await event_log.publish(subjects.PENDING, batch)
 
 
+def facts(state: ClusterProjection) -> bytes:
+    """The state without its parse cache (which holds whatever was parsed when, a cache, not a fact)."""
+    return encode_projection(dataclasses.replace(state, parsed={}))
+
+
 def planned_claims(state: object) -> list[str]:
     return sorted(c.name for c in state.claims.values() if c.planned)  # type: ignore[attr-defined]
 
@@ -51,13 +57,13 @@ async def test_a_rebuild_from_snapshot_and_tail_equals_one_from_the_whole_log() 
 
     async with running(SchedulerDecider(), BaseExecutor(), event_log) as from_snapshot:
         await until(lambda: caught_up(from_snapshot))
-        state_with_snapshot = encode_projection(from_snapshot.state)
+        state_with_snapshot = facts(from_snapshot.state)
         claims_with_snapshot = planned_claims(from_snapshot.state)
     await event_log.snapshots().delete("scheduler")
     async with running(SchedulerDecider(), BaseExecutor(), event_log) as from_log:
         await until(lambda: caught_up(from_log))
         assert planned_claims(from_log.state) == claims_with_snapshot
-        assert encode_projection(from_log.state) == state_with_snapshot
+        assert facts(from_log.state) == state_with_snapshot
     assert len(claims_with_snapshot) == 5  # one c3-8 per batch, each planned exactly once
 
 

@@ -1,21 +1,22 @@
 """From a PendingBatch and the projection to NodeClaims (pure): the scheduler's main decision.
 
-The projection is turned back into the Kubernetes objects the scheduling core understands (it parses the
-same documents ``tenon simulate`` reads), so the live service, the what-if tool and the bench all exercise one
-code path:
+Every object is parsed once, when first needed after it changed (:meth:`ClusterProjection.parse` keeps what
+the scheduling core read of it), and a plan assembles the parts (:func:`tenon.core.assemble`), so planning a
+batch costs what the batch adds, not the cluster's size in parsing:
 
-* NodePools, NodeClasses, DaemonSets as last snapshotted; Nodes and their bound pods as last observed;
+* NodePools, NodeClasses, DaemonSets as last snapshotted; Nodes and their bound pods as last observed; a Node
+  still booting for one of tenon's claims is judged without its startup and ephemeral taints (they go away by
+  themselves: otherwise the pods re-offered while it boots would buy another);
 * catalogs: a Cluster API catalog contributes its MachineDeployments (``sources``), any other an
   ``InstanceCatalog`` document named like its NodeClass;
-* every *live* NodeClaim (planned, launched, registered but not yet initialised as a Node the projection knows)
-  as a ``karpenter.sh/v1`` NodeClaim whose ``tenon.sh/nominated-pods`` lists the pods it was bought for: their
-  room is used before anything is bought, so a re-offered pod never buys twice; and the pods it was bought for
-  that are still pending, so that the room they will take is not offered to a newer pod;
+* every NodeClaim that accepts pods, given to the core directly as an :class:`InFlightNodeClaim` with the pods
+  it was bought for that are still pending: their room is used before anything is bought, so a re-offered pod
+  never buys twice; and those pods themselves, so the room they will take is not offered to a newer pod;
 * the batch's pods that are still not bound.
 
-Each object is validated on its own first. An invalid NodePool is left out (and reported, so the service can
-set its ``ValidationSucceeded=False`` condition) while the others keep working; an invalid pod is reported
-unschedulable with the parse error instead of failing the batch.
+An object that cannot be read is left out on its own: an invalid NodePool is reported (the service sets its
+``ValidationSucceeded=False`` condition) while the others keep working; an invalid pod is reported
+unschedulable with the reason instead of failing the batch.
 
 Claim names are ``<nodepool>-<5 chars>`` derived from the batch event id and the claim's index, so a
 redelivered batch names (and ids) its claims identically and the appends deduplicate.
@@ -27,22 +28,21 @@ import base64
 import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from proto import events as ev
 from proto.ids import derive_id
-from tenon.core import InputError, Plan, PlannedNodeClaim, parse_objects, solve
+from tenon.core import ClusterInput, InFlightNodeClaim, Plan, PlannedNodeClaim, assemble, solve
 from tenon.core.wellknown import (
     CAPACITY_TYPE,
     INSTANCE_TYPE,
     NODEPOOL,
-    NOMINATED_PODS,
     NOT_READY_TAINT,
     UNREACHABLE_TAINT,
     UNREGISTERED_TAINT,
     ZONE,
 )
-from tenon.domain.projection import ClusterProjection, KubeObject, object_key
+from tenon.domain.nodeclaim import NodeClaim
+from tenon.domain.projection import ClusterProjection, KubeObject, Parsed, object_key, parse_for_core
 
 PRODUCER = "scheduler"
 
@@ -57,29 +57,6 @@ class BatchOutcome:
 def claim_name(nodepool: str, batch_event_id: str, index: int) -> str:
     digest = hashlib.sha256(f"{batch_event_id}/{index}".encode()).digest()
     return f"{nodepool}-{base64.b32encode(digest).decode().lower()[:5]}"
-
-
-def nodeclaim_document(
-    state_name: str, planned: ev.NodeClaimPlanned, node_name: str | None, nominated: tuple[str, ...]
-) -> KubeObject:
-    """A live claim as the scheduling core reads in-flight capacity; ``nominated`` are the pods it was bought
-    for that are still pending (one that landed elsewhere must not hold room here too)."""
-    labels = dict(planned.labels)
-    labels.setdefault(NODEPOOL, planned.nodepool)
-    labels.setdefault(INSTANCE_TYPE, planned.choice.instance_type)
-    labels.setdefault(CAPACITY_TYPE, planned.choice.capacity_type)
-    if planned.choice.zone:
-        labels.setdefault(ZONE, planned.choice.zone)
-    return {
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodeClaim",
-        "metadata": {
-            "name": state_name,
-            "labels": labels,
-            "annotations": {NOMINATED_PODS: ",".join(nominated)},
-        },
-        "status": {"nodeName": node_name} if node_name else {},
-    }
 
 
 def catalog_documents(catalog: ev.CatalogSnapshot) -> list[KubeObject]:
@@ -106,101 +83,124 @@ EPHEMERAL_TAINTS = frozenset(
 """Taints a node boots with and sheds by itself: a node tenon is still initializing is judged without them."""
 
 
-def _booting_claims_by_provider_id(projection: ClusterProjection) -> dict[str | None, frozenset[str]]:
-    """providerID -> the startup taint keys of its claim, for live claims not yet Initialized."""
-    booting: dict[str | None, frozenset[str]] = {}
+@dataclass
+class _Inputs:
+    """What one plan reads, gathered from the projection."""
+
+    parts: list[ClusterInput] = field(default_factory=list)
+    in_flight: list[InFlightNodeClaim] = field(default_factory=list)
+    invalid_pools: dict[str, str] = field(default_factory=dict)
+    invalid_pods: dict[str, str] = field(default_factory=dict)
+
+    def add(self, parsed: Parsed) -> str | None:
+        if parsed.part is not None:
+            self.parts.append(parsed.part)
+        return parsed.problem
+
+
+def _booting_startup_taints(projection: ClusterProjection) -> dict[str, frozenset[str]]:
+    """providerID -> the startup taint keys of its claim, for claims that accept pods and are not yet
+    Initialized."""
+    booting: dict[str, frozenset[str]] = {}
     for claim in projection.claims.values():
         if claim.accepts_pods and claim.launched and not claim.initialized and claim.planned:
-            booting[claim.launched.provider_id] = frozenset(
-                str(t.get("key")) for t in claim.planned.startup_taints
-            )
+            keys = frozenset(str(t.get("key")) for t in claim.planned.startup_taints)
+            booting[claim.launched.provider_id] = keys
     return booting
 
 
 def _without_ephemeral_taints(node: KubeObject, startup: frozenset[str]) -> KubeObject:
-    """The node as it will be once initialized: otherwise pods re-offered while it boots would buy another."""
     spec = node.get("spec") or {}
     taints = [t for t in spec.get("taints") or [] if t.get("key") not in EPHEMERAL_TAINTS | startup]
     return {**node, "spec": {**spec, "taints": taints}}
 
 
-def _problem(source: str, index: int, obj: KubeObject) -> str | None:
-    try:
-        parse_objects([(source, index, obj)])
-    except InputError as exc:
-        return str(exc)
-    return None
-
-
-def cluster_documents(
-    projection: ClusterProjection, pods: list[KubeObject], now: datetime, *, validate: bool = True
-) -> tuple[list[tuple[str, int, Any]], dict[str, str], dict[str, str]]:
-    """(documents, invalid NodePools -> reason, invalid pods -> reason). Without ``validate`` every object
-    is taken as it is (the fast path, when the whole set is known to parse)."""
-    documents: list[tuple[str, int, Any]] = []
-    invalid_pools: dict[str, str] = {}
-    invalid_pods: dict[str, str] = {}
-
-    def _validate(source: str, index: int, obj: KubeObject) -> str | None:
-        return _problem(source, index, obj) if validate else None
-
-    def add(source: str, obj: KubeObject) -> None:
-        documents.append((source, len(documents), obj))
-
+def _cluster_facts(projection: ClusterProjection, inputs: _Inputs) -> None:
     for name, nodepool in sorted(projection.nodepools.items()):
-        problem = _validate("NodePool", 0, nodepool)
+        problem = inputs.add(projection.parse("NodePool", name, nodepool))
         if problem:
-            invalid_pools[name] = problem
-        else:
-            add("NodePool", nodepool)
-    for _, nodeclass in sorted(projection.nodeclasses.items()):
-        add("NodeClass", nodeclass)
-    for _, catalog in sorted(projection.catalogs.items()):
-        for obj in catalog_documents(catalog):
-            add(f"catalog {catalog.node_class}", obj)
-    for _, daemonset in sorted(projection.daemonsets.items()):
-        if _validate("DaemonSet", 0, daemonset) is None:
-            add("DaemonSet", daemonset)
-    booting = _booting_claims_by_provider_id(projection)
-    for _, node in sorted(projection.nodes.items()):
-        claim_startup = booting.get((node.get("spec") or {}).get("providerID"))
-        if claim_startup is not None:
-            node = _without_ephemeral_taints(node, claim_startup)
-        if _validate("Node", 0, node) is None:
-            add("Node", node)
-    for _, pod in sorted(projection.bound_pods.items()):
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            continue
-        if _validate("Pod", 0, pod) is None:
-            add("Pod", pod)
-    node_names_by_provider = {
-        (node.get("spec") or {}).get("providerID"): name for name, node in projection.nodes.items()
+            inputs.invalid_pools[name] = problem
+    for name, nodeclass in sorted(projection.nodeclasses.items()):
+        inputs.add(projection.parse("NodeClass", name, nodeclass))
+    for name, catalog in sorted(projection.catalogs.items()):
+        documents = {"apiVersion": "v1", "kind": "List", "items": catalog_documents(catalog)}
+        inputs.add(projection.parse("Catalog", name, documents))
+    for name, daemonset in sorted(projection.daemonsets.items()):
+        inputs.add(projection.parse("DaemonSet", name, daemonset))
+
+
+def _nodes_and_pods(projection: ClusterProjection, inputs: _Inputs) -> None:
+    booting = _booting_startup_taints(projection)
+    for name, node in sorted(projection.nodes.items()):
+        startup = booting.get(str((node.get("spec") or {}).get("providerID")))
+        if startup is None:
+            inputs.add(projection.parse("Node", name, node))
+        else:  # changes as the node boots: read fresh, not cached
+            inputs.add(parse_for_core("Node", _without_ephemeral_taints(node, startup)))
+    for key, pod in sorted(projection.bound_pods.items()):
+        if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            inputs.add(projection.parse("Pod", key, pod))
+
+
+def _in_flight(claim: NodeClaim, node_name: str | None, pending: tuple[str, ...]) -> InFlightNodeClaim:
+    assert claim.planned is not None
+    planned = claim.planned
+    labels = {
+        **planned.labels,
+        NODEPOOL: planned.nodepool,
+        INSTANCE_TYPE: planned.choice.instance_type,
+        CAPACITY_TYPE: planned.choice.capacity_type,
     }
-    offered = {object_key(pod) for pod in pods}
-    for name, claim in sorted(projection.claims.items()):
+    if planned.choice.zone:
+        labels[ZONE] = planned.choice.zone
+    return InFlightNodeClaim(
+        name=claim.name,
+        node_pool=planned.nodepool,
+        instance_type=planned.choice.instance_type,
+        zone=planned.choice.zone,
+        capacity_type=planned.choice.capacity_type,
+        labels=labels,
+        pods=pending,
+        node_name=node_name or "",
+    )
+
+
+def _claims(projection: ClusterProjection, offered: set[str], now: datetime, inputs: _Inputs) -> None:
+    for _, claim in sorted(projection.claims.items()):
         if not claim.accepts_pods or claim.planned is None:
             continue
         node_name = claim.registered.node if claim.registered else None
         if node_name is None and claim.launched:
-            node_name = node_names_by_provider.get(claim.launched.provider_id)
+            found = projection.node_by_provider_id(claim.launched.provider_id)
+            node_name = str((found.get("metadata") or {}).get("name")) if found else None
         still_pending = tuple(p for p in claim.planned.pods if projection.still_pending(p, now))
-        add("NodeClaim", nodeclaim_document(name, claim.planned, node_name, still_pending))
+        inputs.in_flight.append(_in_flight(claim, node_name, still_pending))
         # the pods it was bought for hold its room until they land, even when they are not in this batch
-        for key in claim.planned.pods:
+        for key in still_pending:
             waiting = projection.pending.get(key)
-            if waiting is None or key in offered or not projection.still_pending(key, now):
+            if waiting is None or key in offered:
                 continue
             if node_name and node_name in projection.nodes:
-                waiting = {**waiting, "spec": {**(waiting.get("spec") or {}), "nodeName": node_name}}
-            if _validate("NodeClaim pods", 0, waiting) is None:
-                add("NodeClaim pods", waiting)
+                bound = {**waiting, "spec": {**(waiting.get("spec") or {}), "nodeName": node_name}}
+                inputs.add(parse_for_core("Pod", bound))
+            else:
+                inputs.add(projection.parse("Pending", key, waiting))
+
+
+def cluster_input(
+    projection: ClusterProjection, pods: list[KubeObject], now: datetime
+) -> tuple[ClusterInput, dict[str, str], dict[str, str]]:
+    """(what the core solves, invalid NodePools -> reason, invalid pods of the batch -> reason)."""
+    inputs = _Inputs()
+    _cluster_facts(projection, inputs)
+    _nodes_and_pods(projection, inputs)
+    offered = {object_key(pod) for pod in pods}
+    _claims(projection, offered, now, inputs)
     for pod in pods:
-        problem = _validate("PendingBatch", 0, pod)
+        problem = inputs.add(projection.parse("Pending", object_key(pod), pod))
         if problem:
-            invalid_pods[object_key(pod)] = problem
-        else:
-            add("PendingBatch", pod)
-    return documents, invalid_pools, invalid_pods
+            inputs.invalid_pods[object_key(pod)] = problem
+    return assemble(inputs.parts, inputs.in_flight), inputs.invalid_pools, inputs.invalid_pods
 
 
 def _choice(nc: PlannedNodeClaim, instance_type: str, price: float | None) -> ev.InstanceChoice:
@@ -219,19 +219,12 @@ def plan_pods(
     pods: list[KubeObject],
     batch_id: str,
 ) -> BatchOutcome:
-    """Decide for ``pods`` (the still-unbound ones) against the projection; ``cause`` is the answered event."""
+    """Decide for ``pods`` (the still-unbound ones) against the projection; ``cause`` is the answered
+    event."""
     pods = [p for p in pods if object_key(p) not in projection.bound_pods]
     if not pods:
         return BatchOutcome()
-    # parse everything at once; only when that fails, object by object to leave out exactly what is invalid
-    documents, invalid_pools, invalid_pods = cluster_documents(
-        projection, pods, cause.decided_at, validate=False
-    )
-    try:
-        inputs = parse_objects(documents)
-    except InputError:
-        documents, invalid_pools, invalid_pods = cluster_documents(projection, pods, cause.decided_at)
-        inputs = parse_objects(documents)
+    inputs, invalid_pools, invalid_pods = cluster_input(projection, pods, cause.decided_at)
     outcome = BatchOutcome(invalid_nodepools=invalid_pools)
     plan = solve(inputs)
     outcome.plan = plan
