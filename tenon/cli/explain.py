@@ -1,17 +1,19 @@
 """``tenon explain NODECLAIM`` / ``tenon explain --pod NS/NAME``: why, from the event log alone.
 
 Why a NodeClaim exists (the batch and pods it answers, every instance type considered with its price and why
-it lost), where it is in its life, and why it was or was not disrupted; for a pod, what each batch that held it
-led to and where it ended. The story is put together by :mod:`tenon.domain.explain` (pure); this module only reads
-the subjects it needs, through ordered consumers that leave nothing behind on the server, like ``tenon tap``.
+it lost), where it is in its life, and why it was or was not disrupted; for a pod, what each batch that held
+it led to and where it ended. The story is put together by :mod:`tenon.domain.explain` (pure); the command
+reads only the subjects it needs, through ordered consumers that leave nothing behind on the server (like
+``tenon tap``), and hands the decoded events over.
 
 What it reads, and why it stays cheap on a long log:
 
-* a claim: its own subject ``tenon.nodeclaim.<claim>`` first. ``NodeClaimPlanned`` carries the decision time of
-  the event it answers, so ``tenon.pending`` and ``tenon.scheduling.batch`` are read from a few minutes before
-  that (clock skew between hosts) rather than from the start of the log, the PendingBatch no further than the
-  plan itself, and ``tenon.disruption.decision`` from the plan on (a decision cannot precede its claim). The
-  time bound is a shortcut only: when it misses the batch or its answer, the subject is read again whole;
+* a claim: its own history ``tenon.nodeclaim.<claim>.*`` first. ``NodeClaimPlanned`` carries the decision
+  time of the event it answers, so ``tenon.pending`` and ``tenon.scheduling.batch`` are read from a few
+  minutes before that (clock skew between hosts) rather than from the start of the log, the PendingBatch no
+  further than the plan itself, and ``tenon.disruption.decision`` from the plan on (a decision cannot precede
+  its claim). The time bound is a shortcut only: when it misses the batch or its answer, the subject is read
+  again whole;
 * a pod: its own subject ``tenon.cluster.pod.<ns>.<pod>``, the batches (``--since`` bounds the search), the
   answers to them, then the subjects of the claims those answers planned, and the disruption decisions.
 
@@ -25,13 +27,16 @@ import asyncio
 import json
 import logging
 import sys
+from collections.abc import Iterable
 from contextlib import aclosing
 from datetime import datetime, timedelta
 from typing import Any
 
 from proto import events as ev
 from proto import subjects
+from proto.codec import UndecodableEvent
 from tenon.cli.natsopts import add_connection_arguments, parse_time, settings_from_args
+from tenon.domain.eventviews import pods_of
 from tenon.domain.explain import (
     REPLAN_PREFIX,
     LoggedEvent,
@@ -39,8 +44,8 @@ from tenon.domain.explain import (
     PodExplanation,
     explain_nodeclaim,
     explain_pod,
-    logged_events,
     parse_pod_key,
+    replanned_claim,
 )
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tenon.runtime.eventlog.records import EventLogError, LogRecord
@@ -108,6 +113,20 @@ async def explain(args: argparse.Namespace) -> NodeClaimExplanation | PodExplana
         raise EventLogError(f"reading {subjects.EVENTS_STREAM}: {str(exc) or type(exc).__name__}") from None
     finally:
         await event_log.close()
+
+
+def logged_events(records: Iterable[LogRecord]) -> tuple[list[LoggedEvent], int]:
+    """The records as the explanation takes them (log order kept), and how many were read in all: a record
+    that does not decode is left out (``tenon tap`` shows it) but counted."""
+    out: list[LoggedEvent] = []
+    count = 0
+    for record in records:
+        count += 1
+        try:
+            out.append(LoggedEvent(record.sequence, record.recorded_at, record.decode()))
+        except UndecodableEvent:
+            continue
+    return out, count
 
 
 class _Reader:
@@ -180,8 +199,7 @@ async def _read_claim_context(reader: _Reader, found: tuple[int, ev.NodeClaimPla
         return
     sequence, planned = found
     since = planned.decided_at - CLOCK_SKEW
-    replan = (planned.batch_id or "").startswith(REPLAN_PREFIX)
-    if not replan:
+    if replanned_claim(planned.batch_id) is None:  # a re-plan answers an abandoned claim, not a batch
         batches = await reader.read(subjects.PENDING, start_time=since, stop_sequence=sequence)
         if not any(_answers_batch(r, planned) for r in batches):
             await reader.read(subjects.PENDING, stop_sequence=sequence)
@@ -202,62 +220,72 @@ async def explain_nodeclaim_from_log(event_log: JetStreamEventLog, name: str) ->
 async def explain_pod_from_log(
     event_log: JetStreamEventLog, pod: str, *, since: datetime | None = None
 ) -> PodExplanation:
+    """The pod's subject, the batches that held it (from ``since``), their answers, the claims planned for it
+    (and for the re-plans of those claims), and the disruption decisions from the first of them on."""
     namespace, name = parse_pod_key(pod)
     reader = _Reader(event_log)
     await reader.read(subjects.bound_pod(namespace, name))
-    batches = await reader.read(subjects.PENDING, start_time=since)
-    holding = {
-        r.event.batch_id: r.event.decided_at
-        for r in batches
-        if isinstance(r.event, ev.PendingBatch)
-        and any(
-            f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}" == pod
-            for p in r.event.pods
-        )
-    }
-    if not holding and since is None:
-        records, searched = reader.logged()
-        return explain_pod(pod, records, searched)
+    holding = _batches_holding(await reader.read(subjects.PENDING, start_time=since), pod)
+    if holding or since is not None:
+        answers = await _read_answers(reader, holding, since)
+        planned = await _read_claims_for_pod(reader, answers, pod, set(holding))
+        if planned:
+            await reader.read(subjects.DISRUPTION_DECISIONS, start_sequence=min(planned))
+    records, searched = reader.logged()
+    return explain_pod(pod, records, searched)
+
+
+def _batches_holding(batches: list[LogRecord], pod: str) -> dict[str, datetime]:
+    """Batch id -> decision time, for the PendingBatches that held ``pod``."""
+    holding: dict[str, datetime] = {}
+    for record in batches:
+        event = record.event
+        if isinstance(event, ev.PendingBatch) and pod in pods_of(event):
+            holding[event.batch_id] = event.decided_at
+    return holding
+
+
+async def _read_answers(
+    reader: _Reader, holding: dict[str, datetime], since: datetime | None
+) -> list[ev.BatchPlanned]:
+    """The scheduler's answers from a little before the first batch that held the pod (or from ``since``);
+    all of them when that time bound missed the answer to one of those batches."""
     start = (min(holding.values()) - CLOCK_SKEW) if holding else since
-    answers = await reader.read(subjects.BATCH_DECISIONS, start_time=start)
-    answered = {r.event.batch_id for r in answers if isinstance(r.event, ev.BatchPlanned)}
-    if start is not None and not set(holding) <= answered:  # the time bound missed an answer: read them all
-        answers = await reader.read(subjects.BATCH_DECISIONS)
-    # the claims of the answers to the pod's batches (and, transitively, of re-plans of those claims)
-    wanted_batches = set(holding)
+    answers = _batch_answers(await reader.read(subjects.BATCH_DECISIONS, start_time=start))
+    if start is not None and not set(holding) <= {a.batch_id for a in answers}:
+        answers = _batch_answers(await reader.read(subjects.BATCH_DECISIONS))
+    return answers
+
+
+def _batch_answers(records: list[LogRecord]) -> list[ev.BatchPlanned]:
+    return [event for r in records if isinstance(event := r.event, ev.BatchPlanned)]
+
+
+async def _read_claims_for_pod(
+    reader: _Reader, answers: list[ev.BatchPlanned], pod: str, wanted: set[str]
+) -> list[int]:
+    """Read the claims the answers to the ``wanted`` batches planned; the sequences of those planned for
+    ``pod``. A claim planned for it brings in its re-plan's batch (``replan-<claim>``), and an answer that
+    places the pod itself (on existing room, or unschedulable) is wanted too, until nothing new turns up."""
     claims_read: set[str] = set()
-    planned: list[tuple[int, ev.NodeClaimPlanned]] = []
+    planned: list[int] = []
     progress = True
     while progress:
         progress = False
-        for record in answers:
-            answer = record.event
-            if not isinstance(answer, ev.BatchPlanned) or answer.batch_id not in wanted_batches:
-                continue
-            for claim in answer.nodeclaims:
-                if claim in claims_read:
-                    continue
-                claims_read.add(claim)
-                own = await reader.read(subjects.nodeclaim(claim))
-                found = _first_planned(own)
-                if found and pod in found[1].pods:
-                    planned.append(found)
-                    wanted_batches.add(f"{REPLAN_PREFIX}{claim}")
-                    progress = True
-        # answers mentioning the pod directly (a re-plan placing it on existing room, or unschedulable)
-        for record in answers:
-            answer = record.event
-            if (
-                isinstance(answer, ev.BatchPlanned)
-                and answer.batch_id not in wanted_batches
-                and (
-                    any(p.pod == pod for p in answer.existing)
-                    or any(u.pod == pod for u in answer.unschedulable)
-                )
-            ):
-                wanted_batches.add(answer.batch_id)
+        for claim in _new_claims(answers, wanted, claims_read):
+            claims_read.add(claim)
+            found = _first_planned(await reader.read(subjects.nodeclaim(claim)))
+            if found and pod in found[1].pods:
+                planned.append(found[0])
+                wanted.add(f"{REPLAN_PREFIX}{claim}")
                 progress = True
-    if planned:
-        await reader.read(subjects.DISRUPTION_DECISIONS, start_sequence=min(seq for seq, _ in planned))
-    records, searched = reader.logged()
-    return explain_pod(pod, records, searched)
+        naming = {a.batch_id for a in answers if pod in pods_of(a)} - wanted
+        if naming:
+            wanted |= naming
+            progress = True
+    return planned
+
+
+def _new_claims(answers: list[ev.BatchPlanned], wanted: set[str], read: set[str]) -> list[str]:
+    found = [c for a in answers if a.batch_id in wanted for c in a.nodeclaims if c not in read]
+    return list(dict.fromkeys(found))

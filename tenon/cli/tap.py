@@ -2,7 +2,9 @@
 
 It reads through an ordered consumer (ephemeral, in memory on the server, deleted when tap exits), so auditing
 never leaves durable state behind and never competes with the services' consumers. Filters combine: a subject
-pattern is applied by the server, event types and NodeClaims by tap.
+pattern is applied by the server, event types and NodeClaims by tap. An event is about a NodeClaim when it is
+a step of the claim's life, names the claim (a batch answer that planned it or placed pods on it, a disruption
+decision), or carries the claim's name as its correlation id.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from proto import subjects
 from proto.events import EVENT_TYPES_BY_NAME
 from tenon.cli import render
 from tenon.cli.natsopts import add_connection_arguments, parse_time, settings_from_args
+from tenon.domain.eventviews import concerns_nodeclaim
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tenon.runtime.eventlog.records import EventLogError, LogRecord
 
@@ -77,7 +80,7 @@ def wanted(record: LogRecord, args: argparse.Namespace) -> bool:
         return False
     if args.types and type(event).__name__ not in args.types:
         return False
-    return not (args.nodeclaim and not render.mentions_nodeclaim(event, args.nodeclaim))
+    return not (args.nodeclaim and not concerns_nodeclaim(event, args.nodeclaim))
 
 
 async def tap(args: argparse.Namespace) -> int:

@@ -1,9 +1,11 @@
-"""Why a NodeClaim exists, where it is in its life, and why it was or was not disrupted, from the log alone (pure).
+"""Why a NodeClaim exists, where it is in its life, and why it was or was not disrupted, from the log alone.
 
 This is the logic behind ``tenon explain NODECLAIM`` and ``tenon explain --pod NS/NAME``, and behind the text
-the scheduler and the disruption service attach to Kubernetes Events on a NodeClaim. It takes plain data (the
-events as they sit in the log, each with its stream sequence and the time the broker stored it) and returns
-an explanation object; reading the broker is :mod:`tenon.cli.explain`'s job.
+the scheduler and the disruption service attach to Kubernetes Events on a NodeClaim: the one module that
+puts tenon's decisions into words. It is pure: it takes plain data (:class:`LoggedEvent`: each event with its
+stream sequence and the time the broker stored it) and returns an explanation object; reading the broker and
+decoding its records is :mod:`tenon.cli.explain`'s job. What each event says on its own (its line in a claim's
+life, the pods it concerns) comes from the table of event types, :mod:`tenon.domain.eventviews`.
 
 Design
 ------
@@ -12,11 +14,13 @@ recomputation:
 
 * **Why it exists.** ``NodeClaimPlanned`` names its batch (``batch_id``, ``causation_id`` = the answered
   ``PendingBatch``), its pods, and the scheduler's ``explanation``: ``chosen`` (why the winner won) and
-  ``considered`` (every instance type looked at, with its price and verdict). Each verdict is turned into a
-  plain outcome: ``chosen`` (cheapest that fits), ``fallback`` (fits but dearer: lost on price, the launcher
-  may still use it), or ``lost`` (too small, not allowed, no offering, NodePool limit, max size...). A claim
-  planned again for the pods of an abandoned claim answers a ``NodeClaimAbandoned`` instead of a batch; its
-  batch id is ``replan-<abandoned claim>`` and the story says so.
+  ``considered`` (every instance type looked at, with its price and verdict). The verdicts are the
+  scheduling core's own words, recorded with the plan (the core cannot call this module: it imports nothing
+  of ours); each is turned into a plain outcome by its leading words: ``chosen`` (cheapest that fits),
+  ``fallback`` (fits but dearer: lost on price, the launcher may still use it), or ``lost`` (too small, not
+  allowed, no offering, NodePool limit, max size...). A claim planned again for the pods of an abandoned
+  claim answers a ``NodeClaimAbandoned`` instead of a batch; its batch id is ``replan-<abandoned claim>``
+  and the story says so.
 * **Where it is in its life.** The claim's aggregate subject holds its lifecycle, in order. Each step is shown
   with its time relative to ``Planned`` (the broker's time of storage, not ``decidedAt``: the scheduler stamps
   a plan with its batch's decision time so that replays derive the same ids). The phase is the one the
@@ -32,21 +36,22 @@ A pod's explanation starts at the batches that held it (``PendingBatch``) and th
 explanation), room on an existing node or in-flight claim, or unschedulable with the reason per NodePool; and
 it ends where the pod ended (the last ``BoundPodObserved``).
 
-Records that do not decode are skipped (``tenon tap`` shows them) but counted in ``searched``, so "not in the
-log" always says how much log was looked at.
+Records that do not decode are skipped by the caller (``tenon tap`` shows them) but counted in ``searched``,
+so "not in the log" always says how much log was looked at.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from proto import events as ev
-from proto.codec import UndecodableEvent
-from tenon.domain.projection import ClusterProjection, object_key
-from tenon.runtime.eventlog.records import LogRecord
+from tenon.domain.eventviews import claim_step, pods_of
+from tenon.domain.nodeclaim import ImpossibleStory, NodeClaim
+from tenon.domain.projection import object_key
+from tenon.domain.wording import price, relative, sequence, stamp
 
 MAX_EVENT_MESSAGE = 1000
 """Kubernetes caps an Event's ``message`` at 1 KiB; :func:`nodeclaim_event_message` stays within it."""
@@ -55,6 +60,13 @@ REPLAN_PREFIX = "replan-"
 """Batch id prefix the scheduler uses when it plans again for an abandoned claim's pods."""
 
 Outcome = Literal["chosen", "fallback", "lost"]
+
+
+def replanned_claim(batch_id: str | None) -> str | None:
+    """The abandoned claim a batch id re-plans the pods of (``replan-<claim>``), or None for a real batch."""
+    if batch_id and batch_id.startswith(REPLAN_PREFIX):
+        return batch_id[len(REPLAN_PREFIX) :]
+    return None
 
 
 # --- input --------------------------------------------------------------------------------------------------
@@ -71,24 +83,11 @@ class LoggedEvent:
     event: ev.Event
 
 
-def logged_events(records: Iterable[LogRecord]) -> tuple[list[LoggedEvent], int]:
-    """Decode ``records`` (log order kept); returns the events and how many records were read in all."""
-    out: list[LoggedEvent] = []
-    count = 0
-    for record in records:
-        count += 1
-        try:
-            out.append(LoggedEvent(record.sequence, record.recorded_at, record.decode()))
-        except UndecodableEvent:
-            continue
-    return out, count
-
-
 def _ordered(records: Iterable[LoggedEvent]) -> list[LoggedEvent]:
     """Log order, each event once (the CLI merges several subject reads).
 
-    Keyed by event id, not sequence, so a caller that has no sequences yet (a service explaining the events it
-    is about to append, all with sequence 0) keeps them all, in the order given.
+    Keyed by event id, not sequence, so a caller that has no sequences yet (a service explaining the events
+    it is about to append, all with sequence 0) keeps them all, in the order given.
     """
     seen: dict[str, LoggedEvent] = {}
     for record in records:
@@ -96,51 +95,15 @@ def _ordered(records: Iterable[LoggedEvent]) -> list[LoggedEvent]:
     return sorted(seen.values(), key=lambda r: r.sequence)
 
 
-# --- small formatting helpers ---------------------------------------------------------------------------------
-
-
-def _price(value: float | None) -> str:
-    return "price unknown" if value is None else f"${value:.4f}/h"
-
-
-def _relative(delta: timedelta) -> str:
-    seconds = delta.total_seconds()
-    sign = "-" if seconds < 0 else "+"
-    seconds = abs(seconds)
-    if seconds < 60:
-        return f"{sign}{seconds:.1f}s"
-    minutes, secs = divmod(round(seconds), 60)
-    if minutes < 60:
-        return f"{sign}{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{sign}{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{sign}{days}d{hours:02d}h"
-
-
-def _stamp(moment: datetime) -> str:
-    return (
-        moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-        if moment.utcoffset() in (None, timedelta(0))
-        else moment.isoformat(timespec="seconds")
-    )
-
-
-def _seq(sequence: int) -> str:
-    """A stream sequence as ``#N`` (``#-`` for an event not appended yet)."""
-    return f"#{sequence}" if sequence else "#-"
-
-
 def _iso(moment: datetime) -> str:
     return moment.isoformat()
 
 
-def _pod_key(pod: ev.KubeObject) -> str:
-    return object_key(pod)
+def _since(delta: timedelta | None) -> str:
+    return relative(delta) if delta is not None else "?"
 
 
-# --- the NodeClaim explanation ----------------------------------------------------------------------------------
+# --- the NodeClaim explanation ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -179,6 +142,21 @@ class Origin:
     """The abandoned claim whose pods this claim was planned again for."""
     batch_answer: str | None = None
     """What else the same BatchPlanned did (other claims, pods on existing room, unschedulable pods)."""
+
+    def sentence(self) -> str:
+        """What the claim answers, as ``tenon explain`` says it under "Why it exists"."""
+        if self.replan_of:
+            return (
+                f"Planned again for the pods of claim {self.replan_of}, which was abandoned "
+                f"(batch {self.batch_id})."
+            )
+        if self.batch_sequence is not None and self.batch_at is not None:
+            return (
+                f"It answers PendingBatch {self.batch_id} ({sequence(self.batch_sequence)} at "
+                f"{stamp(self.batch_at)}, {len(self.batch_pods)} pending pod(s), window closed by "
+                f"{self.window_closed_by})."
+            )
+        return f"It answers batch {self.batch_id or '?'} (the PendingBatch is not in the log)."
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -253,6 +231,13 @@ class DisruptionMention:
         }
 
 
+def _requests(planned: ev.NodeClaimPlanned) -> dict[str, Any] | None:
+    """What the node must hold (its pods plus DaemonSets), as the scheduler recorded it."""
+    explanation = planned.explanation if isinstance(planned.explanation, dict) else {}
+    requests = explanation.get("requests")
+    return requests if isinstance(requests, dict) else None
+
+
 @dataclass(frozen=True)
 class NodeClaimExplanation:
     """Everything the log says about one NodeClaim; ``found`` is False when nothing names it."""
@@ -292,7 +277,8 @@ class NodeClaimExplanation:
         if self.planned is None:
             return ""
         choice = self.planned.choice
-        head = f"{choice.instance_type} won on price: the cheapest type that fits ({_price(choice.price_per_hour)})"
+        cheapest = price(choice.price_per_hour)
+        head = f"{choice.instance_type} won on price: the cheapest type that fits ({cheapest})"
         losers = [f"{v.instance_type} {v.why}" for v in self.considered if v.outcome != "chosen"]
         return head + ("; " + "; ".join(losers) if losers else "")
 
@@ -306,67 +292,65 @@ class NodeClaimExplanation:
     def text(self) -> str:
         if not self.found:
             return f"no NodeClaim named {self.name} in the log (searched {self.searched} events)"
-        lines: list[str] = [f"NodeClaim {self.name}: {self.phase}"]
-        p = self.planned
-        if p is not None:
-            c = p.choice
-            lines.append(
-                f"  NodePool {p.nodepool}, NodeClass {p.node_class or '?'}: {c.instance_type} {c.capacity_type} "
-                f"{c.zone or 'any zone'} at {_price(c.price_per_hour)}"
-                + (" (estimated)" if c.price_estimated else "")
-            )
-        lines += ["", "Why it exists"]
-        if p is None:
-            lines.append("  " + self.why_exists())
-        else:
-            origin = self.origin or Origin(batch_id=p.batch_id, cause_id=p.causation_id)
-            if origin.replan_of:
-                lines.append(
-                    f"  Planned again for the pods of claim {origin.replan_of}, which was abandoned "
-                    f"(batch {origin.batch_id})."
-                )
-            elif origin.batch_sequence is not None and origin.batch_at is not None:
-                lines.append(
-                    f"  It answers PendingBatch {origin.batch_id} ({_seq(origin.batch_sequence)} at "
-                    f"{_stamp(origin.batch_at)}, {len(origin.batch_pods)} pending pod(s), window closed by "
-                    f"{origin.window_closed_by})."
-                )
-            else:
-                lines.append(f"  It answers batch {p.batch_id or '?'} (the PendingBatch is not in the log).")
-            lines.append(f"  It is for {len(p.pods)} pod(s): {', '.join(p.pods) or '-'}")
-            if origin.batch_answer:
-                lines.append(f"  The same batch: {origin.batch_answer}")
-            requests = p.explanation.get("requests") if isinstance(p.explanation, dict) else None
-            if requests:
-                needs = ", ".join(f"{k}={v}" for k, v in sorted(requests.items()))
-                lines.append(f"  It must hold {needs} (its pods plus DaemonSets).")
-            if self.chosen_because:
-                lines.append(f"  {p.choice.instance_type} won on price: {self.chosen_because}.")
-            if self.considered:
-                lines.append("  Instance types considered, cheapest first:")
-                width = max(len(v.instance_type) for v in self.considered)
-                for v in self.considered:
-                    lines.append(f"    {v.instance_type:<{width}}  {_price(v.price_per_hour):>14}  {v.why}")
-            else:
-                lines.append("  (the plan recorded no instance types considered)")
-            if p.fallbacks:
-                lines.append(
-                    "  Fallbacks, in order: "
-                    + ", ".join(f"{f.instance_type} ({_price(f.price_per_hour)})" for f in p.fallbacks)
-                )
-        lines += ["", "Where it is in its life"]
-        for step in self.life:
-            rel = _relative(step.since_planned) if step.since_planned is not None else "?"
-            lines.append(f"  {_seq(step.sequence):<8} {rel:>9}  {step.step:<20} {step.detail}")
-        lines.append(f"  now: {self.phase}")
-        lines += ["", "Disruption"]
-        if not self.disruptions:
-            lines.append("  no disruption decision has named it")
-        for d in self.disruptions:
-            lines.append(f"  {_seq(d.sequence):<8} {_stamp(d.at)}  {d.sentence()}")
+        lines = [f"NodeClaim {self.name}: {self.phase}", *self._machine_lines()]
+        lines += ["", "Why it exists", *self._why_lines()]
+        lines += ["", "Where it is in its life", *self._life_lines()]
+        lines += ["", "Disruption", *self._disruption_lines()]
         if self.notes:
             lines += ["", "Notes"] + [f"  {note}" for note in self.notes]
         return "\n".join(lines)
+
+    def _machine_lines(self) -> Iterator[str]:
+        if self.planned is None:
+            return
+        p, c = self.planned, self.planned.choice
+        estimated = " (estimated)" if c.price_estimated else ""
+        yield (
+            f"  NodePool {p.nodepool}, NodeClass {p.node_class or '?'}: {c.instance_type} {c.capacity_type} "
+            f"{c.zone or 'any zone'} at {price(c.price_per_hour)}{estimated}"
+        )
+
+    def _why_lines(self) -> Iterator[str]:
+        p = self.planned
+        if p is None:
+            yield "  " + self.why_exists()
+            return
+        origin = self.origin or Origin(batch_id=p.batch_id, cause_id=p.causation_id)
+        yield "  " + origin.sentence()
+        yield f"  It is for {len(p.pods)} pod(s): {', '.join(p.pods) or '-'}"
+        if origin.batch_answer:
+            yield f"  The same batch: {origin.batch_answer}"
+        requests = _requests(p)
+        if requests:
+            needs = ", ".join(f"{k}={v}" for k, v in sorted(requests.items()))
+            yield f"  It must hold {needs} (its pods plus DaemonSets)."
+        yield from self._choice_lines(p)
+
+    def _choice_lines(self, p: ev.NodeClaimPlanned) -> Iterator[str]:
+        if self.chosen_because:
+            yield f"  {p.choice.instance_type} won on price: {self.chosen_because}."
+        if self.considered:
+            yield "  Instance types considered, cheapest first:"
+            width = max(len(v.instance_type) for v in self.considered)
+            for v in self.considered:
+                yield f"    {v.instance_type:<{width}}  {price(v.price_per_hour):>14}  {v.why}"
+        else:
+            yield "  (the plan recorded no instance types considered)"
+        if p.fallbacks:
+            listed = ", ".join(f"{f.instance_type} ({price(f.price_per_hour)})" for f in p.fallbacks)
+            yield f"  Fallbacks, in order: {listed}"
+
+    def _life_lines(self) -> Iterator[str]:
+        for step in self.life:
+            rel = _since(step.since_planned)
+            yield f"  {sequence(step.sequence):<8} {rel:>9}  {step.step:<20} {step.detail}"
+        yield f"  now: {self.phase}"
+
+    def _disruption_lines(self) -> Iterator[str]:
+        if not self.disruptions:
+            yield "  no disruption decision has named it"
+        for d in self.disruptions:
+            yield f"  {sequence(d.sequence):<8} {stamp(d.at)}  {d.sentence()}"
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -378,18 +362,10 @@ class NodeClaimExplanation:
         if not self.found:
             body["message"] = self.text()
             return body
-        p = self.planned
+        body.update(_plan_json(self.planned))
         body.update(
             {
                 "phase": self.phase,
-                "nodepool": p.nodepool if p else None,
-                "nodeClass": p.node_class if p else None,
-                "pods": list(p.pods) if p else [],
-                "choice": _choice_json(p.choice) if p else None,
-                "fallbacks": [_choice_json(f) for f in p.fallbacks] if p else [],
-                "requests": (
-                    p.explanation.get("requests") if p and isinstance(p.explanation, dict) else None
-                ),
                 "plannedSequence": self.planned_sequence,
                 "plannedAt": _iso(self.planned_at) if self.planned_at else None,
                 "origin": self.origin.to_json() if self.origin else None,
@@ -404,6 +380,26 @@ class NodeClaimExplanation:
         return body
 
 
+def _plan_json(p: ev.NodeClaimPlanned | None) -> dict[str, Any]:
+    if p is None:
+        return {
+            "nodepool": None,
+            "nodeClass": None,
+            "pods": [],
+            "choice": None,
+            "fallbacks": [],
+            "requests": None,
+        }
+    return {
+        "nodepool": p.nodepool,
+        "nodeClass": p.node_class,
+        "pods": list(p.pods),
+        "choice": _choice_json(p.choice),
+        "fallbacks": [_choice_json(f) for f in p.fallbacks],
+        "requests": _requests(p),
+    }
+
+
 def _choice_json(choice: ev.InstanceChoice) -> dict[str, Any]:
     return {
         "instanceType": choice.instance_type,
@@ -414,116 +410,77 @@ def _choice_json(choice: ev.InstanceChoice) -> dict[str, Any]:
     }
 
 
+# --- the scheduler's verdicts, in words ---------------------------------------------------------------------
+
+
+def _says(verdict: str, outcome: str) -> bool:
+    """Whether a recorded verdict begins with ``outcome``'s word (``chosen: cheapest that fits``)."""
+    return verdict == outcome or verdict.startswith(outcome + ":")
+
+
+def _lost_on_price(
+    name: str, price_per_hour: float | None, verdict: str, planned: ev.NodeClaimPlanned
+) -> InstanceVerdict:
+    chosen = planned.choice
+    rank = next((i for i, f in enumerate(planned.fallbacks, start=1) if f.instance_type == name), None)
+    dearer = (
+        f"{price(price_per_hour)} > {price(chosen.price_per_hour)}"
+        if price_per_hour is not None
+        else "costs more"
+    )
+    tail = f" (fallback {rank} if {chosen.instance_type} cannot be launched)" if rank else ""
+    return InstanceVerdict(
+        name, price_per_hour, "fallback", verdict, f"lost on price: fits, but {dearer}{tail}"
+    )
+
+
+def _lost(
+    name: str, price_per_hour: float | None, verdict: str, chosen: ev.InstanceChoice
+) -> InstanceVerdict:
+    cheaper = price_per_hour is not None and price_per_hour < chosen.price_per_hour
+    if cheaper and _says(verdict, "too small"):
+        prefix = "cheaper, but did not fit: "
+    elif cheaper:
+        prefix = "cheaper, but lost: "
+    else:
+        prefix = "lost: "
+    return InstanceVerdict(name, price_per_hour, "lost", verdict, prefix + verdict)
+
+
+def _won(name: str, price_per_hour: float | None, verdict: str) -> InstanceVerdict:
+    return InstanceVerdict(name, price_per_hour, "chosen", verdict, "won: the cheapest type that fits")
+
+
+def _recorded_verdict(item: dict[str, Any], planned: ev.NodeClaimPlanned) -> InstanceVerdict:
+    name = str(item.get("instanceType", "?"))
+    price_raw = item.get("pricePerHour")
+    price_per_hour = float(price_raw) if isinstance(price_raw, int | float) else None
+    verdict = str(item.get("verdict", ""))
+    if name == planned.choice.instance_type or _says(verdict, "chosen"):
+        return _won(name, price_per_hour, verdict)
+    if _says(verdict, "fallback"):
+        return _lost_on_price(name, price_per_hour, verdict, planned)
+    return _lost(name, price_per_hour, verdict, planned.choice)
+
+
 def _verdicts(planned: ev.NodeClaimPlanned) -> tuple[InstanceVerdict, ...]:
-    """The scheduler's ``considered`` list as outcomes, cheapest first (unknown prices last)."""
+    """The scheduler's ``considered`` list as outcomes, cheapest first (unknown prices last); the chosen type
+    and the fallbacks are there even when the plan did not list them."""
     explanation = planned.explanation if isinstance(planned.explanation, dict) else {}
     raw = explanation.get("considered") or []
+    out = [_recorded_verdict(item, planned) for item in raw if isinstance(item, dict)]
+    seen = {v.instance_type for v in out}
     chosen = planned.choice
-    fallback_rank = {f.instance_type: i + 1 for i, f in enumerate(planned.fallbacks)}
-    out: list[InstanceVerdict] = []
-    seen: set[str] = set()
-    for item in raw:
-        if not isinstance(item, dict):
-            continue
-        name = str(item.get("instanceType", "?"))
-        price_raw = item.get("pricePerHour")
-        price = float(price_raw) if isinstance(price_raw, int | float) else None
-        verdict = str(item.get("verdict", ""))
-        seen.add(name)
-        if name == chosen.instance_type or verdict.startswith("chosen"):
-            out.append(InstanceVerdict(name, price, "chosen", verdict, "won: the cheapest type that fits"))
-        elif verdict.startswith("fallback"):
-            rank = fallback_rank.get(name)
-            dearer = (
-                f"{_price(price)} > {_price(chosen.price_per_hour)}" if price is not None else "costs more"
-            )
-            tail = f" (fallback {rank} if {chosen.instance_type} cannot be launched)" if rank else ""
-            out.append(
-                InstanceVerdict(name, price, "fallback", verdict, f"lost on price: fits, but {dearer}{tail}")
-            )
-        else:
-            cheaper = price is not None and price < chosen.price_per_hour
-            prefix = (
-                "cheaper, but did not fit: "
-                if cheaper and verdict.startswith("too small")
-                else "cheaper, but lost: "
-                if cheaper
-                else "lost: "
-            )
-            out.append(InstanceVerdict(name, price, "lost", verdict, prefix + verdict))
     if chosen.instance_type not in seen:
-        out.append(
-            InstanceVerdict(
-                chosen.instance_type,
-                chosen.price_per_hour,
-                "chosen",
-                "chosen",
-                "won: the cheapest type that fits",
-            )
-        )
-    for rank, fb in enumerate(planned.fallbacks, start=1):
-        if fb.instance_type not in seen:
-            seen.add(fb.instance_type)
-            out.append(
-                InstanceVerdict(
-                    fb.instance_type,
-                    fb.price_per_hour,
-                    "fallback",
-                    "fallback",
-                    f"lost on price: fits, but {_price(fb.price_per_hour)} > {_price(chosen.price_per_hour)} "
-                    f"(fallback {rank} if {chosen.instance_type} cannot be launched)",
-                )
-            )
+        out.append(_won(chosen.instance_type, chosen.price_per_hour, "chosen"))
+    for fallback in planned.fallbacks:
+        if fallback.instance_type not in seen:
+            seen.add(fallback.instance_type)
+            out.append(_lost_on_price(fallback.instance_type, fallback.price_per_hour, "fallback", planned))
     return tuple(sorted(out, key=lambda v: (v.price_per_hour is None, v.price_per_hour or 0.0)))
 
 
-def _life_detail(event: ev.NodeClaimEvent, planned: ev.NodeClaimPlanned | None) -> str:
-    match event:
-        case ev.NodeClaimPlanned():
-            c = event.choice
-            return f"{c.instance_type} at {_price(c.price_per_hour)} for {len(event.pods)} pod(s) (by {event.producer})"
-        case ev.NodeClaimLaunched():
-            text = f"as {event.provider_id}" + (f" (machine {event.machine})" if event.machine else "")
-            if planned is not None and event.instance_type != planned.choice.instance_type:
-                text += (
-                    f"; launched as fallback {event.instance_type} instead of {planned.choice.instance_type}"
-                )
-            else:
-                text = f"{event.instance_type} " + text
-            return text
-        case ev.NodeClaimLaunchFailed():
-            then = "a fallback may follow" if event.retryable else "no retry"
-            return f"{event.instance_type} could not be launched: {event.reason} ({then})"
-        case ev.NodeClaimRegistered():
-            return f"node {event.node} joined ({event.provider_id})"
-        case ev.NodeClaimInitialized():
-            return f"node {event.node} is Ready, startup taints gone: pods may land"
-        case ev.NodeClaimAbandoned():
-            pods = f"; its pods go back to the scheduler: {', '.join(event.pods)}" if event.pods else ""
-            return f"{event.reason}{pods}"
-        case ev.DisruptionRequested():
-            node = f" node {event.node}" if event.node else ""
-            return f"{event.method}:{node} {event.reason}"
-        case ev.NodeClaimDrained():
-            evicted = ", ".join(event.evicted) if event.evicted else "none"
-            expired = "; the termination grace period ran out" if event.grace_period_expired else ""
-            return f"{len(event.evicted)} pod(s) evicted: {evicted}{expired}"
-        case ev.NodeClaimTerminated():
-            return event.reason + (f" (machine {event.machine} removed)" if event.machine else "")
-    return type(event).__name__
-
-
-_STEP_NAMES = {
-    ev.NodeClaimPlanned: "Planned",
-    ev.NodeClaimLaunched: "Launched",
-    ev.NodeClaimLaunchFailed: "LaunchFailed",
-    ev.NodeClaimRegistered: "Registered",
-    ev.NodeClaimInitialized: "Initialized",
-    ev.NodeClaimAbandoned: "Abandoned",
-    ev.DisruptionRequested: "DisruptionRequested",
-    ev.NodeClaimDrained: "Drained",
-    ev.NodeClaimTerminated: "Terminated",
-}
+# --- gathering a claim's story from the log -----------------------------------------------------------------
 
 
 def _batch_answer(answer: ev.BatchPlanned, claim: str) -> str | None:
@@ -537,7 +494,39 @@ def _batch_answer(answer: ev.BatchPlanned, claim: str) -> str | None:
         parts.append(f"{len(answer.unschedulable)} unschedulable pod(s)")
     if not parts:
         return None
-    return "; ".join(parts) + f"; total {_price(answer.total_price_per_hour)} for the batch"
+    return "; ".join(parts) + f"; total {price(answer.total_price_per_hour)} for the batch"
+
+
+def _life(own: Sequence[LoggedEvent], planned: ev.NodeClaimPlanned | None) -> tuple[LifeStep, ...]:
+    planned_at = next((r.recorded_at for r in own if isinstance(r.event, ev.NodeClaimPlanned)), None)
+    steps = []
+    for record in own:
+        assert isinstance(record.event, ev.NodeClaimEvent)
+        step, detail = claim_step(record.event, planned)
+        since = (record.recorded_at - planned_at) if planned_at else None
+        steps.append(
+            LifeStep(step, record.sequence, record.recorded_at, since, detail, record.event.producer)
+        )
+    return tuple(steps)
+
+
+def _fold(name: str, own: Sequence[LoggedEvent]) -> tuple[NodeClaim, list[LoggedEvent], list[str]]:
+    """The claim as the services fold it, the steps they folded, and a note for each step they refuse
+    (a step written by a service that does not own it, a step its story does not allow: dead-lettered)."""
+    claim = NodeClaim(name)
+    folded: list[LoggedEvent] = []
+    refused: list[str] = []
+    for record in own:
+        assert isinstance(record.event, ev.NodeClaimEvent)
+        try:
+            claim.apply(record.event, record.sequence)
+        except ImpossibleStory as exc:
+            refused.append(
+                f"{sequence(record.sequence)} refused by the services (not part of its story): {exc}"
+            )
+            continue
+        folded.append(record)
+    return claim, folded, refused
 
 
 def explain_nodeclaim(
@@ -552,41 +541,15 @@ def explain_nodeclaim(
         raise ValueError("explain_nodeclaim: the NodeClaim name is empty")
     ordered = _ordered(records)
     count = len(records) if searched is None else searched
-    projection = ClusterProjection()
-    own: list[LoggedEvent] = []
-    for record in ordered:
-        event = record.event
-        if isinstance(event, ev.NodeClaimEvent) and event.nodeclaim == name:
-            own.append(record)
-            projection.apply(event, record.sequence)
-    disruptions = _disruptions(name, ordered, own)
+    own = [r for r in ordered if isinstance(r.event, ev.NodeClaimEvent) and r.event.nodeclaim == name]
+    state, folded, refused = _fold(name, own)
+    disruptions = _disruptions(name, ordered, folded)
     if not own and not disruptions:
         return NodeClaimExplanation(name=name, searched=count, found=False)
-    state = projection.claim(name)
-    planned_record = next((r for r in own if isinstance(r.event, ev.NodeClaimPlanned)), None)
     planned = state.planned
-    planned_at = planned_record.recorded_at if planned_record else None
-    notes: list[str] = []
-    if planned is None:
-        notes.append("its NodeClaimPlanned is not in the log (older than the stream keeps?)")
-    life = tuple(
-        LifeStep(
-            step=_STEP_NAMES.get(type(r.event), type(r.event).__name__),
-            sequence=r.sequence,
-            at=r.recorded_at,
-            since_planned=(r.recorded_at - planned_at) if planned_at else None,
-            detail=_life_detail(r.event, planned),  # type: ignore[arg-type]
-            producer=r.event.producer,
-        )
-        for r in own
-    )
-    origin = _origin(name, planned, ordered) if planned else None
-    chosen_because = None
-    considered: tuple[InstanceVerdict, ...] = ()
-    if planned is not None:
-        explanation = planned.explanation if isinstance(planned.explanation, dict) else {}
-        chosen_because = str(explanation.get("chosen") or "") or None
-        considered = _verdicts(planned)
+    planned_record = next((r for r in folded if isinstance(r.event, ev.NodeClaimPlanned)), None)
+    explanation = planned.explanation if planned and isinstance(planned.explanation, dict) else {}
+    missing = () if planned else ("its NodeClaimPlanned is not in the log (older than the stream keeps?)",)
     return NodeClaimExplanation(
         name=name,
         searched=count,
@@ -594,19 +557,18 @@ def explain_nodeclaim(
         phase=state.phase if own else "not seen on its own subject",
         planned=planned,
         planned_sequence=planned_record.sequence if planned_record else None,
-        planned_at=planned_at,
-        origin=origin,
-        chosen_because=chosen_because,
-        considered=considered,
-        life=life,
+        planned_at=planned_record.recorded_at if planned_record else None,
+        origin=_origin(name, planned, ordered) if planned else None,
+        chosen_because=str(explanation.get("chosen") or "") or None,
+        considered=_verdicts(planned) if planned else (),
+        life=_life(folded, planned),
         disruptions=disruptions,
-        notes=tuple(notes),
+        notes=(*missing, *refused),
     )
 
 
 def _origin(name: str, planned: ev.NodeClaimPlanned, ordered: Sequence[LoggedEvent]) -> Origin:
     batch_id = planned.batch_id
-    replan_of = batch_id[len(REPLAN_PREFIX) :] if batch_id and batch_id.startswith(REPLAN_PREFIX) else None
     batch_record = next(
         (
             r
@@ -622,6 +584,7 @@ def _origin(name: str, planned: ev.NodeClaimPlanned, ordered: Sequence[LoggedEve
         (r.event for r in ordered if isinstance(r.event, ev.BatchPlanned) and name in r.event.nodeclaims),
         None,
     )
+    replan_of = replanned_claim(batch_id)
     batch_answer = _batch_answer(answer, name) if answer else None
     if batch_record is None:
         return Origin(
@@ -634,75 +597,70 @@ def _origin(name: str, planned: ev.NodeClaimPlanned, ordered: Sequence[LoggedEve
         cause_id=batch.id,
         batch_sequence=batch_record.sequence,
         batch_at=batch_record.recorded_at,
-        batch_pods=tuple(_pod_key(p) for p in batch.pods),
+        batch_pods=tuple(object_key(p) for p in batch.pods),
         window_closed_by=batch.window_closed_by,
         replan_of=replan_of,
         batch_answer=batch_answer,
     )
 
 
+def _decision_mentions(name: str, record: LoggedEvent) -> Iterator[DisruptionMention]:
+    """How a DisruptionDecision named the claim: as a candidate, as blocked, or not at all."""
+    event = record.event
+    assert isinstance(event, ev.DisruptionDecision)
+    for candidate in (c for c in event.candidates if c.nodeclaim == name):
+        reason = (
+            event.reason if candidate.reason in ("", event.reason) else f"{event.reason}: {candidate.reason}"
+        )
+        yield DisruptionMention(
+            record.sequence,
+            record.recorded_at,
+            "candidate",
+            event.method,
+            reason,
+            budget=event.budget,
+            decision_id=event.id,
+        )
+    for blocked in (b for b in event.blocked if b.nodeclaim == name):
+        yield DisruptionMention(
+            record.sequence,
+            record.recorded_at,
+            "blocked",
+            event.method,
+            event.reason,
+            budget=event.budget,
+            blocked_by=blocked.blocked_by,
+            decision_id=event.id,
+        )
+
+
+def _unexplained_request(record: LoggedEvent, decision_ids: set[str]) -> DisruptionMention | None:
+    """A DisruptionRequested no decision in the log explains (a user's delete, or a decision aged out)."""
+    event = record.event
+    if not isinstance(event, ev.DisruptionRequested) or event.decision_id in decision_ids:
+        return None
+    reason = (
+        event.reason
+        if event.decision_id is None
+        else f"{event.reason} (decision {event.decision_id} is not in the log)"
+    )
+    return DisruptionMention(
+        record.sequence, record.recorded_at, "requested", event.method, reason, decision_id=event.decision_id
+    )
+
+
 def _disruptions(
     name: str, ordered: Sequence[LoggedEvent], own: Sequence[LoggedEvent]
 ) -> tuple[DisruptionMention, ...]:
-    out: list[DisruptionMention] = []
-    decision_ids: set[str] = set()
-    for record in ordered:
-        event = record.event
-        if not isinstance(event, ev.DisruptionDecision):
-            continue
-        for candidate in event.candidates:
-            if candidate.nodeclaim == name:
-                decision_ids.add(event.id)
-                reason = (
-                    event.reason
-                    if candidate.reason in ("", event.reason)
-                    else f"{event.reason}: {candidate.reason}"
-                )
-                out.append(
-                    DisruptionMention(
-                        record.sequence,
-                        record.recorded_at,
-                        "candidate",
-                        event.method,
-                        reason,
-                        budget=event.budget,
-                        decision_id=event.id,
-                    )
-                )
-        for blocked in event.blocked:
-            if blocked.nodeclaim == name:
-                out.append(
-                    DisruptionMention(
-                        record.sequence,
-                        record.recorded_at,
-                        "blocked",
-                        event.method,
-                        event.reason,
-                        budget=event.budget,
-                        blocked_by=blocked.blocked_by,
-                        decision_id=event.id,
-                    )
-                )
-    for record in own:
-        event = record.event
-        if isinstance(event, ev.DisruptionRequested) and (
-            event.decision_id is None or event.decision_id not in decision_ids
-        ):
-            reason = (
-                event.reason
-                if event.decision_id is None
-                else f"{event.reason} (decision {event.decision_id} is not in the log)"
-            )
-            out.append(
-                DisruptionMention(
-                    record.sequence,
-                    record.recorded_at,
-                    "requested",
-                    event.method,
-                    reason,
-                    decision_id=event.decision_id,
-                )
-            )
+    out = [
+        mention
+        for record in ordered
+        if isinstance(record.event, ev.DisruptionDecision)
+        for mention in _decision_mentions(name, record)
+    ]
+    decision_ids = {m.decision_id for m in out if m.role == "candidate" and m.decision_id}
+    requests = (_unexplained_request(record, decision_ids) for record in own)
+    out += [mention for mention in requests if mention is not None]
     out.sort(key=lambda d: d.sequence)
     return tuple(out)
 
@@ -715,21 +673,25 @@ def nodeclaim_event_message(explanation: NodeClaimExplanation) -> str:
     """
     if not explanation.found:
         return explanation.text()[:MAX_EVENT_MESSAGE]
+    life = ", ".join(f"{s.step} {_since(s.since_planned)}" for s in explanation.life)
     parts = [
         f"NodeClaim {explanation.name} ({explanation.phase}): {explanation.why_exists()}.",
         explanation.why_this_type() + "." if explanation.planned else "",
-        "Life: "
-        + ", ".join(
-            f"{s.step} {_relative(s.since_planned) if s.since_planned is not None else '?'}"
-            for s in explanation.life
-        )
-        + ".",
+        f"Life: {life}.",
         "Disruption: " + explanation.disruption_summary() + ".",
     ]
     parts = [p for p in parts if p]
     budget = MAX_EVENT_MESSAGE - (len(parts) - 1)  # one space between parts
-    # give each part its fair share, handing what short parts leave over to the longer ones
-    allowance: list[int] = [0] * len(parts)
+    cut = [
+        p if len(p) <= a else p[: max(a - 1, 0)] + "…"
+        for p, a in zip(parts, _shares(parts, budget), strict=True)
+    ]
+    return " ".join(cut)[:MAX_EVENT_MESSAGE]
+
+
+def _shares(parts: Sequence[str], budget: int) -> list[int]:
+    """Each part's fair share of ``budget`` characters, what short parts leave over handed to longer ones."""
+    allowance = [0] * len(parts)
     remaining = budget
     pending = sorted(range(len(parts)), key=lambda i: len(parts[i]))
     while pending:
@@ -737,12 +699,10 @@ def nodeclaim_event_message(explanation: NodeClaimExplanation) -> str:
         index = pending.pop(0)
         allowance[index] = min(len(parts[index]), share)
         remaining -= allowance[index]
-    cut = [p if len(p) <= a else p[: max(a - 1, 0)] + "…" for p, a in zip(parts, allowance, strict=True)]
-    message = " ".join(cut)
-    return message[:MAX_EVENT_MESSAGE]
+    return allowance
 
 
-# --- the pod explanation ---------------------------------------------------------------------------------------
+# --- the pod explanation ------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -758,6 +718,14 @@ class BatchOutcomeForPod:
     nodeclaim: str | None = None
     reasons: dict[str, str] = field(default_factory=dict)
     claim: NodeClaimExplanation | None = None
+
+    def line(self) -> str:
+        where = (
+            f"#{self.batch_sequence} at {stamp(self.batch_at)}"
+            if self.batch_sequence and self.batch_at
+            else "its PendingBatch is not in the log"
+        )
+        return f"  batch {self.batch_id} ({where}): {self.detail}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -790,20 +758,11 @@ class PodExplanation:
         if not self.batches:
             lines.append("  no pending batch held it: the kube-scheduler placed it without tenon")
         for b in self.batches:
-            where = (
-                f"#{b.batch_sequence} at {_stamp(b.batch_at)}"
-                if b.batch_sequence and b.batch_at
-                else "its PendingBatch is not in the log"
-            )
-            lines.append(f"  batch {b.batch_id} ({where}): {b.detail}")
-            for pool, why in sorted(b.reasons.items()):
-                lines.append(f"    NodePool {pool}: {why}")
+            lines.append(b.line())
+            lines += [f"    NodePool {pool}: {why}" for pool, why in sorted(b.reasons.items())]
         lines.append(f"  ended: {self.ended or 'no BoundPodObserved: not bound to a node (yet)'}")
-        text = "\n".join(lines)
-        for b in self.batches:
-            if b.claim is not None and b.claim.found:
-                text += "\n\n" + b.claim.text()
-        return text
+        claims = [b.claim.text() for b in self.batches if b.claim is not None and b.claim.found]
+        return "\n\n".join(["\n".join(lines), *claims])
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -833,6 +792,40 @@ def parse_pod_key(namespace_name: str) -> tuple[str, str]:
     return namespace, name
 
 
+@dataclass
+class _PodTrail:
+    """What the log says about one pod, gathered in one pass: the batches that held it, the answers that
+    mention it (or plan a claim for it), and its last binding."""
+
+    key: str
+    claim_pods: dict[str, tuple[str, ...]]
+    batches: dict[str, LoggedEvent] = field(default_factory=dict)
+    answers: dict[str, LoggedEvent] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)
+    bound: LoggedEvent | None = None
+
+    def follow(self, record: LoggedEvent) -> None:
+        event = record.event
+        if isinstance(event, ev.PendingBatch) and self.key in pods_of(event):
+            self._note(self.batches, event.batch_id, record)
+        elif isinstance(event, ev.BatchPlanned) and self._mentions(event):
+            self._note(self.answers, event.batch_id, record)
+        elif isinstance(event, ev.BoundPodObserved) and self.key in pods_of(event):
+            self.bound = record
+
+    def _mentions(self, answer: ev.BatchPlanned) -> bool:
+        return (
+            answer.batch_id in self.batches
+            or any(self.key in self.claim_pods.get(c, ()) for c in answer.nodeclaims)
+            or self.key in pods_of(answer)
+        )
+
+    def _note(self, where: dict[str, LoggedEvent], batch_id: str, record: LoggedEvent) -> None:
+        where.setdefault(batch_id, record)
+        if batch_id not in self.order:
+            self.order.append(batch_id)
+
+
 def explain_pod(
     namespace_name: str, records: Sequence[LoggedEvent], searched: int | None = None
 ) -> PodExplanation:
@@ -841,39 +834,19 @@ def explain_pod(
     key = namespace_name
     ordered = _ordered(records)
     count = len(records) if searched is None else searched
-    claim_pods: dict[str, tuple[str, ...]] = {}
+    claim_pods = {
+        r.event.nodeclaim: r.event.pods for r in ordered if isinstance(r.event, ev.NodeClaimPlanned)
+    }
+    trail = _PodTrail(key, claim_pods)
     for record in ordered:
-        if isinstance(record.event, ev.NodeClaimPlanned):
-            claim_pods[record.event.nodeclaim] = record.event.pods
-    batches: dict[str, LoggedEvent] = {}
-    answers: dict[str, LoggedEvent] = {}
-    order: list[str] = []
-    bound: LoggedEvent | None = None
-    for record in ordered:
-        event = record.event
-        if isinstance(event, ev.PendingBatch) and any(_pod_key(p) == key for p in event.pods):
-            batches.setdefault(event.batch_id, record)
-            if event.batch_id not in order:
-                order.append(event.batch_id)
-        elif isinstance(event, ev.BatchPlanned):
-            mentions = (
-                event.batch_id in batches
-                or any(key in claim_pods.get(c, ()) for c in event.nodeclaims)
-                or any(p.pod == key for p in event.existing)
-                or any(u.pod == key for u in event.unschedulable)
-            )
-            if mentions:
-                answers.setdefault(event.batch_id, record)
-                if event.batch_id not in order:
-                    order.append(event.batch_id)
-        elif isinstance(event, ev.BoundPodObserved) and _pod_key(event.pod) == key:
-            bound = record
+        trail.follow(record)
     outcomes = tuple(
-        _pod_outcome(key, b, batches.get(b), answers.get(b), claim_pods, ordered, count) for b in order
+        _pod_outcome(key, b, trail.batches.get(b), trail.answers.get(b), claim_pods, ordered, count)
+        for b in trail.order
     )
-    ended, node = _ended(bound)
-    if not outcomes and bound is None:
+    if not outcomes and trail.bound is None:
         return PodExplanation(pod=key, searched=count, found=False)
+    ended, node = _ended(trail.bound)
     return PodExplanation(pod=key, searched=count, found=True, batches=outcomes, ended=ended, bound_node=node)
 
 
@@ -899,61 +872,42 @@ def _pod_outcome(
         )
     plan = answer.event
     assert isinstance(plan, ev.BatchPlanned)
-    for claim in plan.nodeclaims:
-        if key in claim_pods.get(claim, ()):
-            explanation = explain_nodeclaim(claim, ordered, searched)
-            planned = explanation.planned
-            what = (
-                (
-                    f"a new claim {claim}: {planned.choice.instance_type} at "
-                    f"{_price(planned.choice.price_per_hour)} in NodePool {planned.nodepool}"
-                )
-                if planned
-                else f"a new claim {claim}"
-            )
-            return BatchOutcomeForPod(
-                batch_id,
-                batch_seq,
-                batch_at,
-                answer.sequence,
-                "new-claim",
-                f"{what} ({_seq(answer.sequence)})",
-                nodeclaim=claim,
-                claim=explanation,
-            )
-    for placement in plan.existing:
-        if placement.pod == key:
-            kind = "in-flight NodeClaim" if placement.kind == "NodeClaim" else "Node"
-            return BatchOutcomeForPod(
-                batch_id,
-                batch_seq,
-                batch_at,
-                answer.sequence,
-                "existing",
-                f"fits on existing room: {kind} {placement.node} ({_seq(answer.sequence)})",
-            )
-    for unschedulable in plan.unschedulable:
-        if unschedulable.pod == key:
-            return BatchOutcomeForPod(
-                batch_id,
-                batch_seq,
-                batch_at,
-                answer.sequence,
-                "unschedulable",
-                # the reasons per NodePool are listed under the line when there are any
-                f"unschedulable ({_seq(answer.sequence)})"
-                + ("" if unschedulable.reasons else f": {unschedulable.reason}"),
-                reasons=dict(unschedulable.reasons),
-            )
+    head = (batch_id, batch_seq, batch_at, answer.sequence)
+    at = sequence(answer.sequence)
+    claim = next((c for c in plan.nodeclaims if key in claim_pods.get(c, ())), None)
+    if claim is not None:
+        explanation = explain_nodeclaim(claim, ordered, searched)
+        what = _new_claim(claim, explanation.planned)
+        return BatchOutcomeForPod(*head, "new-claim", f"{what} ({at})", nodeclaim=claim, claim=explanation)
+    placement = next((p for p in plan.existing if p.pod == key), None)
+    if placement is not None:
+        kind = "in-flight NodeClaim" if placement.kind == "NodeClaim" else "Node"
+        return BatchOutcomeForPod(*head, "existing", f"fits on existing room: {kind} {placement.node} ({at})")
+    unschedulable = next((u for u in plan.unschedulable if u.pod == key), None)
+    if unschedulable is not None:
+        # the reasons per NodePool are listed under the line when there are any
+        why = "" if unschedulable.reasons else f": {unschedulable.reason}"
+        reasons = dict(unschedulable.reasons)
+        return BatchOutcomeForPod(*head, "unschedulable", f"unschedulable ({at}){why}", reasons=reasons)
+    return BatchOutcomeForPod(*head, "not-in-answer", f"{_not_in_answer(plan, claim_pods)} ({at})")
+
+
+def _new_claim(claim: str, planned: ev.NodeClaimPlanned | None) -> str:
+    if planned is None:
+        return f"a new claim {claim}"
+    c = planned.choice
+    return (
+        f"a new claim {claim}: {c.instance_type} at {price(c.price_per_hour)} in NodePool {planned.nodepool}"
+    )
+
+
+def _not_in_answer(plan: ev.BatchPlanned, claim_pods: dict[str, tuple[str, ...]]) -> str:
     unseen = [c for c in plan.nodeclaims if c not in claim_pods]
-    detail = "not in the answer: it was already bound when the scheduler planned"
-    if unseen:
-        detail = (
-            f"not placed on existing room nor unschedulable; the answer's claims {', '.join(unseen)} "
-            "are not in the log read, one of them may hold it"
-        )
-    return BatchOutcomeForPod(
-        batch_id, batch_seq, batch_at, answer.sequence, "not-in-answer", f"{detail} ({_seq(answer.sequence)})"
+    if not unseen:
+        return "not in the answer: it was already bound when the scheduler planned"
+    return (
+        f"not placed on existing room nor unschedulable; the answer's claims {', '.join(unseen)} "
+        "are not in the log read, one of them may hold it"
     )
 
 
@@ -964,9 +918,7 @@ def _ended(bound: LoggedEvent | None) -> tuple[str | None, str | None]:
     assert isinstance(event, ev.BoundPodObserved)
     node = (event.pod.get("spec") or {}).get("nodeName")
     phase = (event.pod.get("status") or {}).get("phase")
-    stamp = _stamp(bound.recorded_at)
+    when = f"({sequence(bound.sequence)} at {stamp(bound.recorded_at)})"
     if event.change == "removed":
-        return f"removed from node {node} ({_seq(bound.sequence)} at {stamp})", None
-    return f"bound to node {node}" + (
-        f", {phase}" if phase else ""
-    ) + f" ({_seq(bound.sequence)} at {stamp})", node
+        return f"removed from node {node} {when}", None
+    return f"bound to node {node}" + (f", {phase}" if phase else "") + f" {when}", node

@@ -10,10 +10,11 @@ import pytest
 
 from devtools.broker import LocalNatsServer, free_port
 from proto import events as ev
+from proto import registry
 from tenon.cli.main import main
 from tenon.runtime.eventlog.connection import ConnectionSettings
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
-from tests.explain.story import Story, pending_pod, subject_of
+from tests.explain.story import Story, pending_pod
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +24,7 @@ def publish(server: LocalNatsServer, story: Story) -> None:
         event_log = await JetStreamEventLog.connect(ConnectionSettings(servers=(server.url,), name="test"))
         try:
             for record in story.log:
-                await event_log.publish(subject_of(record.event), record.event)
+                await event_log.publish(registry.subject_of(record.event), record.event)
         finally:
             await event_log.close()
 

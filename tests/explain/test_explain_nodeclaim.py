@@ -1,4 +1,4 @@
-"""``explain_nodeclaim`` on logs the real planner wrote: why a claim exists, its life, its disruption story."""
+"""``explain_nodeclaim`` on logs the real planner wrote: why a claim exists, its life, its disruptions."""
 
 from __future__ import annotations
 
@@ -247,6 +247,28 @@ def test_a_claim_whose_plan_aged_out_still_tells_what_is_left() -> None:
     explanation = explain_nodeclaim("default-old", story.log)
     assert explanation.found and explanation.phase == "Terminated"
     assert "its NodeClaimPlanned is not in the log" in explanation.text()
+
+
+def test_a_step_the_services_refuse_is_noted_not_folded() -> None:
+    """A forged launch (written by a service that does not own the step) is dead-lettered by the services:
+    explain says so, and the claim's phase and life stay as the services see them."""
+    story, planned = field_case()
+    name = planned.nodeclaim
+    story.claim_event(
+        ev.NodeClaimLaunched,
+        name,
+        at=12,
+        producer="pod-watcher",
+        instance_type="c3-16",
+        provider_id="openstack:///forged",
+    )
+    explanation = explain_nodeclaim(name, story.log)
+    assert explanation.phase == "Planned"
+    assert [s.step for s in explanation.life] == ["Planned"]
+    (note,) = explanation.notes
+    assert note.startswith(f"#{story.log[-1].sequence} refused by the services (not part of its story):")
+    assert "NodeClaimLaunched from pod-watcher: only launcher-* may write this step" in note
+    assert f"Notes\n  {note}" in explanation.text()
 
 
 def test_the_event_message_fits_a_kubernetes_event_and_keeps_the_point() -> None:
