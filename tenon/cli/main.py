@@ -7,6 +7,10 @@ input or usage (argparse's own convention).
 Development tools (``tenon up``, ``tenon sandbox``, ``tenon broker``) are not imported from here: they live in
 ``devtools`` and plug themselves in through the ``tenon.commands`` entry point group (``pyproject.toml``), so
 production code never depends on them and an image without them simply lacks those commands.
+
+Each subcommand's module docstring is also its ``--help`` description. Docstrings are written for code
+readers, in reStructuredText (double backquotes, roles such as ``:mod:``); :class:`PlainHelpParser` prints
+them, and every other help text, without that markup, so a terminal shows plain text.
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import re
 import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
+from typing import Any
 
 # module path, in the order ``tenon --help`` lists them
 SUBCOMMANDS: tuple[str, ...] = (
@@ -29,6 +35,52 @@ SUBCOMMANDS: tuple[str, ...] = (
 PLUGIN_GROUP = "tenon.commands"
 
 
+_ROLE = re.compile(r":(?:[a-z]+:)?[a-z]+:`~?([^`<]*?)\s*(?:<[^`>]*>)?`")
+"""``:mod:`x```, ``:class:`~a.b.C```, ``:func:`title <target>```: the text a reader should see."""
+_LITERAL = re.compile(r"``(.+?)``", re.DOTALL)
+_INTERPRETED = re.compile(r"`([^`]+)`")
+_STRONG = re.compile(r"\*\*(.+?)\*\*", re.DOTALL)
+_LITERAL_BLOCK = re.compile(r"(?<=\S)::$", re.MULTILINE)
+
+
+def plain(text: str) -> str:
+    """``text`` without reStructuredText markup: roles, literals, strong emphasis, ``::`` before a block."""
+    text = _ROLE.sub(lambda m: m.group(1).rsplit(".", 1)[-1] if m.group(0).count("~") else m.group(1), text)
+    text = _LITERAL.sub(r"\1", text)
+    text = _INTERPRETED.sub(r"\1", text)
+    text = _STRONG.sub(r"\1", text)
+    return _LITERAL_BLOCK.sub(":", text)
+
+
+_PLAIN_FORMATTERS: dict[type[argparse.HelpFormatter], type[argparse.HelpFormatter]] = {}
+
+
+def plain_formatter(formatter_class: type[argparse.HelpFormatter]) -> type[argparse.HelpFormatter]:
+    """``formatter_class`` (raw or wrapping) printing descriptions, epilogs and arguments' help as plain
+    text."""
+    if formatter_class not in _PLAIN_FORMATTERS:
+
+        class Plain(formatter_class):  # type: ignore[valid-type, misc]
+            def _format_text(self, text: str) -> str:
+                return str(super()._format_text(plain(text)))
+
+            def _expand_help(self, action: argparse.Action) -> str:
+                return plain(super()._expand_help(action))
+
+        Plain.__name__ = f"Plain{formatter_class.__name__}"
+        _PLAIN_FORMATTERS[formatter_class] = Plain
+    return _PLAIN_FORMATTERS[formatter_class]
+
+
+class PlainHelpParser(argparse.ArgumentParser):
+    """An argument parser whose help reads as plain text whatever formatter its caller picked; subcommands'
+    parsers (``add_subparsers``) are of the same kind."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs["formatter_class"] = plain_formatter(kwargs.get("formatter_class", argparse.HelpFormatter))
+        super().__init__(**kwargs)
+
+
 def plugin_modules() -> list[str]:
     """Modules of the subcommands installed beside tenon (the development tools), by entry point name."""
     found = entry_points(group=PLUGIN_GROUP)
@@ -36,11 +88,13 @@ def plugin_modules() -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = PlainHelpParser(
         prog="tenon",
         description="tenon: a Kubernetes node autoscaler speaking Karpenter's API, event-sourced over NATS.",
     )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    subparsers = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=PlainHelpParser
+    )
     for module_path in (*SUBCOMMANDS, *plugin_modules()):
         if importlib.util.find_spec(module_path.split(".")[0]) is None:
             continue  # a plugin whose package is not installed (a production image has no devtools)
