@@ -26,7 +26,7 @@ async def running_watcher(
     kube = await load_kube(str(sandbox.workload_kubeconfig))
     if kube_class is not Kube:
         kube = kube_class(kube.api)
-    values: dict[str, Any] = {"batch_idle_seconds": 0.5, "batch_max_seconds": 5.0, **settings}
+    values: dict[str, Any] = {"batch_idle": 0.5, "batch_max": 5.0, **settings}
     watcher = PodWatcher(
         kube, event_log, PodWatcherSettings(kubeconfig=str(sandbox.workload_kubeconfig), **values)
     )
@@ -75,12 +75,3 @@ def summary(event: Event) -> str:
         if isinstance(obj, dict):
             return f"{type(event).__name__}({getattr(event, 'change', '')} {obj['metadata']['name']})"
     return type(event).__name__
-
-
-async def wait_until(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not (result := check()):
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
-    return result

@@ -1,4 +1,4 @@
-"""The batching window's rules, driven by a fake clock (no I/O)."""
+"""The batching window's rules on logical time (microseconds given with each call; no I/O, no clock)."""
 
 from __future__ import annotations
 
@@ -6,18 +6,11 @@ from typing import Any
 
 import pytest
 
-from tenon.services.pod_watcher.batching import PendingBatcher
+from tenon.services.pod_watcher.batching import Arrival, PendingBatcher, micros, micros_of, moment_of
 
-
-class FakeClock:
-    def __init__(self, start: float = 1_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+S = 1_000_000
+"""One second in microseconds."""
+T0 = 1_700_000_000 * S
 
 
 def pod(uid: str, version: int = 1) -> dict[str, Any]:
@@ -27,144 +20,127 @@ def pod(uid: str, version: int = 1) -> dict[str, Any]:
     }
 
 
-def batcher(
-    clock: FakeClock, idle: float = 1.0, max_duration: float = 10.0, rebatch: float = 30.0
-) -> PendingBatcher:
-    return PendingBatcher(idle=idle, max_duration=max_duration, rebatch=rebatch, clock=clock)
+def batcher(idle: float = 1.0, max_duration: float = 10.0, rebatch: float = 30.0) -> PendingBatcher:
+    return PendingBatcher(idle=micros(idle), max_duration=micros(max_duration), rebatch=micros(rebatch))
 
 
-def test_window_closes_idle_seconds_after_the_last_new_pod() -> None:
-    clock = FakeClock()
-    b = batcher(clock)
-    opened = clock.now
-    b.pod_pending("a", pod("a"))
-    clock.advance(0.6)
-    b.pod_pending("b", pod("b"))
-    assert b.next_deadline() == pytest.approx(clock.now + 1.0)
-    clock.advance(0.9)
-    assert b.poll() is None  # 0.9 s after the last new pod: still open
-    clock.advance(0.1)
-    batch = b.poll()
-    assert batch is not None
+def test_window_closes_idle_after_the_last_new_pod_at_that_very_microsecond() -> None:
+    b = batcher()
+    b.pod_pending("a", pod("a"), T0)
+    b.pod_pending("b", pod("b"), T0 + 600_000)
+    assert b.next_deadline() == T0 + 1_600_000
+    assert b.poll(T0 + 1_599_999) == []  # a microsecond before: still open
+    [batch] = b.poll(T0 + 5 * S)  # collected late: it closed at its deadline all the same
     assert batch.uids == ("a", "b")
-    assert batch.closed_by == "idle"
-    assert batch.opened_at == opened
-    assert b.poll() is None and b.next_deadline() is not None  # only the re-batch times remain
+    assert (batch.closed_by, batch.opened_at, batch.closed_at) == ("idle", T0, T0 + 1_600_000)
+    assert batch.arrivals == (Arrival("a", T0), Arrival("b", T0 + 600_000))
+    assert b.poll(T0 + 6 * S) == [] and b.next_deadline() is not None  # only the re-batch times remain
+
+
+def test_a_pod_pending_after_the_deadline_opens_the_next_window_even_if_the_first_was_not_collected() -> None:
+    b = batcher()
+    b.pod_pending("a", pod("a"), T0)
+    b.pod_pending("b", pod("b"), T0 + S)  # exactly at the deadline: the window is over
+    first, second = b.poll(T0 + 3 * S)
+    assert (first.uids, first.closed_at) == (("a",), T0 + S)
+    assert (second.uids, second.opened_at, second.closed_at) == (("b",), T0 + S, T0 + 2 * S)
 
 
 def test_updates_of_pods_already_in_the_window_do_not_extend_it_but_refresh_the_object() -> None:
-    clock = FakeClock()
-    b = batcher(clock)
-    b.pod_pending("a", pod("a", 1))
+    b = batcher()
+    b.pod_pending("a", pod("a", 1), T0)
     deadline = b.next_deadline()
-    clock.advance(0.5)
-    b.pod_pending("a", pod("a", 2))  # the scheduler marked it Unschedulable again
+    b.pod_pending("a", pod("a", 2), T0 + S // 2)  # the scheduler marked it Unschedulable again
     assert b.next_deadline() == deadline
-    clock.advance(0.5)
-    batch = b.poll()
-    assert batch is not None
+    [batch] = b.poll(T0 + S)
     assert batch.pods[0]["metadata"]["resourceVersion"] == "2"
+    assert batch.arrivals == (Arrival("a", T0),)
 
 
 def test_a_steady_trickle_closes_the_window_at_max_duration() -> None:
-    clock = FakeClock()
-    b = batcher(clock, idle=1.0, max_duration=3.0)
+    b = batcher(idle=1.0, max_duration=3.0)
     batches = []
     for i in range(12):  # a new pod every 0.5 s: never idle for 1 s
-        b.pod_pending(f"p{i:02}", pod(f"p{i:02}"))
-        clock.advance(0.5)
-        batch = b.poll()
-        if batch is not None:
-            batches.append(batch)
+        b.pod_pending(f"p{i:02}", pod(f"p{i:02}"), T0 + i * S // 2)
+        batches += b.poll(T0 + i * S // 2)
+    batches += b.poll(T0 + 6 * S)
     assert [x.closed_by for x in batches] == ["max-duration", "max-duration"]
     assert [len(x.pods) for x in batches] == [6, 6]
-    assert all(x.closed_at - x.opened_at == pytest.approx(3.0) for x in batches)
+    assert all(x.closed_at - x.opened_at == 3 * S for x in batches)
 
 
-def test_a_batch_holds_only_pods_still_pending_and_an_emptied_window_emits_nothing() -> None:
-    clock = FakeClock()
-    b = batcher(clock)
-    b.pod_pending("a", pod("a"))
-    b.pod_pending("b", pod("b"))
-    b.pod_not_pending("a")  # bound or deleted before the window closed
-    clock.advance(1.0)
-    batch = b.poll()
-    assert batch is not None and batch.uids == ("b",)
+def test_a_batch_holds_only_pods_still_pending_records_who_left_and_an_emptied_window_emits_nothing() -> None:
+    b = batcher()
+    b.pod_pending("a", pod("a"), T0)
+    b.pod_pending("b", pod("b"), T0 + 100)
+    b.pod_not_pending("a", T0 + 200)  # bound or deleted before the window closed
+    [batch] = b.poll(T0 + 2 * S)
+    assert batch.uids == ("b",)
+    assert batch.arrivals == (Arrival("a", T0, T0 + 200), Arrival("b", T0 + 100))
 
-    b.pod_pending("c", pod("c"))
-    b.pod_not_pending("c")
-    clock.advance(1.0)
-    assert b.poll() is None
+    b.pod_pending("c", pod("c"), T0 + 3 * S)
+    b.pod_not_pending("c", T0 + 3 * S + 1)
+    assert b.poll(T0 + 5 * S) == []
     assert b.window_size == 0
 
 
-def test_a_pod_added_after_the_window_closed_goes_into_the_next_batch() -> None:
-    clock = FakeClock()
-    b = batcher(clock)
-    b.pod_pending("a", pod("a"))
-    clock.advance(1.0)
-    first = b.poll()
-    b.pod_pending("a", pod("a", 2))  # still pending: not news
-    b.pod_pending("b", pod("b"))
-    clock.advance(1.0)
-    second = b.poll()
-    assert first is not None and first.uids == ("a",)
-    assert second is not None and second.uids == ("b",)
-
-
-def test_pods_still_pending_are_offered_again_after_the_rebatch_delay() -> None:
-    clock = FakeClock()
-    b = batcher(clock, rebatch=30.0)
-    b.pod_pending("a", pod("a"))
-    b.pod_pending("gone", pod("gone"))
-    clock.advance(1.0)
-    assert b.poll() is not None
-    b.pod_not_pending("gone")
-    batched_at = clock.now
-    assert b.next_deadline() == pytest.approx(batched_at + 30.0)
-    clock.advance(29.0)
-    assert b.poll() is None
-    clock.advance(1.0)
-    assert b.poll() is None  # the pod joined a new window ...
-    clock.advance(1.0)
-    again = b.poll()  # ... which closes 1 s later
-    assert again is not None and again.uids == ("a",)
+def test_pods_still_pending_join_again_exactly_at_their_rebatch_time() -> None:
+    b = batcher(rebatch=30.0)
+    b.pod_pending("a", pod("a"), T0)
+    b.pod_pending("gone", pod("gone"), T0)
+    assert len(b.poll(T0 + S)) == 1
+    b.pod_not_pending("gone", T0 + 2 * S)
+    assert b.next_deadline() == T0 + 31 * S
+    b.pod_pending("a", pod("a", 2), T0 + 20 * S)  # still pending: not news before its time
+    assert b.window_size == 0
+    [again] = b.poll(T0 + 40 * S)  # it joined at T0+31 s, and that window closed 1 s later
+    assert (again.uids, again.opened_at, again.closed_at) == (("a",), T0 + 31 * S, T0 + 32 * S)
 
 
 def test_pods_remembered_from_the_log_wait_for_their_rebatch_time() -> None:
-    clock = FakeClock()
-    b = batcher(clock, rebatch=30.0)
-    b.remember_batched(["a"], clock.now - 10.0)  # an earlier leader batched it 10 s ago
-    b.replace_pending({"a": pod("a"), "b": pod("b")})
-    clock.advance(1.0)
-    batch = b.poll()
-    assert batch is not None and batch.uids == ("b",)
-    clock.advance(19.0)
-    b.poll()
-    clock.advance(1.0)
-    again = b.poll()
-    assert again is not None and again.uids == ("a",)
+    b = batcher(rebatch=30.0)
+    b.remember_batched(["a"], T0 - 10 * S)  # an earlier leader batched it 10 s ago
+    b.replace_pending({"a": pod("a"), "b": pod("b")}, T0)
+    [batch] = b.poll(T0 + S)
+    assert batch.uids == ("b",)
+    [again] = b.poll(T0 + 25 * S)
+    assert (again.uids, again.opened_at) == (("a",), T0 + 20 * S)
 
 
-def test_flush_closes_the_open_window_as_shutdown() -> None:
-    clock = FakeClock()
-    b = batcher(clock)
-    assert b.flush() is None
-    b.pod_pending("a", pod("a"))
-    batch = b.flush()
-    assert batch is not None and batch.closed_by == "shutdown" and batch.uids == ("a",)
+def test_flush_closes_the_open_window_as_shutdown_unless_its_deadline_came_first() -> None:
+    b = batcher()
+    assert b.flush(T0) == []
+    b.pod_pending("a", pod("a"), T0)
+    [batch] = b.flush(T0 + S // 2)
+    assert (batch.closed_by, batch.uids, batch.closed_at) == ("shutdown", ("a",), T0 + S // 2)
+    b.pod_pending("b", pod("b"), T0 + 2 * S)
+    [late] = b.flush(T0 + 9 * S)
+    assert (late.closed_by, late.closed_at) == ("idle", T0 + 3 * S)
+
+
+def test_a_clock_that_steps_back_does_not_run_time_backwards() -> None:
+    b = batcher()
+    b.pod_pending("a", pod("a"), T0 + 5 * S)
+    b.pod_pending("b", pod("b"), T0)  # the wall clock stepped back: read as T0 + 5 s
+    [batch] = b.poll(T0 + 6 * S)
+    assert batch.arrivals == (Arrival("a", T0 + 5 * S), Arrival("b", T0 + 5 * S))
+
+
+def test_recorded_timestamps_round_trip_to_the_microsecond() -> None:
+    for at in (T0, T0 + 1, T0 + 999_999, 0, 2**53):
+        assert micros_of(moment_of(at)) == at
 
 
 @pytest.mark.parametrize(
     ("idle", "max_duration", "rebatch", "message"),
     [
-        (0.0, 10.0, 30.0, "idle must be a positive"),
-        (1.0, float("nan"), 30.0, "max_duration must be a positive"),
-        (5.0, 2.0, 30.0, "must not be shorter than idle"),
+        (0, 10 * S, 30 * S, "idle must be a positive"),
+        (S, 0.5, 30 * S, "max_duration must be a positive"),
+        (5 * S, 2 * S, 30 * S, "must not be shorter than idle"),
     ],
 )
 def test_bad_settings_are_refused_with_the_setting_named(
-    idle: float, max_duration: float, rebatch: float, message: str
+    idle: int, max_duration: Any, rebatch: int, message: str
 ) -> None:
     with pytest.raises(ValueError, match=message):
-        PendingBatcher(idle=idle, max_duration=max_duration, rebatch=rebatch, clock=FakeClock())
+        PendingBatcher(idle=idle, max_duration=max_duration, rebatch=rebatch)

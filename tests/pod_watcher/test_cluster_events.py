@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -14,6 +13,7 @@ from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tenon.runtime.kube.resources import Kube, KubeApiError
 from tests.pod_watcher.support import logged, running_watcher, wait_for_events
 from tests.sandbox.controller_support import node, pod
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -137,8 +137,6 @@ async def test_snapshots_on_change_only_and_an_absent_kind_does_not_block_the_ot
             pools = await wait_for_events(
                 jetstream_log, NodePoolsSnapshot, lambda e: len(e) >= 2, what="pools"
             )
-            await asyncio.sleep(0.3)
-            pools = await logged(jetstream_log, NodePoolsSnapshot)
             assert [[p["metadata"]["name"] for p in s.nodepools] for s in pools] == [[], ["general", "gpu"]]
 
             store.patch(pools_rt, "general", None, {"status": {"resources": {"cpu": "8"}}}, MERGE, "status")
@@ -150,9 +148,18 @@ async def test_snapshots_on_change_only_and_an_absent_kind_does_not_block_the_ot
             settled = len(await logged(jetstream_log, NodePoolsSnapshot))
 
         # a new term lists everything again: unchanged content makes no snapshot
-        async with running_watcher(sandbox, jetstream_log, kube_class=WithoutEC2NodeClasses):
-            await asyncio.sleep(1.0)
-            assert len(await logged(jetstream_log, NodePoolsSnapshot)) == settled
+        async with running_watcher(sandbox, jetstream_log, kube_class=WithoutEC2NodeClasses) as term:
+            source = term.snapshots["nodepools"]
+            await until(
+                lambda: source.ready and not source.dirty.is_set(), what="the NodePools listed and decided"
+            )
+            store.create(pools_rt, nodepool("late"))
+            pools = await wait_for_events(
+                jetstream_log, NodePoolsSnapshot, lambda e: len(e) > settled, what="the new pool"
+            )
+            assert [[p["metadata"]["name"] for p in s.nodepools] for s in pools[settled:]] == [
+                ["general", "gpu", "late"]
+            ]
             assert len(await logged(jetstream_log, NodeClassesSnapshot)) == 1
         assert settled == 3
 
@@ -178,12 +185,23 @@ async def test_a_change_made_while_the_watch_was_expired_is_published_after_the_
             store.create(nodes_rt, node("new", ready=True))
             store.delete(nodes_rt, "gone")
             store.patch(nodes_rt, "keep", None, {"metadata": {"labels": {"team": "blue"}}}, MERGE)
-            events = await wait_for_events(
+            await wait_for_events(
                 jetstream_log, NodeObserved, lambda e: len(e) >= 6, what="the gap's changes after the re-list"
             )
-            await asyncio.sleep(0.3)
-            events = await logged(jetstream_log, NodeObserved)
-            assert sorted(changes(events)[3:]) == [("added", "new"), ("changed", "keep"), ("removed", "gone")]
+            # a last change that matters, after the gap: when it is published, everything before it is too
+            store.patch(nodes_rt, "filler", None, {"metadata": {"labels": {"marker": "1"}}}, MERGE)
+            events = await wait_for_events(
+                jetstream_log,
+                NodeObserved,
+                lambda e: any(x.node["metadata"]["labels"].get("marker") for x in e),
+                what="the marker",
+            )
+            assert sorted(changes(events)[3:-1]) == [
+                ("added", "new"),
+                ("changed", "keep"),
+                ("removed", "gone"),
+            ]
+            assert changes(events)[-1] == ("changed", "filler")
             assert any(
                 "watch expired, re-listing" in r.getMessage() and getattr(r, "resource", "") == "nodes"
                 for r in caplog.records

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Any
 
 import pytest
 
-from proto.events import NodeObserved, NodePoolsSnapshot, PendingBatch
+from proto.events import NodeObserved, NodePoolsSnapshot
 from tenon.services.pod_watcher import observations as obs
+from tenon.services.pod_watcher.service import NODE_READS, POD_READS, readable
 
 
 def unschedulable_pod(name: str = "web-1", uid: str = "u-web-1", **spec: Any) -> dict[str, Any]:
@@ -239,40 +241,6 @@ def test_daemonset_status_is_not_content() -> None:
     assert state.decide([{**ds, "status": {"numberReady": 5}}]) is None
 
 
-def test_pending_batch_event_ids_batch_id_and_whole_trimmed_pods() -> None:
-    pods = [unschedulable_pod("b", "u-b"), unschedulable_pod("a", "u-a")]
-    event = obs.pending_batch_event(
-        pods, opened_at=1_700_000_000.0, closed_at=1_700_000_001.0, closed_by="idle"
-    )
-    same = obs.pending_batch_event(
-        list(reversed(pods)), opened_at=1_700_000_000.0, closed_at=1_700_000_002.0, closed_by="idle"
-    )
-    later = obs.pending_batch_event(
-        pods, opened_at=1_700_000_005.0, closed_at=1_700_000_006.0, closed_by="idle"
-    )
-    assert isinstance(event, PendingBatch)
-    assert event.batch_id == event.id == event.correlation_id
-    assert event.id == same.id != later.id
-    assert all("managedFields" not in p["metadata"] for p in event.pods)
-    assert event.pods[0]["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "1"}
-
-
-def test_a_window_too_big_for_one_message_is_split_keeping_order_and_every_pod() -> None:
-    pods = [obs.trimmed(unschedulable_pod(f"web-{i:02}", f"u-{i:02}")) for i in range(40)]
-    one = len(obs.json.dumps(pods[0], separators=(",", ":")))
-    parts = obs.split_for_payload(pods, max_bytes=obs.BATCH_ENVELOPE_BYTES + 10 * (one + 1))
-    assert [len(p) for p in parts] == [10, 10, 10, 10]
-    assert [p["metadata"]["name"] for part in parts for p in part] == [p["metadata"]["name"] for p in pods]
-    assert obs.split_for_payload(pods, max_bytes=1_048_576) == [pods]
-
-
-def test_a_pod_too_large_for_any_message_is_named() -> None:
-    big = unschedulable_pod("huge")
-    big["metadata"]["annotations"] = {"blob": "x" * 10_000}
-    with pytest.raises(obs.PodTooLarge, match=r"Pod default/huge: .* bytes of JSON"):
-        obs.split_for_payload([big], max_bytes=8_192)
-
-
 def test_an_object_recreated_under_the_same_name_during_a_gap_ends_added() -> None:
     tracker = obs.node_tracker()
     tracker.observe(node("n1", "old-uid"))
@@ -281,3 +249,64 @@ def test_an_object_recreated_under_the_same_name_during_a_gap_ends_added() -> No
         ("removed", "old-uid"),
         ("added", "new-uid"),
     ]
+
+
+def test_a_reassertion_repeats_the_last_published_version_with_an_id_of_its_epoch() -> None:
+    tracker = obs.node_tracker()
+    added = tracker.observe(node())
+    assert added is not None
+    heartbeat = node(rv="6")  # not published: the re-assertion repeats what the log holds
+    assert tracker.observe(heartbeat) is None
+    again = tracker.reassert("u-n1", 41)
+    same_epoch = obs.node_tracker()
+    same_epoch.restore("added", added.node)  # type: ignore[attr-defined]
+    repeat = same_epoch.reassert("u-n1", 41)
+    next_epoch = tracker.reassert("u-n1", 42)
+    assert isinstance(again, NodeObserved) and again.change == "changed"
+    assert again.node == added.node  # type: ignore[attr-defined]
+    assert repeat is not None and next_epoch is not None
+    assert again.id == repeat.id and len({added.id, again.id, next_epoch.id}) == 3
+    assert tracker.reassert("unknown-uid", 41) is None
+
+
+def test_an_unchanged_snapshot_is_reasserted_only_when_asked_with_an_id_of_its_epoch() -> None:
+    state = obs.SnapshotState(obs.NODEPOOLS)
+    first = state.decide([nodepool("a")])
+    assert isinstance(first, NodePoolsSnapshot)
+    state.published(first, sequence=3)
+    assert state.decide([nodepool("a")]) is None
+    again = state.decide([nodepool("a")], resync=7)
+    other_replica = obs.SnapshotState(obs.NODEPOOLS)
+    other_replica.published(first, sequence=3)
+    repeat = other_replica.decide([nodepool("a")], resync=7)
+    assert isinstance(again, NodePoolsSnapshot) and again.nodepools == first.nodepools
+    assert repeat is not None and repeat.id == again.id != first.id
+    assert (state.decide([nodepool("a")], resync=8) or first).id != again.id
+
+
+def test_an_object_that_cannot_be_read_is_skipped_with_a_warning_naming_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    no_uid = unschedulable_pod("no-uid")
+    del no_uid["metadata"]["uid"]
+    odd_status = unschedulable_pod("odd", "u-odd")
+    odd_status["status"] = ["not", "a", "mapping"]
+    odd_node = node("n-odd", "u-n-odd")
+    odd_node["spec"] = "taints?"
+    checks = [
+        (unschedulable_pod(), POD_READS),
+        (no_uid, POD_READS),
+        (odd_status, POD_READS),
+        ("junk", POD_READS),
+        (node(), NODE_READS),
+        (odd_node, NODE_READS),
+    ]
+    with caplog.at_level(logging.WARNING, logger="tenon.pod_watcher"):
+        assert [readable(obj, reads) for obj, reads in checks] == [True, False, False, False, True, False]  # type: ignore[arg-type]
+    assert [getattr(r, "object", None) for r in caplog.records] == [
+        "Pod default/no-uid",
+        "Pod default/odd",
+        "a str, not an object",
+        "Node n-odd",
+    ]
+    assert "metadata.uid is missing" in caplog.records[0].error  # type: ignore[attr-defined]

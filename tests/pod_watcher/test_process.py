@@ -1,4 +1,5 @@
-"""``python -m tenon.services.pod_watcher`` as its own process, configured by the environment, stopped by SIGTERM."""
+"""``python -m tenon.services.pod_watcher``: its settings, and the process configured by the environment,
+stopped by SIGTERM."""
 
 from __future__ import annotations
 
@@ -14,42 +15,46 @@ from devtools.broker import LocalNatsServer
 from devtools.sandbox.testing import running_sandbox
 from proto.events import NodeObserved, PendingBatch
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
-from tenon.services.pod_watcher.__main__ import settings_from
+from tenon.runtime.service import main
+from tenon.runtime.settings import SettingsError, load
+from tenon.services.pod_watcher.service import SERVICE, PodWatcherSettings
 from tests.pod_watcher.support import wait_for_events
 from tests.sandbox.controller_support import node, pod
 
 
-def test_flags_override_the_environment_and_bad_values_name_the_flag(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
+def test_flags_override_the_environment_and_bad_values_are_one_line_naming_the_variable(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     kubeconfig = tmp_path / "workload.kubeconfig"
     kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
-    env = {
-        "TENON_KUBECONFIG": str(kubeconfig),
-        "TENON_BATCH_IDLE_SECONDS": "2",
-        "TENON_REBATCH_SECONDS": "60",
-    }
-    settings = settings_from(["--batch-max-seconds", "20", "--batch-idle-seconds", "3"], env)
-    assert (
-        settings.kubeconfig,
-        settings.batch_idle_seconds,
-        settings.batch_max_seconds,
-        settings.rebatch_seconds,
-    ) == (str(kubeconfig), 3.0, 20.0, 60.0)
+    env = {"TENON_KUBECONFIG": str(kubeconfig), "TENON_BATCH_IDLE": "2s", "TENON_REBATCH": "1m"}
+    settings = load(PodWatcherSettings, ["--batch-max", "20s", "--batch-idle", "3"], env, prog="pod-watcher")
+    assert (settings.kubeconfig, settings.batch_idle, settings.batch_max, settings.rebatch) == (
+        str(kubeconfig),
+        3.0,
+        20.0,
+        60.0,
+    )
+    defaults = load(PodWatcherSettings, [], {}, prog="pod-watcher")
+    assert (defaults.batch_idle, defaults.batch_max, defaults.rebatch) == (1.0, 10.0, 5.0)
     for argv, bad_env, named in [
-        (["--batch-idle-seconds", "soon"], env, "--batch-idle-seconds"),
-        (["--batch-idle-seconds", "20"], env, "batch_max_seconds (10.0) must not be shorter"),
+        (["--batch-idle", "soon"], env, "TENON_BATCH_IDLE: 'soon' is not a duration"),
         (
-            [],
-            {"TENON_KUBECONFIG": str(tmp_path / "missing")},
-            "--kubeconfig (or TENON_KUBECONFIG): no such file",
+            ["--batch-idle", "20s"],
+            env,
+            "TENON_BATCH_MAX (10s) must not be shorter than TENON_BATCH_IDLE (20s)",
         ),
-        ([], {}, "not running in a cluster"),
+        ([], {"TENON_REBATCH": "0"}, "TENON_REBATCH: '0' is below the minimum"),
+        ([], {"TENON_KUBECONFIG": str(tmp_path / "missing")}, "TENON_KUBECONFIG: no such file"),
     ]:
-        with pytest.raises(SystemExit) as exit_info:
-            settings_from(argv, bad_env)
-        assert exit_info.value.code == 2
-        assert named in capsys.readouterr().err
+        with pytest.raises(SettingsError) as refused:
+            load(PodWatcherSettings, argv, bad_env, prog="pod-watcher")
+        assert named in str(refused.value) and "\n" not in str(refused.value)
+    monkeypatch.setenv("TENON_BATCH_MAX", "500ms")
+    assert main(SERVICE, []) == 2  # what the process does with it: one line, exit 2
+    assert capsys.readouterr().err == (
+        "tenon run pod-watcher: TENON_BATCH_MAX (0.5s) must not be shorter than TENON_BATCH_IDLE (1s)\n"
+    )
 
 
 @pytest.mark.integration
@@ -63,7 +68,9 @@ async def test_the_service_process_publishes_and_stops_cleanly_on_sigterm(
             **os.environ,
             "TENON_NATS_URL": nats_server.url,
             "TENON_KUBECONFIG": str(sandbox.workload_kubeconfig),
-            "TENON_BATCH_IDLE_SECONDS": "0.2",
+            "TENON_BATCH_IDLE": "200ms",
+            "TENON_HEALTH_PORT": "0",
+            "TENON_HEALTH_HOST": "127.0.0.1",
             "TENON_LOG_LEVEL": "WARNING",
         }
         process = await asyncio.create_subprocess_exec(

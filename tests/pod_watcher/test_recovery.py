@@ -1,5 +1,5 @@
-"""A new term rebuilds its view from the log: on JetStream (last event per subject) and on any other log (the
-whole history folded in order) the result is the same."""
+"""A new term rebuilds its view from the log (the last event per subject): on JetStream and in memory the
+result is the same."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tenon.runtime.eventlog.memory import InMemoryEventLog
 from tenon.runtime.kube.resources import Kube
 from tenon.services.pod_watcher import observations as obs
+from tenon.services.pod_watcher.batching import Arrival, Batch, micros
+from tenon.services.pod_watcher.pending_batches import window_events
 from tenon.services.pod_watcher.service import PodWatcher, PodWatcherSettings
 
 
@@ -61,17 +63,22 @@ async def publish_history(event_log: EventLog) -> None:
     snapshot = snapshots.decide([{"kind": "NodePool", "metadata": {"name": "general", "uid": "u-np"}}])
     assert snapshot is not None
     await event_log.publish(subjects.NODEPOOLS, snapshot)
-    batch = obs.pending_batch_event(
-        [{"kind": "Pod", "metadata": {"name": "p", "namespace": "default", "uid": "u-p"}}],
-        opened_at=time.time() - 2,
-        closed_at=time.time() - 1,
-        closed_by="idle",
+    now = micros(time.time())
+    window = Batch(
+        ({"kind": "Pod", "metadata": {"name": "p", "namespace": "default", "uid": "u-p"}},),
+        now - 2_000_000,
+        now - 1_000_000,
+        "idle",
+        (Arrival("u-p", now - 2_000_000),),
+        1_000_000,
+        10_000_000,
     )
+    [batch] = window_events(window, 1_048_576).events
     await event_log.publish(subjects.PENDING, batch)
 
 
 async def recovered(event_log: EventLog) -> PodWatcher:
-    watcher = PodWatcher(Kube(None), event_log, PodWatcherSettings(rebatch_seconds=30.0))  # type: ignore[arg-type]
+    watcher = PodWatcher(Kube(None), event_log, PodWatcherSettings(rebatch=30.0))  # type: ignore[arg-type]
     await watcher.recover()
     return watcher
 
@@ -96,7 +103,7 @@ async def test_jetstream_and_in_memory_logs_recover_the_same_view(jetstream_log:
             )
         )
         # the recently batched pod is not offered again before its re-batch time
-        watcher.batcher.pod_pending("u-p", {"metadata": {"uid": "u-p"}})
+        watcher.batcher.pod_pending("u-p", {"metadata": {"uid": "u-p"}}, micros(time.time()))
         assert watcher.batcher.window_size == 0
     assert views[0] == views[1]
     assert views[0][0] == {"u1": ("n1", "4"), "u3b": ("n3", "7")}

@@ -1,13 +1,13 @@
-"""Batching pending pods into windows: pure, with an injected clock.
+"""Batching pending pods into windows: pure, on logical time in whole microseconds.
 
 Why batch
 ---------
 A Deployment scaled to 8 makes 8 pods Unschedulable within a few hundred milliseconds, not at once. Deciding
 on the first pod alone would buy a small machine, then another for the next pod, and so on; deciding on all
 eight buys the right machines. Like Karpenter's provisioner, the pod-watcher collects pods in a window that
-closes ``idle`` seconds after the last *new* pod joined (the burst is over) or ``max_duration`` seconds after
-the first (a steady trickle must not postpone a decision forever), whichever comes first. The scheduler then
-receives one ``PendingBatch`` per window.
+closes ``idle`` after the last *new* pod joined (the burst is over) or ``max_duration`` after the first (a
+steady trickle must not postpone a decision forever), whichever comes first. The scheduler then receives one
+``PendingBatch`` per window.
 
 Rules
 -----
@@ -17,36 +17,79 @@ Rules
   retry; that is not news).
 * A pod that stops being pending (bound, deleted, no longer eligible) leaves the window at once: a batch holds
   only pods still pending when its window closes. A window left empty closes without a batch.
-* Every pod of a closed batch remembers when it was batched. If it is still pending ``rebatch`` seconds later
-  it joins a window again. The scheduler counts in-flight NodeClaims, so offering a pod again never buys
-  twice; it is the safety net for claims that were abandoned or for a batch the scheduler never saw.
+* Every pod of a closed batch remembers when it was batched. If it is still pending ``rebatch`` later it joins
+  a window again, at that moment. The scheduler counts in-flight NodeClaims, so offering a pod again never
+  buys twice; it is the safety net for claims that were abandoned or for a batch the scheduler never saw.
 * :meth:`PendingBatcher.flush` closes an open window at shutdown, so a stopping leader hands over what it
   collected instead of dropping it.
 
-The clock returns seconds since the epoch (wall time, because a batch's opening time is part of its event id
-and of the log a person reads). The service calls :meth:`~PendingBatcher.poll` when
-:meth:`~PendingBatcher.next_deadline` is reached or when pods changed; tests drive a fake clock.
+Logical time
+------------
+Every call says what time it is (``now``, microseconds since the epoch), and before doing anything the batcher
+first lets every deadline up to ``now`` happen *at its own moment*: a window closes exactly at its deadline,
+a pod due for re-batching joins exactly at its due time, whatever the moment the service got round to asking.
+A pod that becomes pending after a window's deadline therefore opens the next window even if the old one was
+not collected yet. The outcome is a function of the observations and their times alone, not of how busy the
+event loop was, which is what lets ``tenon replay pod-watcher`` decide a recorded window again and find the
+same batch (:mod:`.decider`). Whole microseconds, because that is what a recorded timestamp holds: the replay
+computes the same deadlines to the microsecond, with no float rounding between them.
+
+Each window also records its *arrivals*: every time a pod joined it, and when it left if it left before the
+close. They travel in the ``PendingBatch`` (uids and times only).
 """
 
 from __future__ import annotations
 
 import heapq
-import math
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 ClosedBy = Literal["idle", "max-duration", "shutdown"]
+Micros = int
+"""A moment (microseconds since the Unix epoch) or a duration, in whole microseconds."""
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def micros(seconds: float) -> Micros:
+    """Seconds (a clock reading or a setting) in whole microseconds."""
+    return round(seconds * 1_000_000)
+
+
+def micros_of(moment: datetime) -> Micros:
+    """A recorded timestamp in microseconds, exactly."""
+    return (moment - EPOCH) // _MICROSECOND
+
+
+def moment_of(at: Micros) -> datetime:
+    """The timestamp an event records for ``at``, exactly."""
+    return EPOCH + at * _MICROSECOND
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """A pod joined the window at ``joined`` (and left it at ``left``, if it did before the close)."""
+
+    uid: str
+    joined: Micros
+    left: Micros | None = None
 
 
 @dataclass(frozen=True)
 class Batch:
-    """One closed window: the pods still pending when it closed (ordered by uid), and its times."""
+    """One closed window: the pods still pending when it closed (ordered by uid), its times, its arrivals and
+    the settings it closed by."""
 
     pods: tuple[dict[str, Any], ...]
-    opened_at: float
-    closed_at: float
+    opened_at: Micros
+    closed_at: Micros
     closed_by: ClosedBy
+    arrivals: tuple[Arrival, ...] = ()
+    idle: Micros = 0
+    max_duration: Micros = 0
 
     @property
     def uids(self) -> tuple[str, ...]:
@@ -55,21 +98,22 @@ class Batch:
 
 @dataclass
 class _Window:
-    opened_at: float
-    last_joined_at: float
+    opened_at: Micros
+    last_joined_at: Micros
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    arrivals: list[Arrival] = field(default_factory=list)
+    present: dict[str, int] = field(default_factory=dict)
+    """uid -> index in ``arrivals`` of its join while it is in the window."""
 
 
 class PendingBatcher:
     """The pending pods the service knows, the open window, and when each batched pod may be offered again."""
 
-    def __init__(
-        self, *, idle: float, max_duration: float, rebatch: float, clock: Callable[[], float]
-    ) -> None:
+    def __init__(self, *, idle: Micros, max_duration: Micros, rebatch: Micros) -> None:
         for label, value in (("idle", idle), ("max_duration", max_duration), ("rebatch", rebatch)):
-            if not (math.isfinite(value) and value > 0):
+            if not (isinstance(value, int) and value > 0):
                 raise ValueError(
-                    f"PendingBatcher: {label} must be a positive number of seconds, got {value!r}"
+                    f"PendingBatcher: {label} must be a positive number of microseconds, got {value!r}"
                 )
         if max_duration < idle:
             raise ValueError(
@@ -78,15 +122,16 @@ class PendingBatcher:
         self.idle = idle
         self.max_duration = max_duration
         self.rebatch = rebatch
-        self.clock = clock
+        self._now: Micros = 0
         self._pending: dict[str, dict[str, Any]] = {}
         self._window: _Window | None = None
-        self._batched_at: dict[str, float] = {}
+        self._closed: list[Batch] = []
+        self._batched_at: dict[str, Micros] = {}
         self._rebatch_due: list[
-            tuple[float, str]
+            tuple[Micros, str]
         ] = []  # heap; entries whose time no longer matches are stale
 
-    # --- what the watch reports -------------------------------------------------------------------------------
+    # --- what the watch reports -----------------------------------------------------------------------------
 
     @property
     def pending(self) -> Mapping[str, dict[str, Any]]:
@@ -96,44 +141,53 @@ class PendingBatcher:
     def window_size(self) -> int:
         return len(self._window.pods) if self._window else 0
 
-    def pod_pending(self, uid: str, pod: dict[str, Any]) -> None:
-        """``pod`` is pending now (first sight or an update)."""
+    def pod_pending(self, uid: str, pod: dict[str, Any], now: Micros) -> None:
+        """``pod`` is pending at ``now`` (first sight or an update)."""
+        now = self.advance(now)
         self._pending[uid] = pod
         if self._window is not None and uid in self._window.pods:
             self._window.pods[uid] = pod
             return
         batched_at = self._batched_at.get(uid)
-        if batched_at is not None and self.clock() < batched_at + self.rebatch:
-            return  # batched recently: it waits for its re-batch time (see poll)
-        self._join(uid, pod, self.clock())
+        if batched_at is not None and now < batched_at + self.rebatch:
+            return  # batched recently: it joins at its re-batch time (see advance)
+        self._join(uid, pod, now)
 
-    def pod_not_pending(self, uid: str) -> None:
-        """The pod was bound, deleted or stopped being eligible."""
+    def pod_not_pending(self, uid: str, now: Micros) -> None:
+        """The pod was bound, deleted or stopped being eligible at ``now``."""
+        now = self.advance(now)
         self._pending.pop(uid, None)
         self._batched_at.pop(uid, None)
-        if self._window is not None:
-            self._window.pods.pop(uid, None)
+        window = self._window
+        if window is None or uid not in window.pods:
+            return
+        del window.pods[uid]
+        index = window.present.pop(uid)
+        window.arrivals[index] = replace(window.arrivals[index], left=now)
+        if not window.pods:
+            self._window = None  # left empty: closes without a batch
 
-    def replace_pending(self, pods: Mapping[str, dict[str, Any]]) -> None:
-        """A re-list: ``pods`` is the complete set of pending pods now."""
+    def replace_pending(self, pods: Mapping[str, dict[str, Any]], now: Micros) -> None:
+        """A re-list at ``now``: ``pods`` is the complete set of pending pods."""
         for uid in [uid for uid in self._pending if uid not in pods]:
-            self.pod_not_pending(uid)
+            self.pod_not_pending(uid, now)
         for uid in [uid for uid in self._batched_at if uid not in pods]:
             del self._batched_at[uid]  # remembered from the log, but not pending any more
         for uid, pod in pods.items():
-            self.pod_pending(uid, pod)
+            self.pod_pending(uid, pod, now)
 
-    def remember_batched(self, uids: Iterable[str], at: float) -> None:
-        """These pods were batched at ``at`` (by this or an earlier leader): don't offer them before re-batch time."""
+    def remember_batched(self, uids: Iterable[str], at: Micros) -> None:
+        """These pods were batched at ``at`` (by this or an earlier leader): none is offered again before its
+        re-batch time."""
         for uid in uids:
-            if at > self._batched_at.get(uid, -math.inf):
+            if at > self._batched_at.get(uid, -1):
                 self._batched_at[uid] = at
                 heapq.heappush(self._rebatch_due, (at + self.rebatch, uid))
 
-    # --- time -------------------------------------------------------------------------------------------------
+    # --- time -----------------------------------------------------------------------------------------------
 
-    def next_deadline(self) -> float | None:
-        """When :meth:`poll` next has something to do (a window closes or a pod is due again), if ever."""
+    def next_deadline(self) -> Micros | None:
+        """When something next happens by time alone (a window closes or a pod is due again), if ever."""
         candidates = []
         if self._window is not None:
             candidates.append(self._close_time(self._window)[0])
@@ -142,55 +196,73 @@ class PendingBatcher:
             candidates.append(due)
         return min(candidates) if candidates else None
 
-    def poll(self) -> Batch | None:
-        """Offer pods whose re-batch time came, then close the window if its time came; the batch, if any."""
-        now = self.clock()
-        while (due := self._next_rebatch()) is not None and due <= now:
-            _, uid = heapq.heappop(self._rebatch_due)
-            pod = self._pending.get(uid)
-            if pod is not None and not (self._window is not None and uid in self._window.pods):
-                self._join(uid, pod, now)
-        window = self._window
-        if window is None:
-            return None
-        close_at, closed_by = self._close_time(window)
-        if not window.pods:
-            self._window = None
-            return None
-        if now < close_at:
-            return None
-        return self._close(now, closed_by)
+    def advance(self, now: Micros) -> Micros:
+        """Let every deadline up to ``now`` happen at its own moment, in order (a window closing before a pod
+        due at the same moment joins); the closed batches wait for :meth:`poll`. Time never runs backwards: a
+        clock that stepped back reads as the latest moment seen. Returns that moment."""
+        now = self._now = max(now, self._now)
+        while True:
+            close = self._close_time(self._window) if self._window is not None else None
+            due = self._next_rebatch()
+            if close is not None and close[0] <= now and (due is None or close[0] <= due):
+                self._close(*close)
+            elif due is not None and due <= now:
+                _, uid = heapq.heappop(self._rebatch_due)
+                pod = self._pending.get(uid)
+                if pod is not None and not (self._window is not None and uid in self._window.pods):
+                    self._join(uid, pod, due)
+            else:
+                return now
 
-    def flush(self) -> Batch | None:
-        """Close the open window now (shutdown)."""
-        if self._window is None or not self._window.pods:
-            self._window = None
-            return None
-        return self._close(self.clock(), "shutdown")
+    def poll(self, now: Micros) -> list[Batch]:
+        """The batches whose windows closed up to ``now``, oldest first (each returned once)."""
+        self.advance(now)
+        closed, self._closed = self._closed, []
+        return closed
 
-    # --- internals --------------------------------------------------------------------------------------------
+    def flush(self, now: Micros) -> list[Batch]:
+        """:meth:`poll`, then close the open window at ``now`` (shutdown)."""
+        now = self.advance(now)
+        if self._window is not None:
+            self._close(now, "shutdown")
+        return self.poll(now)
 
-    def _join(self, uid: str, pod: dict[str, Any], now: float) -> None:
+    # --- internals ------------------------------------------------------------------------------------------
+
+    def _join(self, uid: str, pod: dict[str, Any], at: Micros) -> None:
         if self._window is None:
-            self._window = _Window(opened_at=now, last_joined_at=now)
-        self._window.pods[uid] = pod
-        self._window.last_joined_at = now
+            self._window = _Window(opened_at=at, last_joined_at=at)
+        window = self._window
+        window.pods[uid] = pod
+        window.last_joined_at = at
+        window.present[uid] = len(window.arrivals)
+        window.arrivals.append(Arrival(uid, at))
 
-    def _close_time(self, window: _Window) -> tuple[float, ClosedBy]:
+    def _close_time(self, window: _Window) -> tuple[Micros, ClosedBy]:
         idle_close = window.last_joined_at + self.idle
         max_close = window.opened_at + self.max_duration
         return (idle_close, "idle") if idle_close < max_close else (max_close, "max-duration")
 
-    def _close(self, now: float, closed_by: ClosedBy) -> Batch:
+    def _close(self, at: Micros, closed_by: ClosedBy) -> None:
         assert self._window is not None
         window, self._window = self._window, None
         uids = sorted(window.pods)
-        self.remember_batched(uids, now)
-        return Batch(tuple(window.pods[uid] for uid in uids), window.opened_at, now, closed_by)
+        self.remember_batched(uids, at)
+        self._closed.append(
+            Batch(
+                tuple(window.pods[uid] for uid in uids),
+                window.opened_at,
+                at,
+                closed_by,
+                tuple(window.arrivals),
+                self.idle,
+                self.max_duration,
+            )
+        )
 
-    def _next_rebatch(self) -> float | None:
-        # drop stale heap entries: pods forgotten, or batched again since the entry was pushed. A pod remembered
-        # from the log but not seen yet keeps its entry: it may still show up pending before its time
+    def _next_rebatch(self) -> Micros | None:
+        # drop stale heap entries: pods forgotten, or batched again since the entry was pushed. A pod
+        # remembered from the log but not seen yet keeps its entry: it may still turn up pending before then
         while self._rebatch_due:
             due, uid = self._rebatch_due[0]
             batched_at = self._batched_at.get(uid)

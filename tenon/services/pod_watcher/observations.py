@@ -19,15 +19,16 @@ Which changes matter
 Nodes and bound pods change constantly for reasons no scheduling decision depends on (kubelet heartbeats,
 image lists, pod IPs). A change is published only when its *fingerprint* changes: for a Node its labels,
 taints, capacity and allocatable, the Ready condition's status, ``spec.unschedulable``, ``spec.providerID``,
-``deletionTimestamp`` and ``karpenter.*`` annotations; for a bound pod its node, phase, labels, owners,
-resource requests (containers, init containers, overhead), ``deletionTimestamp`` and ``karpenter.*``
-annotations. The comparison is against the last object *published*, so small irrelevant changes never hide a
+``deletionTimestamp`` and the annotations tenon reads; for a bound pod its node, phase, labels, owners,
+resource requests (containers, init containers, overhead), ``deletionTimestamp`` and the annotations tenon
+reads. The comparison is against the last object *published*, so small irrelevant changes never hide a
 relevant one that follows.
 
-:class:`ObservedObjects` keeps that "last published" view per kind, keyed by uid, and turns both watch changes
-and re-lists into events: after a re-list (the only correct answer to a gap, e.g. 410 Gone) anything it knew
-that is no longer listed becomes ``removed``. It can be rebuilt from the log (:meth:`ObservedObjects.restore`),
-which is how a new leader continues where the old one stopped without repeating it.
+:class:`ObservedObjects` keeps that "last published" version per kind, keyed by uid, and turns both watch
+changes and re-lists into events: after a re-list (the only correct answer to a gap, e.g. 410 Gone) anything
+it knew that is no longer listed becomes ``removed``. It can be rebuilt from the log
+(:meth:`ObservedObjects.restore`), which is how a new leader continues where the old one stopped without
+repeating it.
 
 Snapshots
 ---------
@@ -39,16 +40,18 @@ snapshot per node for nothing).
 
 Ids (``proto/README.md``, "Envelope and ids")
 ---------------------------------------------
-* ``NodeObserved``/``BoundPodObserved``: object uid, resourceVersion, change.
+* ``NodeObserved``/``BoundPodObserved``: object uid, resourceVersion, change; a re-assertion
+  (:mod:`.resync`) adds ``resync`` and its epoch.
 * snapshots: the content hash, preceded by the log sequence of the previous snapshot of that kind. The hash
   alone would make a content that comes back (A, B, A within the broker's two-minute duplicate window) a
   "duplicate" of the first A and silently drop it, leaving B as the log's last word; the previous sequence
-  makes each step distinct while two replicas deciding the same step still derive the same id.
-* ``PendingBatch``: the sorted pod uids and the window's opening time. ``batchId`` is the event id, and it is
-  also the ``correlationId`` that the scheduler carries along the chain.
+  makes each step distinct while two replicas deciding the same step still derive the same id. A
+  re-assertion adds ``resync`` and its epoch.
+* ``PendingBatch`` (:mod:`.pending_batches`): the sorted pod uids and the window's opening time.
 
-Objects are recorded whole except ``metadata.managedFields`` (server-side-apply bookkeeping, often larger
-than the object itself).
+What is recorded of an object is its :mod:`.views` view: what scheduling reads, never env values, commands
+or unknown annotations. NodePools and NodeClasses are tenon's own configuration and are recorded whole except
+``metadata.managedFields`` (server-side-apply bookkeeping, often larger than the object itself).
 """
 
 from __future__ import annotations
@@ -71,10 +74,9 @@ from proto.events import (
     NodeObserved,
     NodePoolsSnapshot,
     ObservedChange,
-    PendingBatch,
 )
-from proto.ids import derive_id
 from tenon.runtime.eventlog.factories import make_event
+from tenon.services.pod_watcher.views import READ_ANNOTATIONS, daemonset_view, node_view, pod_view
 
 PRODUCER = "pod-watcher"
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -84,12 +86,15 @@ class InvalidObject(ValueError):
     """A Kubernetes object lacks a field the pod-watcher needs; the message names the object and the field."""
 
 
-# --- objects ---------------------------------------------------------------------------------------------------
+# --- objects ------------------------------------------------------------------------------------------------
 
 
 def describe(obj: Mapping[str, Any]) -> str:
-    """``Pod default/web-1``, ``Node n1``: how errors and logs name an object."""
-    meta = obj.get("metadata") or {}
+    """``Pod default/web-1``, ``Node n1``: how errors and logs name an object (even a malformed one)."""
+    if not isinstance(obj, Mapping):
+        return f"a {type(obj).__name__}, not an object"
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
     kind = obj.get("kind") or "object"
     name = meta.get("name") or "<unnamed>"
     namespace = meta.get("namespace")
@@ -179,8 +184,8 @@ def is_bound(pod: Mapping[str, Any]) -> bool:
     return bool((pod.get("spec") or {}).get("nodeName"))
 
 
-def _karpenter_annotations(meta: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith("karpenter.")}
+def _read_annotations(meta: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in (meta.get("annotations") or {}).items() if k in READ_ANNOTATIONS}
 
 
 def node_fingerprint(node: Mapping[str, Any]) -> dict[str, Any]:
@@ -191,7 +196,7 @@ def node_fingerprint(node: Mapping[str, Any]) -> dict[str, Any]:
     ready = _condition(node, "Ready")
     return {
         "labels": meta.get("labels") or {},
-        "annotations": _karpenter_annotations(meta),
+        "annotations": _read_annotations(meta),
         "deletionTimestamp": meta.get("deletionTimestamp"),
         "taints": spec.get("taints") or [],
         "unschedulable": bool(spec.get("unschedulable")),
@@ -218,7 +223,7 @@ def bound_pod_fingerprint(pod: Mapping[str, Any]) -> dict[str, Any]:
         "nodeName": spec.get("nodeName"),
         "phase": (pod.get("status") or {}).get("phase"),
         "labels": meta.get("labels") or {},
-        "annotations": _karpenter_annotations(meta),
+        "annotations": _read_annotations(meta),
         "ownerReferences": meta.get("ownerReferences") or [],
         "deletionTimestamp": meta.get("deletionTimestamp"),
         "containers": _requests(spec.get("containers")),
@@ -227,21 +232,31 @@ def bound_pod_fingerprint(pod: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-# --- observations of nodes and bound pods ----------------------------------------------------------------------
+# --- observations of nodes and bound pods -------------------------------------------------------------------
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def _key(obj: Mapping[str, Any], change: ObservedChange, resync: int | None) -> tuple[object, ...]:
+    key: tuple[object, ...] = (uid_of(obj), resource_version_of(obj), change)
+    return key if resync is None else (*key, "resync", resync)
+
+
 def node_event(
-    change: ObservedChange, node: Mapping[str, Any], *, decided_at: datetime | None = None
+    change: ObservedChange,
+    node: Mapping[str, Any],
+    *,
+    decided_at: datetime | None = None,
+    resync: int | None = None,
 ) -> NodeObserved:
-    obj = trimmed(node)
+    """``resync``: the epoch of a re-assertion of an unchanged node (:mod:`.resync`), else None."""
+    obj = node_view(node)
     return make_event(
         NodeObserved,
         producer=PRODUCER,
-        key=(uid_of(obj), resource_version_of(obj), change),
+        key=_key(obj, change, resync),
         decided_at=decided_at or _now(),
         change=change,
         node=obj,
@@ -249,13 +264,18 @@ def node_event(
 
 
 def bound_pod_event(
-    change: ObservedChange, pod: Mapping[str, Any], *, decided_at: datetime | None = None
+    change: ObservedChange,
+    pod: Mapping[str, Any],
+    *,
+    decided_at: datetime | None = None,
+    resync: int | None = None,
 ) -> BoundPodObserved:
-    obj = trimmed(pod)
+    """``resync``: the epoch of a re-assertion of an unchanged pod (:mod:`.resync`), else None."""
+    obj = pod_view(pod)
     return make_event(
         BoundPodObserved,
         producer=PRODUCER,
-        key=(uid_of(obj), resource_version_of(obj), change),
+        key=_key(obj, change, resync),
         decided_at=decided_at or _now(),
         change=change,
         pod=obj,
@@ -277,14 +297,16 @@ class ObservedObjects:
     """The last published version of each tracked object of one kind, and the events that keep it current.
 
     ``tracked`` says which objects belong here (every Node; only bound pods), ``fingerprint`` which changes
-    matter, ``make`` builds the event. Methods return the event to publish (or events, for a re-list) and
-    update the view as if it was published: the service publishes them in order, and if publishing fails its
-    leadership term ends and the next one rebuilds this view from the log.
+    matter, ``view`` what of an object is recorded (:mod:`.views`), ``make`` builds the event. Methods return
+    the event to publish (or events, for a re-list) and update ``known`` as if it was published: the service
+    publishes them in order, and if publishing fails its leadership term ends and the next one rebuilds
+    ``known`` from the log.
     """
 
     kind: str
     tracked: Callable[[Mapping[str, Any]], bool]
     fingerprint: Callable[[Mapping[str, Any]], dict[str, Any]]
+    view: Callable[[Mapping[str, Any]], KubeObject]
     make: Callable[..., Event]
     known: dict[str, KubeObject] = field(default_factory=dict)
 
@@ -296,12 +318,20 @@ class ObservedObjects:
             # e.g. a pod that was never bound; a tracked object cannot leave the set without being deleted
             return self.forget(obj, decided_at=decided_at) if previous is not None else None
         if previous is None:
-            self.known[uid] = trimmed(obj)
+            self.known[uid] = self.view(obj)
             return self.make("added", obj, decided_at=decided_at)
         if self.fingerprint(previous) == self.fingerprint(obj):
             return None
-        self.known[uid] = trimmed(obj)
+        self.known[uid] = self.view(obj)
         return self.make("changed", obj, decided_at=decided_at)
+
+    def reassert(self, uid: str, epoch: int, *, decided_at: datetime | None = None) -> Event | None:
+        """The last published version of ``uid`` again, as a ``changed`` of resync ``epoch`` (the same id for
+        whoever re-asserts it in that epoch), or None if it is not known any more."""
+        known = self.known.get(uid)
+        if known is None:
+            return None
+        return self.make("changed", known, decided_at=decided_at, resync=epoch)
 
     def forget(self, obj: Mapping[str, Any], *, decided_at: datetime | None = None) -> Event | None:
         """An object was deleted: ``removed`` if it was known."""
@@ -333,18 +363,18 @@ class ObservedObjects:
         if change == "removed":
             self.known.pop(uid_of(obj), None)
         else:
-            self.known[uid_of(obj)] = trimmed(obj)
+            self.known[uid_of(obj)] = self.view(obj)
 
 
 def node_tracker() -> ObservedObjects:
-    return ObservedObjects("Node", lambda _node: True, node_fingerprint, node_event)
+    return ObservedObjects("Node", lambda _node: True, node_fingerprint, node_view, node_event)
 
 
 def bound_pod_tracker() -> ObservedObjects:
-    return ObservedObjects("Pod", is_bound, bound_pod_fingerprint, bound_pod_event)
+    return ObservedObjects("Pod", is_bound, bound_pod_fingerprint, pod_view, bound_pod_event)
 
 
-# --- snapshots -------------------------------------------------------------------------------------------------
+# --- snapshots ----------------------------------------------------------------------------------------------
 
 SnapshotName = Literal["nodepools", "nodeclasses", "daemonsets"]
 
@@ -359,6 +389,8 @@ class SnapshotKind:
     subject: str
     ignored: tuple[tuple[str, ...], ...]
     """Paths left out of the content: outputs of controllers, not inputs of decisions."""
+    view: Callable[[Mapping[str, Any]], KubeObject]
+    """What of each object is recorded."""
 
 
 _ALWAYS_IGNORED: tuple[tuple[str, ...], ...] = (
@@ -373,12 +405,18 @@ NODEPOOLS = SnapshotKind(
     "nodepools",
     subjects.NODEPOOLS,
     (*_ALWAYS_IGNORED, ("status", "resources"), ("status", "nodes")),
+    trimmed,
 )
 NODECLASSES = SnapshotKind(
-    "nodeclasses", NodeClassesSnapshot, "nodeclasses", subjects.NODECLASSES, _ALWAYS_IGNORED
+    "nodeclasses", NodeClassesSnapshot, "nodeclasses", subjects.NODECLASSES, _ALWAYS_IGNORED, trimmed
 )
 DAEMONSETS = SnapshotKind(
-    "daemonsets", DaemonSetsSnapshot, "daemonsets", subjects.DAEMONSETS, (*_ALWAYS_IGNORED, ("status",))
+    "daemonsets",
+    DaemonSetsSnapshot,
+    "daemonsets",
+    subjects.DAEMONSETS,
+    (*_ALWAYS_IGNORED, ("status",)),
+    daemonset_view,
 )
 SNAPSHOT_KINDS: tuple[SnapshotKind, ...] = (NODEPOOLS, NODECLASSES, DAEMONSETS)
 
@@ -400,8 +438,8 @@ def _sort_key(obj: Mapping[str, Any]) -> tuple[str, str, str]:
 
 
 def snapshot_content(kind: SnapshotKind, objects: Iterable[Mapping[str, Any]]) -> tuple[KubeObject, ...]:
-    """The objects of a snapshot, trimmed and in a stable order (kind, namespace, name)."""
-    return tuple(sorted((trimmed(obj) for obj in objects), key=_sort_key))
+    """The objects of a snapshot as recorded (its kind's view), in a stable order (kind, namespace, name)."""
+    return tuple(sorted((kind.view(obj) for obj in objects), key=_sort_key))
 
 
 def snapshot_fingerprint(kind: SnapshotKind, objects: Sequence[Mapping[str, Any]]) -> str:
@@ -424,20 +462,29 @@ class SnapshotState:
     sequence: int = 0
 
     def decide(
-        self, objects: Iterable[Mapping[str, Any]], *, decided_at: datetime | None = None
+        self,
+        objects: Iterable[Mapping[str, Any]],
+        *,
+        decided_at: datetime | None = None,
+        resync: int | None = None,
     ) -> Event | None:
-        """The snapshot to publish for the current objects, or ``None`` when the content did not change.
+        """The snapshot to publish for the current objects, or ``None`` when the content did not change. With
+        ``resync`` (an epoch of :mod:`.resync`), an unchanged content is re-asserted rather than skipped, with
+        an id of that epoch.
 
         Call :meth:`published` with the log sequence once it is stored."""
         content = snapshot_content(self.kind, objects)
         fingerprint = snapshot_fingerprint(self.kind, content)
+        key: tuple[object, ...] = (self.sequence, fingerprint)
         if fingerprint == self.fingerprint:
-            return None
+            if resync is None:
+                return None
+            key = (*key, "resync", resync)
         fields: dict[str, Any] = {self.kind.field_name: content}
         return make_event(
             self.kind.event_type,
             producer=PRODUCER,
-            key=(self.sequence, fingerprint),
+            key=key,
             decided_at=decided_at or _now(),
             **fields,
         )
@@ -445,57 +492,3 @@ class SnapshotState:
     def published(self, event: Event, sequence: int) -> None:
         self.fingerprint = snapshot_fingerprint(self.kind, getattr(event, self.kind.field_name))
         self.sequence = sequence
-
-
-# --- pending batches -------------------------------------------------------------------------------------------
-
-BATCH_ENVELOPE_BYTES = 4_096
-"""Room kept for the envelope and headers when a window is split to fit the broker's message size limit."""
-
-
-class PodTooLarge(ValueError):
-    """A single pod's JSON alone exceeds the message size limit; it cannot be sent in any batch."""
-
-
-def split_for_payload(pods: Sequence[Mapping[str, Any]], max_bytes: int) -> list[list[Mapping[str, Any]]]:
-    """The pods of one window in parts whose encoded size stays under ``max_bytes`` (NATS refuses bigger
-    messages: 1 MiB by default, so about 500 to 1,000 pods). Pods keep their order, so pods of one workload,
-    which sort together, stay together. Raises :class:`PodTooLarge` naming a pod that fits in no part."""
-    budget = max_bytes - BATCH_ENVELOPE_BYTES
-    parts: list[list[Mapping[str, Any]]] = [[]]
-    used = 0
-    for pod in pods:
-        size = len(json.dumps(pod, separators=(",", ":"), default=str)) + 1
-        if size > budget:
-            raise PodTooLarge(f"{describe(pod)}: {size} bytes of JSON, more than a batch may hold ({budget})")
-        if used + size > budget and parts[-1]:
-            parts.append([])
-            used = 0
-        parts[-1].append(pod)
-        used += size
-    return [part for part in parts if part]
-
-
-def pending_batch_event(
-    pods: Sequence[Mapping[str, Any]],
-    *,
-    opened_at: float,
-    closed_at: float,
-    closed_by: Literal["idle", "max-duration", "shutdown"],
-) -> PendingBatch:
-    """The ``PendingBatch`` for one closed window; ``batchId`` and ``correlationId`` are its own id."""
-    uids = sorted(uid_of(pod) for pod in pods)
-    opened = datetime.fromtimestamp(opened_at, UTC)
-    key = (*uids, opened.isoformat())
-    batch_id = derive_id(PRODUCER, PendingBatch.__name__, *key)  # the id make_event gives it, known up front
-    return make_event(
-        PendingBatch,
-        producer=PRODUCER,
-        key=key,
-        correlation_id=batch_id,
-        decided_at=datetime.fromtimestamp(closed_at, UTC),
-        batch_id=batch_id,
-        pods=tuple(trimmed(pod) for pod in pods),
-        window_opened_at=opened,
-        window_closed_by=closed_by,
-    )

@@ -1,33 +1,36 @@
-"""The pod-watcher's I/O: watches on the workload cluster in, events on the log out.
+"""The pod-watcher's I/O and settings: watches on the workload cluster in, events on the log out.
 
-One :class:`PodWatcher` runs per leadership term (``tenon.runtime.service`` elects the leader; a standby replica holds
-no watches). A term has three phases:
+One :class:`PodWatcher` runs per leadership term (``tenon.runtime.service`` elects the leader; a standby
+replica holds no watches). A term has three phases:
 
-1. **Recover** what earlier terms published, from the log: the last published version of every Node and
-   bound pod (``tenon.cluster.>``), the last snapshot of each kind with its sequence, and which pods were
-   batched within the last ``rebatch`` seconds (``tenon.pending``). A new leader therefore continues the
-   story instead of repeating it: unchanged objects produce no event, recently batched pods are not offered
-   again before their time, and where it does derive the same event as its predecessor (a snapshot step, a
-   change at the same resourceVersion) the deterministic id makes JetStream drop the copy.
+1. **Recover** what earlier terms published, from the log: the last event on every ``tenon.cluster.>`` subject
+   (``EventLog.last_per_subject``: one record per Node, bound pod and snapshot kind, not the history), and
+   which pods were batched within the last ``rebatch`` (``tenon.pending``). A new leader therefore continues
+   the story instead of repeating it: unchanged objects produce no event, recently batched pods are not
+   offered again before their time, facts are re-asserted when their epoch comes (not all at once), and
+   where it derives the same event as its predecessor the deterministic id makes the broker drop the copy.
 2. **Watch** pods, nodes, DaemonSets, NodePools (``karpenter.sh/v1``), ClusterAPINodeClasses
    (``karpenter.cluster.x-k8s.io/v1alpha1``) and EC2NodeClasses (``karpenter.k8s.aws/v1``) with
-   :func:`tenon.runtime.kube.list_and_watch`, one task each. Every (re-)list is diffed against the recovered view,
-   so what disappeared during a gap (a 410, a disconnect, a leader change) is published as ``removed``.
-   The decisions are the pure ones in :mod:`.observations` and :mod:`.batching`; this module only moves data.
-   A custom kind whose CRD is not installed answers 404: its source counts as empty (so the NodeClasses
-   snapshot still goes out with the kinds that exist) and is probed again every ``absent_kind_retry`` seconds.
+   :func:`tenon.runtime.kube.list_and_watch`, one task each. Every (re-)list is diffed against the recovered
+   view, so what disappeared during a gap (a 410, a disconnect, a leader change) is published as ``removed``.
+   The decisions are the pure ones in :mod:`.observations`, :mod:`.batching`, :mod:`.pending_batches` and
+   :mod:`.resync`; this module only moves data. A custom kind whose CRD is not installed answers 404: its
+   source counts as empty (so the NodeClasses snapshot still goes out with the kinds that exist) and is
+   probed again every ``absent_kind_retry_seconds``. An object the API returns that cannot be read (no uid,
+   no name) is skipped with a warning naming it.
 3. **Stop** on ``stopping``: watches end, the open batching window is flushed as a ``shutdown`` batch, and
    the term returns, which releases the lease for the next leader.
 
-A window whose pods would not fit in one broker message (NATS refuses messages over its ``max_payload``,
-1 MiB by default: roughly 500 to 1,000 pods) goes out as several ``PendingBatch`` events with the same
-``windowOpenedAt``, pods of one workload kept together; a single pod too large for any message is left out
-with an error log naming it (it would otherwise fail every batch, forever).
+**Resync** (:mod:`.resync`): every Node, bound pod and snapshot is published again, unchanged, once per
+``resync_interval`` (a quarter of ``TENON_EVENTS_MAX_AGE``), spread over the interval by a hash of each key,
+so nothing a decision reads ages out of the log. Re-assertions and watch changes of nodes and pods go out
+under one lock, so the log's last word on an object is always its latest published version; a catch-up (a
+leader back after more than an interval) goes out in chunks, never holding the watches back for long.
 
-Snapshots are debounced (``snapshot_debounce`` seconds, ~100 ms) so that applying ten NodePools at once logs
-one snapshot, and go out only when their content changed. Publishing failures are not retried here: the
-exception ends the term, the election starts a new one, and phase 1 rebuilds the state from the log
-(crash-only, so there is exactly one recovery path).
+Snapshots are debounced (``snapshot_debounce_seconds``, ~100 ms) so that applying ten NodePools at once logs
+one snapshot, and go out only when their content changed (or their resync is due). Publishing failures are
+not retried here: the exception ends the term, the runtime starts a new one, and phase 1 rebuilds the state
+from the log (crash-only, so there is exactly one recovery path).
 """
 
 from __future__ import annotations
@@ -35,20 +38,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from nats.errors import TimeoutError as NatsTimeoutError
-from nats.js import JetStreamContext
-from nats.js.api import ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError
-
-from proto import subjects
-from proto.codec import UndecodableEvent, decode
+from proto import registry, subjects
 from proto.events import (
     BoundPodObserved,
     DaemonSetsSnapshot,
@@ -64,53 +61,72 @@ from tenon.runtime.kube import resources
 from tenon.runtime.kube.client import load_kube
 from tenon.runtime.kube.resources import Kube, KubeApiError, ResourceRef
 from tenon.runtime.kube.watching import Relisted, WatchChange, list_and_watch
-from tenon.runtime.service import ServiceContext, Work
+from tenon.runtime.service import CommonSettings, ServiceContext, ServiceDefinition
+from tenon.runtime.settings import SettingsError, format_duration, setting
 from tenon.services.pod_watcher import observations as obs
-from tenon.services.pod_watcher.batching import Batch, PendingBatcher
+from tenon.services.pod_watcher.batching import Batch, PendingBatcher, micros, micros_of
+from tenon.services.pod_watcher.decider import BatchingDecider
+from tenon.services.pod_watcher.pending_batches import window_events
+from tenon.services.pod_watcher.resync import ResyncSchedule
+from tenon.services.pod_watcher.views import node_view, pod_view
 
 log = logging.getLogger("tenon.pod_watcher")
 
-SERVICE_NAME = "pod-watcher"
+RESYNC_CHUNK = 256
+"""Re-assertions published together (concurrently) before the watches get the lock back."""
 
 
 @dataclass(frozen=True)
-class PodWatcherSettings:
-    """How the pod-watcher runs (flags and environment in ``__main__``)."""
+class PodWatcherSettings(CommonSettings):
+    """How the pod-watcher runs: the workload cluster and the batching window (flags and environment)."""
 
-    kubeconfig: str | None = None
-    """The workload cluster's kubeconfig; ``None``: the in-cluster service account."""
-    batch_idle_seconds: float = 1.0
-    batch_max_seconds: float = 10.0
-    rebatch_seconds: float = 5.0
-    """A pod still pending this long after its batch is offered again: the kube-scheduler may have packed the
-    new nodes differently from the plan, and the pod must not wait long for the room it lacks."""
+    kubeconfig: str | None = setting(
+        "TENON_KUBECONFIG", None, "the workload cluster's kubeconfig (default: in-cluster)", kind="path"
+    )
+    batch_idle: float = setting(
+        "TENON_BATCH_IDLE",
+        1.0,
+        "close a batching window this long after the last new pending pod",
+        kind="duration",
+        minimum=0.001,
+    )
+    batch_max: float = setting(
+        "TENON_BATCH_MAX",
+        10.0,
+        "... or this long after its first pod, whichever comes first (not shorter than TENON_BATCH_IDLE)",
+        kind="duration",
+        minimum=0.001,
+    )
+    rebatch: float = setting(
+        "TENON_REBATCH",
+        5.0,
+        "offer a pod still pending this long after its batch again (the scheduler never buys twice)",
+        kind="duration",
+        minimum=0.001,
+    )
     snapshot_debounce_seconds: float = 0.1
     absent_kind_retry_seconds: float = 30.0
     watch_timeout_seconds: int = 300
     batch_max_bytes: int = 8 * 1_048_576
-    """Largest PendingBatch message; a bigger window is split into several batches (see
-    :func:`.observations.split_for_payload`). The broker's own limit, when lower, wins."""
+    """Largest PendingBatch message; a bigger window is split into several batches
+    (:mod:`.pending_batches`). The broker's own limit, when lower, wins."""
 
     def __post_init__(self) -> None:
-        for name in (
-            "batch_idle_seconds",
-            "batch_max_seconds",
-            "rebatch_seconds",
-            "absent_kind_retry_seconds",
+        super().__post_init__()
+        for env, value in (
+            ("TENON_BATCH_IDLE", self.batch_idle),
+            ("TENON_BATCH_MAX", self.batch_max),
+            ("TENON_REBATCH", self.rebatch),
         ):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-                raise ValueError(f"pod-watcher settings: {name} must be a positive number, got {value!r}")
-        if self.snapshot_debounce_seconds < 0:
-            raise ValueError(
-                "pod-watcher settings: snapshot_debounce_seconds must not be negative, "
-                f"got {self.snapshot_debounce_seconds!r}"
+            if not micros(value) > 0:
+                raise SettingsError(f"{env}: {value!r} must be at least 1µs")
+        if self.batch_max < self.batch_idle:
+            raise SettingsError(
+                f"TENON_BATCH_MAX ({format_duration(self.batch_max)}) must not be shorter than "
+                f"TENON_BATCH_IDLE ({format_duration(self.batch_idle)})"
             )
-        if self.batch_max_seconds < self.batch_idle_seconds:
-            raise ValueError(
-                f"pod-watcher settings: batch_max_seconds ({self.batch_max_seconds}) must not be "
-                f"shorter than batch_idle_seconds ({self.batch_idle_seconds})"
-            )
+        if self.kubeconfig and not Path(self.kubeconfig).expanduser().is_file():
+            raise SettingsError(f"TENON_KUBECONFIG: no such file: {self.kubeconfig}")
 
 
 SNAPSHOT_SOURCES: dict[obs.SnapshotName, tuple[ResourceRef, ...]] = {
@@ -128,6 +144,8 @@ class _SnapshotSource:
     refs: tuple[ResourceRef, ...]
     objects: dict[ResourceRef, dict[str, dict[str, Any]]] = field(default_factory=dict)
     dirty: asyncio.Event = field(default_factory=asyncio.Event)
+    resync: int | None = None
+    """The epoch of a re-assertion that is due (published with the next snapshot decision)."""
 
     @property
     def ready(self) -> bool:
@@ -136,6 +154,44 @@ class _SnapshotSource:
 
     def current(self) -> list[dict[str, Any]]:
         return [obj for ref in self.refs for obj in self.objects.get(ref, {}).values()]
+
+
+POD_READS: tuple[Callable[[Mapping[str, Any]], object], ...] = (
+    obs.pending_exclusion,
+    obs.bound_pod_fingerprint,
+    pod_view,
+)
+NODE_READS: tuple[Callable[[Mapping[str, Any]], object], ...] = (obs.node_fingerprint, node_view)
+
+
+def readable(obj: Mapping[str, Any], reads: tuple[Callable[[Mapping[str, Any]], object], ...]) -> bool:
+    """Whether the pod-watcher can read ``obj``: it has a uid and a name, and ``reads`` (what will be computed
+    from it) work on it. An object that cannot be read is skipped with a warning naming it, and the rest of
+    its list or batch goes on: one bad object must never end the term."""
+    try:
+        obs.uid_of(obj)
+        obs.name_of(obj)
+        for read in reads:
+            read(obj)
+    except (obs.InvalidObject, AttributeError, TypeError, ValueError) as exc:
+        log.warning(
+            "ignoring an object the API returned",
+            extra={"object": obs.describe(obj), "error": f"{type(exc).__name__}: {exc}"},
+        )
+        return False
+    return True
+
+
+def fact_key(event: Event) -> str | None:
+    """The resync key of the fact ``event`` publishes (``node/<uid>``, ``pod/<uid>``, ``snapshot/<kind>``)."""
+    if isinstance(event, NodeObserved):
+        return f"node/{obs.uid_of(event.node)}"
+    if isinstance(event, BoundPodObserved):
+        return f"pod/{obs.uid_of(event.pod)}"
+    for kind in obs.SNAPSHOT_KINDS:
+        if isinstance(event, kind.event_type):
+            return f"snapshot/{kind.name}"
+    return None
 
 
 class PodWatcher:
@@ -154,10 +210,9 @@ class PodWatcher:
         self.settings = settings
         self.clock = clock
         self.batcher = PendingBatcher(
-            idle=settings.batch_idle_seconds,
-            max_duration=settings.batch_max_seconds,
-            rebatch=settings.rebatch_seconds,
-            clock=clock,
+            idle=micros(settings.batch_idle),
+            max_duration=micros(settings.batch_max),
+            rebatch=micros(settings.rebatch),
         )
         self.nodes = obs.node_tracker()
         self.bound_pods = obs.bound_pod_tracker()
@@ -165,11 +220,23 @@ class PodWatcher:
             kind.name: _SnapshotSource(obs.SnapshotState(kind), SNAPSHOT_SOURCES[kind.name])
             for kind in obs.SNAPSHOT_KINDS
         }
+        self.resync = ResyncSchedule(settings.resync_interval)
         self._pending_changed = asyncio.Event()
+        self._resync_changed = asyncio.Event()
+        self._observations = asyncio.Lock()
+        """Held while Node and bound-pod events are published: a re-assertion never lands after a change."""
         self.published: dict[str, int] = {}
         """Events stored per type during this term (duplicates the broker dropped are not counted)."""
+        self.reasserted = 0
+        """Re-assertions published during this term (duplicates included)."""
 
-    # --- the term ---------------------------------------------------------------------------------------------
+    def _moment(self) -> datetime:
+        return datetime.fromtimestamp(self.clock(), UTC)
+
+    def _now(self) -> int:
+        return micros(self.clock())
+
+    # --- the term -------------------------------------------------------------------------------------------
 
     async def run(self, stopping: asyncio.Event) -> None:
         await self.recover()
@@ -177,6 +244,7 @@ class PodWatcher:
             self._task(self._watch_pods(), "pods"),
             self._task(self._watch_nodes(), "nodes"),
             self._task(self._batch_loop(), "batches"),
+            self._task(self._resync_loop(), "resync"),
         ]
         for source in self.snapshots.values():
             tasks.append(self._task(self._snapshot_loop(source), f"snapshot:{source.state.kind.name}"))
@@ -194,40 +262,35 @@ class PodWatcher:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(stop, *tasks, return_exceptions=True)
-        batch = self.batcher.flush()
-        if batch is not None:
+        for batch in self.batcher.flush(self._now()):
             await self._publish_batch(batch)
-        log.info("pod-watcher term ended", extra={"published": dict(self.published)})
+        log.info(
+            "pod-watcher term ended", extra={"published": dict(self.published), "reasserted": self.reasserted}
+        )
 
     @staticmethod
     def _task(coroutine: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         return asyncio.create_task(coroutine, name=f"pod-watcher:{name}")
 
-    # --- phase 1: recover from the log ------------------------------------------------------------------------
+    # --- phase 1: recover from the log ----------------------------------------------------------------------
 
     async def recover(self) -> None:
         """Rebuild what earlier terms published (see the module docstring)."""
         restored = 0
-        async for sequence, event in self._last_cluster_events():
+        async for record in self.event_log.last_per_subject(subjects.CLUSTER):
+            event = record.event
             if isinstance(event, NodeObserved):
                 self.nodes.restore(event.change, event.node)
             elif isinstance(event, BoundPodObserved):
                 self.bound_pods.restore(event.change, event.pod)
             elif isinstance(event, NodePoolsSnapshot | NodeClassesSnapshot | DaemonSetsSnapshot):
                 kind = next(k for k in obs.SNAPSHOT_KINDS if isinstance(event, k.event_type))
-                self.snapshots[kind.name].state.published(event, sequence)
+                self.snapshots[kind.name].state.published(event, record.sequence)
             else:
                 continue
+            self._track(event)
             restored += 1
-        since = datetime.fromtimestamp(self.clock() - self.settings.rebatch_seconds, UTC)
-        batches = 0
-        if await self._batched_since(since):
-            async for record in self.event_log.read(subjects.PENDING, start_time=since):
-                event = record.event
-                if isinstance(event, PendingBatch):
-                    uids = [str((pod.get("metadata") or {}).get("uid")) for pod in event.pods]
-                    self.batcher.remember_batched(uids, event.decided_at.timestamp())
-                    batches += 1
+        batches = await self._recover_batched()
         log.info(
             "recovered from the log",
             extra={
@@ -235,11 +298,26 @@ class PodWatcher:
                 "nodes": len(self.nodes.known),
                 "bound_pods": len(self.bound_pods.known),
                 "recent_batches": batches,
+                "resync_interval_seconds": self.settings.resync_interval,
             },
         )
 
+    async def _recover_batched(self) -> int:
+        """Remember the pods batched within the last ``rebatch``; the number of batches read."""
+        since = datetime.fromtimestamp(self.clock() - self.settings.rebatch, UTC)
+        if not await self._batched_since(since):
+            return 0
+        batches = 0
+        async for record in self.event_log.read(subjects.PENDING, start_time=since):
+            event = record.event
+            if isinstance(event, PendingBatch):
+                uids = [str((pod.get("metadata") or {}).get("uid")) for pod in event.pods]
+                self.batcher.remember_batched(uids, micros_of(event.decided_at))
+                batches += 1
+        return batches
+
     async def _batched_since(self, since: datetime) -> bool:
-        """Whether the last PendingBatch is recent (a read by start time that finds nothing costs a timeout)."""
+        """Whether the last PendingBatch is recent (a read by start time finding nothing costs a timeout)."""
         last = await self.event_log.last_subject_sequence(subjects.PENDING)
         if last == 0:
             return False
@@ -248,50 +326,22 @@ class PodWatcher:
             recent = record.recorded_at >= since  # one record: the read ends by itself, nothing left open
         return recent
 
-    async def _last_cluster_events(self) -> AsyncIterator[tuple[int, Event | None]]:
-        """The last event on each ``tenon.cluster.>`` subject, which is all the view needs: every subject is
-        one object (or one snapshot kind), and its last event says whether it exists and what it was.
+    # --- phase 2: watch and publish -------------------------------------------------------------------------
 
-        On JetStream this is a last-per-subject delivery, so a leader change costs one message per object
-        rather than the whole retained history (measured: about 7,000 events/s when reading it all). Any
-        other log is read whole; folding in order gives the same view."""
-        js = getattr(self.event_log, "js", None)
-        if not isinstance(js, JetStreamContext):
-            async for record in self.event_log.read(subjects.CLUSTER):
-                yield record.sequence, record.event
+    def _track(self, event: Event) -> None:
+        """Tell the resync schedule that ``event``'s fact was published (or removed)."""
+        key = fact_key(event)
+        if key is None:
             return
-        try:
-            info = await js.stream_info(subjects.EVENTS_STREAM, subjects_filter=subjects.CLUSTER)
-        except NotFoundError:
-            return
-        expected = len(info.state.subjects or {})
-        if expected == 0:
-            return
-        config = ConsumerConfig(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT)
-        subscription = await js.subscribe(
-            subjects.CLUSTER, stream=subjects.EVENTS_STREAM, ordered_consumer=True, config=config
-        )
-        try:
-            for _ in range(expected):
-                try:
-                    message = await subscription.next_msg(timeout=5.0)
-                except NatsTimeoutError:
-                    return  # a subject vanished meanwhile (retention): nothing more is coming
-                try:
-                    event: Event | None = decode(message.data)
-                except UndecodableEvent:
-                    event = None
-                yield int(message.metadata.sequence.stream), event
-                if message.metadata.num_pending == 0:
-                    return
-        finally:
-            with contextlib.suppress(Exception):
-                await subscription.unsubscribe()
-
-    # --- phase 2: watch and publish ---------------------------------------------------------------------------
+        if getattr(event, "change", None) == "removed":
+            self.resync.forget(key)
+        else:
+            self.resync.published(key, event.decided_at.timestamp())
+            self._resync_changed.set()
 
     async def _publish(self, subject: str, event: Event) -> PublishResult:
         result = await self.event_log.publish(subject, event)
+        self._track(event)
         if not result.duplicate:
             name = type(event).__name__
             self.published[name] = self.published.get(name, 0) + 1
@@ -307,22 +357,16 @@ class PodWatcher:
         )
         return result
 
-    async def _publish_observations(self, events: list[Event]) -> None:
-        for event in events:
-            subject = (
-                obs.node_subject(event) if isinstance(event, NodeObserved) else obs.bound_pod_subject(event)
-            )
-            await self._publish(subject, event)
-
     @staticmethod
-    def _valid(obj: Mapping[str, Any]) -> bool:
-        try:
-            obs.uid_of(obj)
-            obs.name_of(obj)
-        except obs.InvalidObject as exc:
-            log.warning("ignoring an object the API returned", extra={"error": str(exc)})
-            return False
-        return True
+    def _subject(event: Event) -> str:
+        return obs.node_subject(event) if isinstance(event, NodeObserved) else obs.bound_pod_subject(event)
+
+    async def _publish_observations(self, events: list[Event]) -> None:
+        if not events:
+            return
+        async with self._observations:
+            for event in events:
+                await self._publish(self._subject(event), event)
 
     def _watch(self, ref: ResourceRef) -> Any:
         return list_and_watch(self.kube, ref, watch_timeout=self.settings.watch_timeout_seconds)
@@ -330,12 +374,12 @@ class PodWatcher:
     async def _watch_pods(self) -> None:
         async for item in self._watch(resources.PODS):
             if isinstance(item, Relisted):
-                pods = [pod for pod in item.items if self._valid(pod)]
+                pods = [pod for pod in item.items if readable(pod, POD_READS)]
                 self.batcher.replace_pending(
-                    {obs.uid_of(pod): obs.trimmed(pod) for pod in pods if obs.is_pending(pod)}
+                    {obs.uid_of(pod): pod_view(pod) for pod in pods if obs.is_pending(pod)}, self._now()
                 )
-                await self._publish_observations(self.bound_pods.relisted(pods))
-            elif self._valid(item.object):
+                await self._publish_observations(self.bound_pods.relisted(pods, decided_at=self._moment()))
+            elif readable(item.object, POD_READS):
                 await self._pod_changed(item)
             self._pending_changed.set()
 
@@ -343,56 +387,48 @@ class PodWatcher:
         pod = change.object
         uid = obs.uid_of(pod)
         if change.type == "DELETED":
-            self.batcher.pod_not_pending(uid)
-            event = self.bound_pods.forget(pod)
+            self.batcher.pod_not_pending(uid, self._now())
+            event = self.bound_pods.forget(pod, decided_at=self._moment())
         else:
             if obs.is_pending(pod):
-                self.batcher.pod_pending(uid, obs.trimmed(pod))
+                self.batcher.pod_pending(uid, pod_view(pod), self._now())
             else:
-                self.batcher.pod_not_pending(uid)
-            event = self.bound_pods.observe(pod)
+                self.batcher.pod_not_pending(uid, self._now())
+            event = self.bound_pods.observe(pod, decided_at=self._moment())
         if event is not None:
             await self._publish_observations([event])
 
     async def _watch_nodes(self) -> None:
         async for item in self._watch(resources.NODES):
+            at = self._moment()
             if isinstance(item, Relisted):
-                events = self.nodes.relisted([node for node in item.items if self._valid(node)])
-            elif not self._valid(item.object):
+                nodes = [n for n in item.items if readable(n, NODE_READS)]
+                events = self.nodes.relisted(nodes, decided_at=at)
+            elif not readable(item.object, NODE_READS):
                 continue
             elif item.type == "DELETED":
-                events = [e for e in [self.nodes.forget(item.object)] if e is not None]
+                events = [e for e in [self.nodes.forget(item.object, decided_at=at)] if e is not None]
             else:
-                events = [e for e in [self.nodes.observe(item.object)] if e is not None]
+                events = [e for e in [self.nodes.observe(item.object, decided_at=at)] if e is not None]
             await self._publish_observations(events)
+
+    # --- batches --------------------------------------------------------------------------------------------
 
     async def _batch_loop(self) -> None:
         while True:
-            batch = self.batcher.poll()
-            if batch is not None:
+            for batch in self.batcher.poll(self._now()):
                 await self._publish_batch(batch)
             deadline = self.batcher.next_deadline()
-            timeout = None if deadline is None else max(0.0, deadline - self.clock())
+            timeout = None if deadline is None else max(0.0, (deadline - self._now()) / 1_000_000)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._pending_changed.wait(), timeout)
             self._pending_changed.clear()
 
     async def _publish_batch(self, batch: Batch) -> None:
-        # by namespace and name, so that when a window must be split, pods of one workload stay together
-        pods = sorted(batch.pods, key=lambda p: (p["metadata"].get("namespace", ""), p["metadata"]["name"]))
-        sendable = []
-        for pod in pods:
-            try:
-                obs.split_for_payload([pod], self._max_payload())
-            except obs.PodTooLarge as exc:
-                log.error("pod left out of its batch", extra={"error": str(exc)})
-                continue
-            sendable.append(pod)
-        parts = obs.split_for_payload(sendable, self._max_payload())
-        for index, part in enumerate(parts):
-            event = obs.pending_batch_event(
-                part, opened_at=batch.opened_at, closed_at=batch.closed_at, closed_by=batch.closed_by
-            )
+        made = window_events(batch, self.max_message_bytes())
+        for pod in made.too_large:
+            log.error("pod left out of its batch: too large for any message", extra={"pod": pod})
+        for event in made.events:
             result = await self._publish(subjects.PENDING, event)
             log.info(
                 "pending batch",
@@ -400,17 +436,54 @@ class PodWatcher:
                     "batch_id": event.batch_id,
                     "pods": len(event.pods),
                     "closed_by": batch.closed_by,
-                    "part": f"{index + 1}/{len(parts)}",
-                    "window_seconds": round(batch.closed_at - batch.opened_at, 3),
+                    "part": f"{event.window_part}/{event.window_parts}",
+                    "window_seconds": round((batch.closed_at - batch.opened_at) / 1_000_000, 3),
                     "sequence": result.sequence,
                 },
             )
 
-    def _max_payload(self) -> int:
-        """The broker's message size limit (what the server announced), capped by the setting."""
-        announced = getattr(getattr(self.event_log, "client", None), "max_payload", None)
-        limit = self.settings.batch_max_bytes
-        return min(limit, announced) if isinstance(announced, int) and announced > 0 else limit
+    def max_message_bytes(self) -> int:
+        """The largest batch message: the broker's limit, capped by the setting."""
+        return min(self.settings.batch_max_bytes, self.event_log.max_message_size)
+
+    # --- resync ---------------------------------------------------------------------------------------------
+
+    async def _resync_loop(self) -> None:
+        while True:
+            due = self.resync.due(self.clock(), limit=RESYNC_CHUNK)
+            if due:
+                await self.reassert(due)
+                continue  # more may be due: the watches had the lock in between
+            upcoming = self.resync.next_due()
+            timeout = None if upcoming is None else max(0.0, upcoming - self.clock())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._resync_changed.wait(), timeout)
+            self._resync_changed.clear()
+
+    async def reassert(self, due: list[tuple[str, int]]) -> None:
+        """Publish these facts again, unchanged, each with the id of its resync epoch."""
+        at = self._moment()
+        async with self._observations:
+            events: list[Event] = []
+            for key, epoch in due:
+                kind, _, ident = key.partition("/")
+                if kind == "snapshot":
+                    source = self.snapshots[ident]  # type: ignore[index]
+                    source.resync = epoch
+                    source.dirty.set()  # re-asserted by its own loop, in order with its changes
+                    continue
+                tracker = self.nodes if kind == "node" else self.bound_pods
+                event = tracker.reassert(ident, epoch, decided_at=at)
+                if event is not None:
+                    events.append(event)
+            await asyncio.gather(*(self._publish(self._subject(e), e) for e in events))
+            self.reasserted += len(events)
+        if events:
+            log.info(
+                "re-asserted", extra={"facts": len(events), "why": "resync: keep them inside the retention"}
+            )
+
+    # --- snapshots ------------------------------------------------------------------------------------------
 
     async def _watch_snapshot_kind(self, source: _SnapshotSource, ref: ResourceRef) -> None:
         while ref in OPTIONAL_KINDS and not await self._kind_served(ref):
@@ -419,8 +492,9 @@ class PodWatcher:
             await asyncio.sleep(self.settings.absent_kind_retry_seconds)
         async for item in self._watch(ref):
             if isinstance(item, Relisted):
-                source.objects[ref] = {obs.uid_of(o): o for o in item.items if self._valid(o)}
-            elif self._valid(item.object):
+                reads = (source.state.kind.view,)
+                source.objects[ref] = {obs.uid_of(o): o for o in item.items if readable(o, reads)}
+            elif readable(item.object, (source.state.kind.view,)):
                 objects = source.objects.setdefault(ref, {})
                 if item.type == "DELETED":
                     objects.pop(obs.uid_of(item.object), None)
@@ -450,8 +524,9 @@ class PodWatcher:
             await asyncio.sleep(self.settings.snapshot_debounce_seconds)
             source.dirty.clear()
             if not source.ready:
-                continue
-            event = source.state.decide(source.current())
+                continue  # a due re-assertion waits for the listing too
+            resync, source.resync = source.resync, None
+            event = source.state.decide(source.current(), decided_at=self._moment(), resync=resync)
             if event is None:
                 continue
             result = await self._publish(source.state.kind.subject, event)
@@ -462,26 +537,32 @@ class PodWatcher:
                     "kind": source.state.kind.name,
                     "objects": len(source.current()),
                     "sequence": result.sequence,
+                    "resync": resync is not None,
                 },
             )
 
 
-def make_work(settings: PodWatcherSettings) -> Work:
-    """The leader's work for :func:`tenon.runtime.service.serve`: one :class:`PodWatcher` term per leadership."""
+async def work(ctx: ServiceContext, settings: PodWatcherSettings) -> None:
+    """The leader's work: one :class:`PodWatcher` term (the pod-watcher follows the cluster, not the log)."""
+    kube = await load_kube(settings.kubeconfig)
+    try:
+        await PodWatcher(kube, ctx.event_log, settings).run(ctx.stopping)
+    finally:
+        await kube.close()
 
-    async def work(ctx: ServiceContext) -> None:
-        try:
-            kube = await load_kube(settings.kubeconfig)
-            try:
-                await PodWatcher(kube, ctx.event_log, settings).run(ctx.stopping)
-            finally:
-                await kube.close()
-        except Exception:
-            # the election only sees that the term ended; say why here, then let it campaign again
-            log.exception(
-                "pod-watcher term failed; the next term starts over from the log",
-                extra={"identity": ctx.identity},
-            )
-            raise
 
-    return work
+def make_decider(settings: PodWatcherSettings) -> BatchingDecider:
+    """The batching decision, for ``tenon replay pod-watcher`` (it reads its settings from the batches)."""
+    return BatchingDecider()
+
+
+SERVICE = ServiceDefinition(
+    name=registry.POD_WATCHER,
+    description=(
+        "Watch the workload cluster; publish pending-pod batches and the cluster facts decisions read, "
+        "re-asserted so that none ages out of the log."
+    ),
+    settings=PodWatcherSettings,
+    work=work,
+    decider=make_decider,
+)
