@@ -72,8 +72,8 @@ def test_a_service_refuses_a_bad_setting_with_exit_2_and_one_line() -> None:
     )
     assert done.returncode == 2
     assert done.stderr.strip() == (
-        "tenon run scheduler: TENON_EVENTS_MAX_AGE: '14x' is not a duration (e.g. 20s, 1h30m, 14d, or a number "
-        "of seconds)"
+        "tenon run scheduler: TENON_EVENTS_MAX_AGE: '14x' is not a duration "
+        "(e.g. 20s, 1h30m, 14d, or a number of seconds)"
     )
 
 
