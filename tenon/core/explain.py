@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 from tenon.core.packing import Budget
 from tenon.core.plan import Considered
@@ -64,8 +65,7 @@ class Shortfall:
         return format_quantity(self.resource, self.has)
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):  # a tuple: one is made for every type looked at, so it must be cheap
     instance_type: str
     price: float | None
     """Its cheapest price among the offerings these pods accept (``None``: no such offering)."""
@@ -221,7 +221,7 @@ def _verdict(node: _Node, tpl: Template) -> Verdict:
 
 def _worth_showing(verdict: Verdict, price: float) -> bool:
     """The chosen type, every fallback, and the cheaper types that lost (the dearer losers say nothing)."""
-    if verdict.reason in (Reason.CHOSEN, Reason.FALLBACK):
+    if verdict.reason is Reason.CHOSEN or verdict.reason is Reason.FALLBACK:
         return True
     return verdict.price is not None and verdict.price < price
 
@@ -234,5 +234,5 @@ def _fallback_names(fallbacks: list[tuple[float, str]], chosen: str) -> tuple[st
 def _kept(considered: list[Verdict], price: float) -> tuple[Verdict, ...]:
     """At most MAX_CONSIDERED: the dearest half of the cheaper losers, then the chosen type and fallbacks."""
     cheaper = [v for v in considered if v.price is not None and v.price < price]
-    rest = [v for v in considered if v not in cheaper]
+    rest = [v for v in considered if v.price is None or v.price >= price]
     return tuple((cheaper[-MAX_CONSIDERED // 2 :] + rest)[:MAX_CONSIDERED])
