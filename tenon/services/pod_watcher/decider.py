@@ -19,8 +19,11 @@ for the wrong reason (a window that should have closed earlier yields two batche
 parts of a window are answered with nothing; batches recorded before windows were recorded (no
 ``windowIdleSeconds``) cannot be decided again and are answered with nothing too.
 
-For a replay, the recorded decisions to compare with are the window's own parts: the pod-watcher's
-``PendingBatch`` events, which are observations (no ``causationId``).
+For a replay (``replays_itself``), the recorded decisions to compare with are the window's own parts: the
+pod-watcher's ``PendingBatch`` events, which are observations (no ``causationId``). A window that fits one
+message is one part, decided on itself; a window split in ``n`` parts is answered on its last part with all
+``n`` events, to be compared with the ``n`` recorded parts (``decide`` counts its input whether or not it was
+folded first).
 """
 
 from __future__ import annotations
@@ -97,6 +100,8 @@ class BatchingDecider:
     name = registry.POD_WATCHER
     inputs: tuple[str, ...] = (subjects.PENDING,)
     state_format = "pod-watcher-batching/1"
+    replays_itself = True
+    """Its inputs are its own events: a replay compares what it decides with the inputs themselves."""
 
     def initial_state(self) -> BatchingState:
         return BatchingState()
@@ -112,9 +117,12 @@ class BatchingDecider:
         return state
 
     def decide(self, state: BatchingState, event: ev.Event) -> Sequence[ev.Event]:
+        """The window ``event`` completes, decided again (nothing for a part that does not complete one).
+        ``event`` counts whether or not it was folded into ``state`` yet."""
         if not (isinstance(event, ev.PendingBatch) and replayable(event)):
             return []
-        parts = state.windows.get(window_key(event), [])
+        parts = [part for part in state.windows.get(window_key(event), []) if part.id != event.id]
+        parts.append(event)
         if event.window_part != event.window_parts or len(parts) < event.window_parts:
             return []
         return decide_window(sorted(parts, key=lambda part: part.window_part))
