@@ -8,10 +8,17 @@ from typing import Any
 import pytest
 
 from proto import events as ev
+from proto import registry
 from tenon.domain.projection import ClusterProjection
+from tenon.runtime.decider import BaseExecutor
+from tenon.runtime.eventlog.memory import InMemoryEventLog
+from tenon.runtime.replay import replay
 from tenon.services.disruption import emptiness
 from tenon.services.disruption.budgets import BudgetError, allowance, cron_matches, parse_duration
+from tenon.services.disruption.decider import DisruptionDecider
 from tests.support.events import build_event
+from tests.support.services import running
+from tests.support.waiting import until
 
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 
@@ -40,10 +47,23 @@ def cluster(
     node_annotations: dict[int, dict[str, str]] | None = None,
 ) -> ClusterProjection:
     projection = ClusterProjection()
-    projection.apply(ev.NodePoolsSnapshot(**envelope("np"), nodepools=(pool,)))
+    for event in cluster_events(nodes, pool, pods=pods, node_annotations=node_annotations):
+        projection.apply(event)
+    return projection
+
+
+def cluster_events(
+    nodes: int,
+    pool: dict[str, Any],
+    *,
+    pods: dict[int, list[dict[str, Any]]] | None = None,
+    node_annotations: dict[int, dict[str, str]] | None = None,
+) -> list[ev.Event]:
+    """What the log says of a pool of initialized nodes (and the pods on them)."""
+    events: list[ev.Event] = [ev.NodePoolsSnapshot(**envelope("np"), nodepools=(pool,))]
     for i in range(nodes):
         claim, node = f"default-{i}", f"node-{i}"
-        projection.apply(
+        events.append(
             build_event(
                 ev.NodeClaimPlanned,
                 f"p{i}",
@@ -57,16 +77,16 @@ def cluster(
                 labels={},
             )
         )
-        projection.apply(
+        events.append(
             build_event(
                 ev.NodeClaimLaunched, f"l{i}", nodeclaim=claim, provider_id=f"p://{i}", instance_type="c3-4"
             )
         )
-        projection.apply(
+        events.append(
             build_event(ev.NodeClaimRegistered, f"r{i}", nodeclaim=claim, node=node, provider_id=f"p://{i}")
         )
-        projection.apply(build_event(ev.NodeClaimInitialized, f"i{i}", nodeclaim=claim, node=node))
-        projection.apply(
+        events.append(build_event(ev.NodeClaimInitialized, f"i{i}", nodeclaim=claim, node=node))
+        events.append(
             ev.NodeObserved(
                 **envelope(f"n{i}"),
                 change="added",
@@ -82,8 +102,8 @@ def cluster(
         )
         for j, pod in enumerate((pods or {}).get(i, [])):
             pod = {**pod, "spec": {**pod.get("spec", {}), "nodeName": node}}
-            projection.apply(ev.BoundPodObserved(**envelope(f"pod{i}-{j}"), change="added", pod=pod))
-    return projection
+            events.append(ev.BoundPodObserved(**envelope(f"pod{i}-{j}"), change="added", pod=pod))
+    return events
 
 
 def daemon_pod(name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -213,3 +233,23 @@ def test_a_new_node_waiting_for_its_pods_is_not_empty() -> None:
     assert decided(emptiness.decide(projection, T0 + timedelta(minutes=2)))[0] == [
         "default-0"
     ]  # they never came
+
+
+async def test_the_disruption_service_s_decisions_replay_to_the_same() -> None:
+    event_log = InMemoryEventLog()
+    for event in cluster_events(3, nodepool([{"nodes": "1"}], consolidateAfter="0s")):
+        await event_log.publish(registry.subject_of(event), event)
+    async with running(DisruptionDecider(), BaseExecutor(), event_log, tick_seconds=0.05) as runtime:
+        requested = await until(
+            lambda: [c for c in runtime.state.claims.values() if c.disruption], what="a disruption requested"
+        )
+        assert len(requested) == 1  # the budget allows one node at a time
+        # the next ticks: nothing to remove, two held back by the budget while the first drains
+        decisions = await until(
+            lambda: [e for e in event_log.events() if isinstance(e, ev.DisruptionDecision)][1:],
+            what="a second decision",
+        )
+    assert all(d.basis is not None and len(d.blocked) == 2 for d in decisions)
+    report = replay(DisruptionDecider(), event_log.records())
+    assert report.differing == [], [c.differences() for c in report.differing]
+    assert [c.input_type for c in report.comparisons].count("tick") >= 2
