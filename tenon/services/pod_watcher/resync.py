@@ -44,9 +44,6 @@ class ResyncSchedule:
         """key -> the epoch in which it was last published."""
         self._due: list[tuple[float, str]] = []  # heap; entries whose epoch no longer matches are stale
 
-    def __len__(self) -> int:
-        return len(self._epochs)
-
     def phase(self, key: str) -> float:
         """Where in the interval the key's epochs begin (a hash of the key: the same for every leader)."""
         digest = hashlib.sha256(key.encode()).digest()
@@ -72,11 +69,6 @@ class ResyncSchedule:
         """The fact is gone (a ``removed`` was published): nothing to re-assert."""
         self._epochs.pop(key, None)
 
-    def postpone(self, key: str, until: float) -> None:
-        """A due fact that could not be re-asserted now (not listed yet): try again at ``until``."""
-        if key in self._epochs:
-            heapq.heappush(self._due, (until, key))
-
     def next_due(self) -> float | None:
         """When the next fact is due, if any is known."""
         while self._due:
@@ -88,7 +80,8 @@ class ResyncSchedule:
 
     def due(self, now: float, limit: int | None = None) -> list[tuple[str, int]]:
         """The facts due at ``now`` with the epoch to re-assert them in, oldest first (at most ``limit``). The
-        caller publishes each and calls :meth:`published`, or :meth:`postpone`."""
+        caller publishes each, which calls :meth:`published` (a snapshot kind not listed yet is published, and
+        so re-armed, once it is)."""
         found: list[tuple[str, int]] = []
         while (limit is None or len(found) < limit) and (when := self.next_due()) is not None and when <= now:
             _, key = heapq.heappop(self._due)
