@@ -38,13 +38,13 @@ from proto.codec import UndecodableEvent
 from tenon.cli.natsopts import add_connection_arguments, parse_time, settings_from_args
 from tenon.domain.eventviews import pods_of
 from tenon.domain.explain import (
-    REPLAN_PREFIX,
     LoggedEvent,
     NodeClaimExplanation,
     PodExplanation,
     explain_nodeclaim,
     explain_pod,
     parse_pod_key,
+    replan_batch_id,
     replanned_claim,
 )
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
@@ -277,7 +277,7 @@ async def _read_claims_for_pod(
             found = _first_planned(await reader.read(subjects.nodeclaim(claim)))
             if found and pod in found[1].pods:
                 planned.append(found[0])
-                wanted.add(f"{REPLAN_PREFIX}{claim}")
+                wanted.add(replan_batch_id(claim))
                 progress = True
         naming = {a.batch_id for a in answers if pod in pods_of(a)} - wanted
         if naming:

@@ -62,6 +62,11 @@ REPLAN_PREFIX = "replan-"
 Outcome = Literal["chosen", "fallback", "lost"]
 
 
+def replan_batch_id(claim: str) -> str:
+    """The batch id under which the scheduler plans again for the pods of the abandoned ``claim``."""
+    return f"{REPLAN_PREFIX}{claim}"
+
+
 def replanned_claim(batch_id: str | None) -> str | None:
     """The abandoned claim a batch id re-plans the pods of (``replan-<claim>``), or None for a real batch."""
     if batch_id and batch_id.startswith(REPLAN_PREFIX):

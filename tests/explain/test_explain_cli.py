@@ -99,6 +99,36 @@ def test_explain_a_claim_and_a_pod_from_the_broker(
     assert json.loads(capsys.readouterr().out)["found"] is False
 
 
+def test_a_pod_whose_claim_was_abandoned_is_followed_into_the_replan(
+    nats_server: LocalNatsServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The broker holds the pod's batch, the claim it got, that claim's abandonment and the re-plan: explain
+    --pod reads from the pod's batch to the re-planned claim, and shows both answers and both claims."""
+    story = Story(datetime.now(UTC))
+    big = pending_pod("big", "3")
+    batch = story.pending([big], at=0)
+    (first,), _ = story.plan(batch, at=0.1)
+    abandoned = story.claim_event(
+        ev.NodeClaimAbandoned,
+        first.nodeclaim,
+        at=300,
+        reason="not registered within 5m",
+        pods=("default/big",),
+    )
+    assert isinstance(abandoned, ev.NodeClaimAbandoned)
+    (second,), _ = story.replan(abandoned, at=301)
+    publish(nats_server, story)
+
+    assert main(["explain", "--pod", "default/big", "-o", "json", "-s", nats_server.url]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert [(b["batchId"], b["outcome"], b["nodeclaim"]) for b in body["batches"]] == [
+        ("batch-1", "new-claim", first.nodeclaim),
+        (f"replan-{first.nodeclaim}", "new-claim", second.nodeclaim),
+    ]
+    assert body["batches"][0]["claim"]["phase"] == "Abandoned"
+    assert body["batches"][1]["claim"]["origin"]["replanOf"] == first.nodeclaim
+
+
 def test_a_plan_stamped_far_from_the_broker_clock_is_still_explained(
     nats_server: LocalNatsServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
