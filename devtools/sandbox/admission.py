@@ -138,8 +138,11 @@ def apply_defaults(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-def validate(rt: ResourceType, obj: dict[str, Any]) -> None:
-    """Raise :class:`Invalid` if the object would break clients or violate the kind's basic rules."""
+def validate(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None = None) -> None:
+    """Raise :class:`Invalid` if the object would break clients or violate the kind's basic rules.
+
+    ``old`` is the stored version an update replaces: a part it shares unchanged was checked already.
+    """
     _validate_name(rt, obj)
     meta = obj["metadata"]
     for map_field in ("labels", "annotations"):
@@ -155,6 +158,7 @@ def validate(rt: ResourceType, obj: dict[str, Any]) -> None:
         kind_rules(rt, obj)
     if rt.group and rt.plural in _REPLICATED:
         _validate_replicas(rt, obj)
+    _validate_resources(rt, obj, old)
 
 
 def _validate_name(rt: ResourceType, obj: dict[str, Any]) -> None:
@@ -238,9 +242,6 @@ def _validate_replicas(rt: ResourceType, obj: dict[str, Any]) -> None:
 
 def _validate_node(rt: ResourceType, obj: dict[str, Any]) -> None:
     _validate_taints(rt, obj, (obj.get("spec") or {}).get("taints"), "spec.taints")
-    errors = resource_validation.node_errors(obj.get("status"))
-    if errors:
-        raise _invalid_all(rt, obj, errors)
 
 
 def _validate_event(rt: ResourceType, obj: dict[str, Any]) -> None:
@@ -248,12 +249,26 @@ def _validate_event(rt: ResourceType, obj: dict[str, Any]) -> None:
         raise _invalid(rt, obj, "involvedObject", "Required value")
 
 
-def _validate_pod_template(rt: ResourceType, obj: dict[str, Any]) -> None:
-    """A workload's ``spec.template.spec``: the resources of the pods it will create."""
-    template = (obj.get("spec") or {}).get("template")
-    if not isinstance(template, dict):
+# Where a kind keeps the quantities admission checks (the part of the object), and how to find their problems.
+_RESOURCE_PARTS: dict[tuple[str, str], tuple[str, Callable[[Any], list[FieldError]]]] = {
+    ("", "pods"): ("spec", resource_validation.pod_errors),
+    ("", "nodes"): ("status", resource_validation.node_errors),
+    ("apps", "deployments"): ("spec", resource_validation.template_errors),
+    ("apps", "replicasets"): ("spec", resource_validation.template_errors),
+    ("apps", "daemonsets"): ("spec", resource_validation.template_errors),
+}
+
+
+def _validate_resources(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+    """Requests, limits, overhead, capacity: every problem of the object in one 422."""
+    found = _RESOURCE_PARTS.get((rt.group, rt.plural))
+    if found is None:
         return
-    errors = resource_validation.pod_spec_errors(template.get("spec"), "spec.template.spec")
+    part, problems_of = found
+    value = obj.get(part)
+    if old is not None and value is old.get(part):
+        return  # the stored part itself, admitted before (a status write keeps the spec object)
+    errors = problems_of(value)
     if errors:
         raise _invalid_all(rt, obj, errors)
 
@@ -314,18 +329,12 @@ def _validate_pod(rt: ResourceType, obj: dict[str, Any]) -> None:
         for i, container in enumerate(containers):
             if not isinstance(container, dict) or not container.get("name"):
                 raise _invalid(rt, obj, f"spec.{list_field}[{i}].name", "Required value")
-    errors = resource_validation.pod_spec_errors(spec, "spec")
-    if errors:
-        raise _invalid_all(rt, obj, errors)
 
 
 _KIND_RULES: dict[tuple[str, str], Callable[[ResourceType, dict[str, Any]], None]] = {
     ("", "pods"): _validate_pod,
     ("", "nodes"): _validate_node,
     ("", "events"): _validate_event,
-    ("apps", "deployments"): _validate_pod_template,
-    ("apps", "replicasets"): _validate_pod_template,
-    ("apps", "daemonsets"): _validate_pod_template,
 }
 
 

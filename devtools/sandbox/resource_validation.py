@@ -31,6 +31,7 @@ FieldError = tuple[str, str]
 _NEGATIVE = "must be greater than or equal to 0"
 _NOT_INTEGER = "must be an integer"
 _STANDARD_INTEGER_RESOURCES = frozenset({"pods"})
+_OVERCOMMITTED = frozenset({"cpu", "memory", "ephemeral-storage"})  # the usual names: no limit needed
 
 
 def is_extended_resource(name: str) -> bool:
@@ -59,26 +60,19 @@ def quantity_map(
     parsed: dict[str, Quantity] = {}
     errors: list[FieldError] = []
     for name, raw in values.items():
-        field = path + key_style.format(name)
         try:
             quantity = parse(raw)
         except QuantityError as err:
-            errors.append((field, f"Invalid value: {err.shown}: {err.reason}"))
+            errors.append((path + key_style.format(name), f"Invalid value: {err.shown}: {err.reason}"))
             continue
-        problem = _value_problem(name, quantity)
-        if problem:
-            errors.append((field, f'Invalid value: "{quantity.canonical()}": {problem}'))
+        if quantity.nanos < 0 or (quantity.nanos % NANO and is_integer_resource(name)):
+            problem = _NEGATIVE if quantity.nanos < 0 else _NOT_INTEGER
+            errors.append(
+                (path + key_style.format(name), f'Invalid value: "{quantity.canonical()}": {problem}')
+            )
             continue
         parsed[name] = quantity
     return parsed, errors
-
-
-def _value_problem(name: str, quantity: Quantity) -> str | None:
-    if quantity.nanos < 0:
-        return _NEGATIVE
-    if is_integer_resource(name) and quantity.nanos % NANO:
-        return _NOT_INTEGER
-    return None
 
 
 def requirements_errors(resources: Any, path: str) -> list[FieldError]:
@@ -87,11 +81,14 @@ def requirements_errors(resources: Any, path: str) -> list[FieldError]:
         return []
     if not isinstance(resources, dict):
         return [(path, "Invalid value: must be an object")]
-    limits, errors = quantity_map(resources.get("limits"), f"{path}.limits")
-    requests, request_errors = quantity_map(resources.get("requests"), f"{path}.requests")
+    limits, errors = quantity_map(resources.get("limits"), path + ".limits")
+    requests, request_errors = quantity_map(resources.get("requests"), path + ".requests")
     errors.extend(request_errors)
     for name, request in requests.items():
-        problem = _request_against_limit(name, request, limits.get(name))
+        limit = limits.get(name)
+        if limit is None and name in _OVERCOMMITTED:
+            continue  # the common case, kept cheap: a cpu or memory request with no limit
+        problem = _request_against_limit(name, request, limit)
         if problem is not None:
             errors.append((f"{path}.{problem[0]}", problem[1]))
     return errors
@@ -99,19 +96,20 @@ def requirements_errors(resources: Any, path: str) -> list[FieldError]:
 
 def _request_against_limit(name: str, request: Quantity, limit: Quantity | None) -> FieldError | None:
     """``(limits|requests, message)`` when the request does not fit its limit."""
-    shown = f'"{request.canonical()}"'
     if limit is None:
         if overcommit_allowed(name):
             return None
         return "limits", "Required value: Limit must be set for non overcommitable resources"
     if not overcommit_allowed(name) and request.nanos != limit.nanos:
-        return "requests", f"Invalid value: {shown}: must be equal to {name} limit of {limit.canonical()}"
-    if request.nanos > limit.nanos:
-        return (
-            "requests",
-            f"Invalid value: {shown}: must be less than or equal to {name} limit of {limit.canonical()}",
-        )
-    return None
+        relation = "equal to"
+    elif request.nanos > limit.nanos:
+        relation = "less than or equal to"
+    else:
+        return None
+    return (
+        "requests",
+        f'Invalid value: "{request.canonical()}": must be {relation} {name} limit of {limit.canonical()}',
+    )
 
 
 def pod_spec_errors(spec: Any, path: str) -> list[FieldError]:
@@ -124,13 +122,27 @@ def pod_spec_errors(spec: Any, path: str) -> list[FieldError]:
         if not isinstance(containers, list):
             continue
         for i, container in enumerate(containers):
-            if isinstance(container, dict):
-                errors.extend(
-                    requirements_errors(container.get("resources"), f"{path}.{list_field}[{i}].resources")
-                )
-    errors.extend(quantity_map(spec.get("overhead"), f"{path}.overhead")[1])
-    errors.extend(requirements_errors(spec.get("resources"), f"{path}.resources"))
+            resources = container.get("resources") if isinstance(container, dict) else None
+            if resources is not None:
+                errors.extend(requirements_errors(resources, f"{path}.{list_field}[{i}].resources"))
+    if spec.get("overhead") is not None:
+        errors.extend(quantity_map(spec["overhead"], f"{path}.overhead")[1])
+    if spec.get("resources") is not None:
+        errors.extend(requirements_errors(spec["resources"], f"{path}.resources"))
     return errors
+
+
+def pod_errors(spec: Any) -> list[FieldError]:
+    """Resource problems of a Pod's ``spec``."""
+    return pod_spec_errors(spec, "spec")
+
+
+def template_errors(spec: Any) -> list[FieldError]:
+    """Resource problems of a workload's pod template (``spec.template.spec``)."""
+    template = spec.get("template") if isinstance(spec, dict) else None
+    if not isinstance(template, dict):
+        return []
+    return pod_spec_errors(template.get("spec"), "spec.template.spec")
 
 
 def node_errors(status: Any) -> list[FieldError]:
@@ -153,9 +165,10 @@ def default_requests_from_limits(spec: dict[str, Any]) -> dict[str, Any]:
         containers = spec.get(list_field)
         if not isinstance(containers, list):
             continue
-        defaulted = [_with_requests_from_limits(c) for c in containers]
-        if any(new is not old for new, old in zip(defaulted, containers, strict=True)):
-            changed[list_field] = defaulted
+        for i, container in enumerate(containers):
+            defaulted = _with_requests_from_limits(container)
+            if defaulted is not container:
+                changed.setdefault(list_field, list(containers))[i] = defaulted
     return {**spec, **changed} if changed else spec
 
 

@@ -776,7 +776,7 @@ class Store:
             new = self._replacement(rt, old, obj, meta)
         else:
             raise NotFound(f'{rt.plural} has no "{subresource}" subresource that accepts updates')
-        admission.validate(rt, new)
+        admission.validate(rt, new, old)
         return self._commit_update(rt, key, new, old)
 
     @staticmethod

@@ -35,6 +35,7 @@ object and field, so this module stays free of any notion of where a quantity ca
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -145,7 +146,10 @@ def parse(value: object) -> Quantity:
     raise QuantityError(value, f"expected a quantity {EXAMPLES}, got {type(value).__name__}")
 
 
+@functools.lru_cache(maxsize=4096)
 def _parse_text(text: str) -> Quantity:
+    """The quantity a text says; cached because quantities repeat (every replica asks for the same ``100m``),
+    so a repeat costs a dictionary look-up. Refusals are not cached: each raises again."""
     if len(text) > MAX_LENGTH:
         raise QuantityError(text, f"longer than {MAX_LENGTH} characters")
     match = _GRAMMAR.fullmatch(text.strip())
