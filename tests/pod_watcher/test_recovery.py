@@ -3,6 +3,7 @@ result is the same."""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -109,3 +110,17 @@ async def test_jetstream_and_in_memory_logs_recover_the_same_view(jetstream_log:
     assert views[0][0] == {"u1": ("n1", "4"), "u3b": ("n3", "7")}
     assert views[0][1] == ["u-web"]
     assert views[0][2] is True and views[0][3] is None
+
+
+async def test_an_unreadable_event_in_the_log_is_skipped_and_the_rest_recovered(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    event_log = InMemoryEventLog()
+    await publish_history(event_log)
+    broken = obs.node_event("added", node("n9", "u9", 9))
+    del broken.node["metadata"]["uid"]  # well-formed JSON, but no uid: not an object the view can hold
+    await event_log.publish(subjects.node("n9"), broken)
+    with caplog.at_level(logging.WARNING, logger="tenon.pod_watcher"):
+        watcher = await recovered(event_log)
+    assert sorted(watcher.nodes.known) == ["u1", "u3b"]
+    assert any("metadata.uid is missing" in getattr(r, "error", "") for r in caplog.records)

@@ -279,17 +279,16 @@ class PodWatcher:
         restored = 0
         async for record in self.event_log.last_per_subject(subjects.CLUSTER):
             event = record.event
-            if isinstance(event, NodeObserved):
-                self.nodes.restore(event.change, event.node)
-            elif isinstance(event, BoundPodObserved):
-                self.bound_pods.restore(event.change, event.pod)
-            elif isinstance(event, NodePoolsSnapshot | NodeClassesSnapshot | DaemonSetsSnapshot):
-                kind = next(k for k in obs.SNAPSHOT_KINDS if isinstance(event, k.event_type))
-                self.snapshots[kind.name].state.published(event, record.sequence)
-            else:
+            try:
+                known = self._restore(event, record.sequence)
+            except obs.InvalidObject as exc:  # the term goes on without it: the next list publishes it anew
+                log.warning(
+                    "ignoring an unreadable event", extra={"sequence": record.sequence, "error": str(exc)}
+                )
                 continue
-            self._track(event)
-            restored += 1
+            if known and event is not None:
+                self._track(event)
+                restored += 1
         batches = await self._recover_batched()
         log.info(
             "recovered from the log",
@@ -301,6 +300,19 @@ class PodWatcher:
                 "resync_interval_seconds": self.settings.resync_interval,
             },
         )
+
+    def _restore(self, event: Event | None, sequence: int) -> bool:
+        """Fold the last event of one ``tenon.cluster.>`` subject into the view; whether it was ours."""
+        if isinstance(event, NodeObserved):
+            self.nodes.restore(event.change, event.node)
+        elif isinstance(event, BoundPodObserved):
+            self.bound_pods.restore(event.change, event.pod)
+        elif isinstance(event, NodePoolsSnapshot | NodeClassesSnapshot | DaemonSetsSnapshot):
+            kind = next(k for k in obs.SNAPSHOT_KINDS if isinstance(event, k.event_type))
+            self.snapshots[kind.name].state.published(event, sequence)
+        else:
+            return False
+        return True
 
     async def _recover_batched(self) -> int:
         """Remember the pods batched within the last ``rebatch``; the number of batches read."""
