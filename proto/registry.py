@@ -181,3 +181,19 @@ def inputs_of(service: str) -> tuple[str, ...]:
         read = tuple(spec for spec in read if spec not in claim_steps)
     filters += [spec.subject for spec in read]
     return tuple(dict.fromkeys(filters))
+
+
+def refusal(subject: str, event: ev.Event) -> str | None:
+    """Why ``event`` found on ``subject`` cannot be trusted (None when it can): a type the registry does not
+    know, a subject that is not its type's, or a producer that does not write it. The broker's permissions
+    enforce the subject side for each service's identity; this check catches what they cannot (and a broker
+    run without them)."""
+    spec = BY_TYPE.get(type(event))
+    if spec is None:
+        return f"{type(event).__name__} is not in proto/registry.py"
+    if not subjects.matches(spec.subject, subject):
+        return f"{type(event).__name__} does not belong on {subject} (it is written on {spec.subject})"
+    if not spec.written_by(event.producer):
+        writers = " or ".join(spec.writers)
+        return f"{type(event).__name__} written by {event.producer!r}: only {writers} may write it"
+    return None

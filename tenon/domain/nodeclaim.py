@@ -2,21 +2,22 @@
 
 A NodeClaim's history is the ordered list of events on its subjects (``tenon.nodeclaim.<name>.*``, see
 :mod:`proto.subjects`). Every service that cares about claims folds that history with :meth:`NodeClaim.apply`
-and asks the same questions of the result: which :class:`Phase` it is in, whether it is **live** (its machine is
-wanted: planned, launching, running or draining), whether it **accepts pods** (live and not being disrupted),
-which instance type it is waiting for, and the stream sequence of its last event, which is what an optimistic
-append on the claim must expect (:mod:`tenon.runtime.claims` owns that append).
+and asks the same questions of the result: which :class:`Phase` it is in, whether it is **live** (its machine
+is wanted: planned, launching, running or draining), whether it **accepts pods** (live and not being
+disrupted), which instance type it is waiting for, and the stream sequence of its last event, which is what
+an optimistic append on the claim must expect (:mod:`tenon.runtime.claims` owns that append).
 
 Impossible stories are refused, not folded: an event written by a service that does not own its step (the
 scheduler plans, registers, initializes and abandons; a launcher launches and terminates; disruption requests
-and drains: :mod:`proto.registry`), or a step the claim's state does not allow (launched twice, drained without a disruption request,
-anything after the end). :meth:`apply` raises :class:`ImpossibleStory` with the reason; the runtime dead-letters
-such an event instead of acting on it.
+and drains: :mod:`proto.registry`), or a step the claim's state does not allow (launched twice, drained
+without a disruption request, anything after the end). :meth:`apply` raises :class:`ImpossibleStory` with the
+reason; the runtime dead-letters such an event instead of acting on it.
 
 A claim may be known only from the middle of its story, when its first events aged out of the log and no
-snapshot kept them (``planned is None``). It still *exists*, which is what matters to a launcher deciding whether
-a machine is a leak, but nothing destructive may be decided from an incomplete history: :attr:`complete` says
-whether the story is known from its beginning, and steps are checked only against what is known.
+snapshot kept them (``planned is None``). It still *exists*, which is what matters to a launcher deciding
+whether a machine is a leak, but nothing destructive may be decided from an incomplete history:
+:attr:`complete` says whether the story is known from its beginning, and steps are checked only against what
+is known.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from proto import registry
 
 
 class Phase(StrEnum):
-    """Where a claim is in its life. ``str`` values are the names ``kubectl get nodeclaims`` and explain show."""
+    """Where a claim is in its life. ``str`` values are the names ``kubectl get nodeclaims`` and explain
+    show."""
 
     PLANNED = "Planned"
     LAUNCHED = "Launched"
@@ -150,7 +152,7 @@ class NodeClaim:
     def nodepool(self) -> str | None:
         return self.planned.nodepool if self.planned else None
 
-    # --- folding ---------------------------------------------------------------------------------------------
+    # --- folding --------------------------------------------------------------------------------------------
 
     def apply(self, event: ev.NodeClaimEvent, sequence: int = 0) -> bool:
         """Fold ``event`` (stored at ``sequence``; 0 when not yet known). False when it was folded already
@@ -215,7 +217,7 @@ class NodeClaim:
                 self.terminated = event
 
 
-# --- which step may follow which (checked only against what the folded history shows) ------------------------
+# --- which step may follow which (checked only against what the folded history shows) -----------------------
 
 
 def _check_planned(claim: NodeClaim, _: ev.NodeClaimEvent) -> str | None:

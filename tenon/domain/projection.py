@@ -142,9 +142,10 @@ class ClusterProjection:
         self.parsed.pop(f"Pod/{key}", None)
         self.parsed.pop(f"Pending/{key}", None)
         node_name = (event.pod.get("spec") or {}).get("nodeName")
-        if node_name:
+        previous = self.bound_pods.get(key)
+        if node_name and _pod_came_or_went(previous, event):
             self.last_pod_activity[node_name] = event.decided_at
-        previous = self.bound_pods.pop(key, None)
+        self.bound_pods.pop(key, None)
         if previous is not None:
             previous_node = (previous.get("spec") or {}).get("nodeName") or ""
             self.pods_by_node.get(previous_node, {}).pop(key, None)
@@ -177,6 +178,16 @@ class ClusterProjection:
             if key not in self.bound_pods:
                 self.pending[key] = pod
                 self.pending_seen[key] = event.decided_at
+
+
+def _pod_came_or_went(previous: KubeObject | None, event: ev.BoundPodObserved) -> bool:
+    """Whether the observation changes what runs on the node (a re-assertion of the same pod does not: it must
+    not restart the node's consolidateAfter clock)."""
+    if previous is None or event.change == "removed":
+        return True
+    before, after = previous.get("spec") or {}, event.pod.get("spec") or {}
+    phase = (previous.get("status") or {}).get("phase"), (event.pod.get("status") or {}).get("phase")
+    return before.get("nodeName") != after.get("nodeName") or phase[0] != phase[1]
 
 
 @dataclass(frozen=True)

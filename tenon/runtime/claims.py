@@ -1,16 +1,19 @@
 """Writing to a NodeClaim's history: the one place that owns the optimistic append.
 
-Every lifecycle event goes on its step's subject (``tenon.nodeclaim.<name>.<step>``) with the claim's last known
-sequence as the expected last sequence of the whole history (``tenon.nodeclaim.<name>.*``): if anyone wrote to the
-claim since the writer folded it, the broker refuses with :class:`ConcurrencyConflict`, and nothing is written.
+Every lifecycle event goes on its step's subject (``tenon.nodeclaim.<name>.<step>``) with the claim's last
+known sequence as the expected last sequence of the whole history (``tenon.nodeclaim.<name>.*``): if anyone
+wrote to the claim since the writer folded it, the broker refuses with :class:`ConcurrencyConflict`, and
+nothing is written.
 
 Two ways to go on after a conflict, and the caller picks:
 
 * :func:`append_claim_event` raises it. A decider running on :mod:`tenon.runtime.decider` lets it defer the
   decision: the conflicting event is folded when the log delivers it, the claim is decided again then, and the
   decision is made on the state a replay will see (decisions there are level-triggered).
-* :func:`record` reloads the claim's tail from the log (only the events after what it knows), folds it, and asks
-  ``decide`` again with the fresh claim: for work outside the ordered flow (a drain finishing, a machine gone).
+* :func:`record` reloads the claim's tail from the log (only the events after what it knows), folds it, and
+  asks
+  ``decide`` again with the fresh claim: for work outside the ordered flow (a drain finishing, a machine
+  gone).
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ log = logging.getLogger("tenon.claims")
 async def append_claim_event(
     event_log: EventLog, event: ev.NodeClaimEvent, *, expected: int
 ) -> PublishResult:
-    """Append ``event`` to its claim, expecting the claim's last sequence to be ``expected`` (0: a new claim)."""
+    """Append ``event`` to its claim, expecting the claim's last sequence to be ``expected`` (0: a new
+    claim)."""
     return await event_log.append(
         subjects.nodeclaim_step(event.nodeclaim, type(event).__name__),
         event,
@@ -39,8 +43,8 @@ async def append_claim_event(
 
 
 async def reload(event_log: EventLog, claim: NodeClaim) -> int:
-    """Fold the events of ``claim`` stored after what it holds; how many were new. Events that cannot belong to
-    its story are skipped with a warning (the consumers that read them dead-letter them)."""
+    """Fold the events of ``claim`` stored after what it holds; how many were new. Events that cannot belong
+    to its story are skipped with a warning (the consumers that read them dead-letter them)."""
     folded = 0
     async for record in event_log.read(
         subjects.nodeclaim(claim.name), start_sequence=claim.last_sequence + 1
@@ -63,8 +67,9 @@ async def record(
     *,
     attempts: int = 8,
 ) -> ev.NodeClaimEvent | None:
-    """Append what ``decide(claim)`` says (None: nothing, any more), reloading and deciding again on a conflict.
-    The appended event is folded into ``claim``. Raises :class:`TransientError` when the claim keeps moving."""
+    """Append what ``decide(claim)`` says (None: nothing, any more), reloading and deciding again on a
+    conflict. The appended event is folded into ``claim``. Raises :class:`TransientError` when the claim keeps
+    moving."""
     for _ in range(attempts):
         event = decide(claim)
         if event is None:

@@ -2,7 +2,8 @@
 
 A service that decides from the log is three things (see :mod:`tenon.services`):
 
-* a **decider** (:class:`Decider`): pure. ``evolve`` folds an event into the state, ``decide`` answers an input
+* a **decider** (:class:`Decider`): pure. ``evolve`` folds an event into the state, ``decide`` answers an
+  input
   with decisions (events), ``tick`` decides what time alone makes true (a timeout, a node empty long enough).
   ``tenon replay`` runs exactly this, offline.
 * an **executor** (:class:`Executor`): the I/O a decision needs around its recording (patch a Node before
@@ -18,8 +19,8 @@ A service that decides from the log is three things (see :mod:`tenon.services`):
    since the last snapshot, not the log's history.
 2. **Follow** the decider's inputs with a durable consumer, one record at a time (a decision must see every
    record before its input): fold, decide, carry out and record each decision, fold the decision at once (the
-   next input must see it), then ack. A record the aggregate refuses (an impossible story) is dead-lettered with
-   the reason, never acted on. A decision on a claim that moved on meanwhile is deferred: decisions are
+   next input must see it), then ack. A record the aggregate refuses (an impossible story) is dead-lettered
+   with the reason, never acted on. A decision on a claim that moved on meanwhile is deferred: decisions are
    level-triggered, so it is decided again when the conflicting event is folded.
 3. **Tick** every ``tick_seconds``: ``decider.tick(state, now)``; its decisions carry ``basis`` (the last
    sequence the state covered) so a replay decides them from the same state.
@@ -102,7 +103,8 @@ class Executor(Protocol):
     async def stop(self) -> None: ...
 
     async def prepare(self, decision: ev.Event) -> bool:
-        """Side effects that must precede recording ``decision``; False drops it (it is decided again later)."""
+        """Side effects that must precede recording ``decision``; False drops it (it is decided again
+        later)."""
         ...
 
     async def recorded(self, decision: ev.Event, cause: ev.Event | None) -> None:
@@ -186,7 +188,7 @@ class DeciderRuntime(Generic[S]):
     def name(self) -> str:
         return self.decider.name
 
-    # --- 1. rebuild ---------------------------------------------------------------------------------------------
+    # --- 1. rebuild -----------------------------------------------------------------------------------------
 
     async def rebuild(self) -> None:
         started = time.perf_counter()
@@ -234,11 +236,15 @@ class DeciderRuntime(Generic[S]):
         event = record.event
         if event is None or event.id in self.prefolded:
             return 0, 0
+        untrusted = registry.refusal(record.subject, event)
+        if untrusted is not None:
+            log.warning("untrusted event skipped at rebuild", extra={"service": self.name, "why": untrusted})
+            return 0, 0
         if record.sequence <= floor:
             return (1, 0) if self._rebuild_fold(event, record.sequence) else (0, 0)
         if event.producer != self.name:
-            # not handled yet: the consumer delivers it and it is decided then; a claim's step is kept aside in
-            # case one of our own decisions on that claim follows (that decision was made after it)
+            # not handled yet: the consumer delivers it and it is decided then; a claim's step is kept aside
+            # in case one of our own decisions on that claim follows (that decision was made after it)
             if isinstance(event, ev.NodeClaimEvent):
                 self._held.setdefault(event.nodeclaim, []).append((record.sequence, event))
             return 0, 0
@@ -289,13 +295,18 @@ class DeciderRuntime(Generic[S]):
         self.state, self.handled, self.prefolded = state, envelope.handled, set(envelope.prefolded)
         return f"snapshot {stored.manifest.generation} (covers {envelope.handled})"
 
-    # --- 2. follow ----------------------------------------------------------------------------------------------
+    # --- 2. follow ------------------------------------------------------------------------------------------
 
     async def handle(self, record: LogRecord) -> None:
         async with self.lock:
             if record.sequence <= self.handled:
                 return  # handled before this leader's rebuild
             event = record.decode()
+            untrusted = registry.refusal(record.subject, event)
+            if untrusted is not None:
+                self.refused += 1
+                log.warning("untrusted event refused", extra={"service": self.name, "why": untrusted})
+                raise PermanentError(untrusted)
             if event.id in self.prefolded:
                 self.prefolded.discard(event.id)
             elif record.sequence > self.folded:
@@ -317,7 +328,7 @@ class DeciderRuntime(Generic[S]):
         async with self.lock:
             await self._carry_out(list(decisions), cause)
 
-    # --- 3. tick ------------------------------------------------------------------------------------------------
+    # --- 3. tick --------------------------------------------------------------------------------------------
 
     async def tick(self, now: datetime | None = None) -> None:
         moment = now or datetime.now(UTC)
@@ -337,7 +348,7 @@ class DeciderRuntime(Generic[S]):
             except Exception:  # a tick must not end the service; the next one decides again
                 log.exception("tick failed", extra={"service": self.name})
 
-    # --- carrying out ----------------------------------------------------------------------------------------
+    # --- carrying out ---------------------------------------------------------------------------------------
 
     async def _carry_out(self, decisions: list[ev.Event], cause: ev.Event | None) -> None:
         if not decisions:
@@ -408,7 +419,7 @@ class DeciderRuntime(Generic[S]):
         if len(self._recent) > _RECENT_DECISIONS:
             self._recent.popitem(last=False)
 
-    # --- 4. snapshots -------------------------------------------------------------------------------------------
+    # --- 4. snapshots ---------------------------------------------------------------------------------------
 
     def _maybe_snapshot(self, force: bool = False) -> None:
         if self._snapshot_task is not None and not self._snapshot_task.done():
@@ -439,7 +450,7 @@ class DeciderRuntime(Generic[S]):
             await asyncio.sleep(max(1.0, self.settings.snapshot_interval / 4))
             self._maybe_snapshot()
 
-    # --- the whole term -----------------------------------------------------------------------------------------
+    # --- the whole term -------------------------------------------------------------------------------------
 
     async def run(self, stopping: asyncio.Event) -> None:
         """One leadership term: rebuild, start, follow and tick until ``stopping`` is set."""

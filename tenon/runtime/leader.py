@@ -2,10 +2,10 @@
 
 The lease is a key (the service name) in the ``tenon_leases`` bucket, whose TTL expires a key that is not
 renewed. A candidate ``create``s the key (fails while another holds it); the leader ``update``s it with the
-revision it last wrote every TTL/3 (a compare-and-swap: if anything else wrote it, leadership is lost). On loss,
-the leader's work is cancelled *before* anyone else can acquire the key (the other side waits for expiry), so
-two replicas never work at once as long as a renewal round trip is shorter than TTL/3. Pattern from
-choria-io's election on JetStream KV; see ../shared/reference notes on NATS.
+revision it last wrote every TTL/3 (a compare-and-swap: if anything else wrote it, leadership is lost). On
+loss, the leader's work is cancelled *before* anyone else can acquire the key (the other side waits for
+expiry), so two replicas never work at once as long as a renewal round trip is shorter than TTL/3. Pattern
+from choria-io's election on JetStream KV; see ../shared/reference notes on NATS.
 """
 
 from __future__ import annotations

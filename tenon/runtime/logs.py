@@ -1,8 +1,8 @@
 """Structured logs: one JSON object per line, with the fields passed as ``extra`` (why, which object).
 
 ``log.info("claim planned", extra={"nodeclaim": name, "reason": why})`` prints
-``{"time": ..., "level": "info", "service": "scheduler", "logger": ..., "msg": "claim planned", "nodeclaim": ...}``.
-``TENON_LOG_FORMAT=text`` gives a compact human form for terminals.
+``{"time": ..., "level": "info", "service": "scheduler", "logger": ..., "msg": "claim planned", "nodeclaim":
+...}``. ``TENON_LOG_FORMAT=text`` gives a compact human form for terminals.
 """
 
 from __future__ import annotations

@@ -6,18 +6,20 @@ decides now with what was recorded then. The replay walks the log as the live ru
 
 * **Inputs** (records on the decider's input subjects) are folded in log order and decided; the service's
   recorded answers to an input (its events whose ``causationId`` is the input's id) are compared with the
-  replayed ones, then folded right after the input, as the live service folds its own decisions before its next
-  input (and not again where they sit in the log). Feeding the recorded answers back, not the replayed ones,
-  keeps every decision compared against the world the live service saw: one divergence shows as one
+  replayed ones, then folded right after the input, as the live service folds its own decisions before its
+  next input (and not again where they sit in the log). Feeding the recorded answers back, not the replayed
+  ones, keeps every decision compared against the world the live service saw: one divergence shows as one
   difference, not a cascade.
-* **Ticks**: decisions taken on a clock tick carry ``basis``, the last input sequence their state covered. They
+* **Ticks**: decisions taken on a clock tick carry ``basis``, the last input sequence their state covered.
+  They
   are replayed right after that input, with the tick's own time (``decidedAt``), and compared with the tick's
   recorded decisions and the answers to those.
 * **External** decisions (neither causation nor basis: a user's ``kubectl delete nodeclaim`` seen by a watch)
   have no recorded input to decide from; they are folded where they sit and counted, not compared.
 * A replayed decision with an id the service had already recorded earlier, or that its claim would refuse, is
   not a difference: the live runtime does not record it twice.
-* A decider that checks its own output (``replays_itself = True``: the pod-watcher's batching, whose inputs are
+* A decider that checks its own output (``replays_itself = True``: the pod-watcher's batching, whose inputs
+  are
   recorded inside its PendingBatch events) is compared against the input record itself.
 
 Decisions are compared without ``decidedAt`` (the only envelope field that legitimately differs).
@@ -131,6 +133,7 @@ class _Replayer:
         self.recording = _Recording.of(decider, decoded)
         self.folded: set[str] = set()
         self.recorded_so_far: set[str] = set()
+        self.awaiting: list[tuple[int, Event]] = []
         self.report = ReplayReport()
 
     def _fold(self, event: Event, sequence: int) -> None:
@@ -163,9 +166,14 @@ class _Replayer:
 
     def input(self, record: LogRecord, event: Event) -> None:
         if getattr(self.decider, "replays_itself", False) and event.producer == self.decider.name:
+            # its decisions are its inputs: those recorded since its last answer are what the next answer must
+            # reproduce (a window sent as several parts is answered, whole, on its last part)
+            self.awaiting.append((record.sequence, event))
             replayed = list(self.decider.decide(self.state, event))
             self._fold(event, record.sequence)
-            self._compare(record.sequence, type(event).__name__, replayed, [(record.sequence, event)])
+            if replayed:
+                self._compare(self.awaiting[0][0], type(event).__name__, replayed, self.awaiting)
+                self.awaiting = []
             return
         if event.id in self.recording.external:
             self.report.external += 1
@@ -221,5 +229,8 @@ def replay(decider: Decider[Any], records: Iterable[LogRecord]) -> ReplayReport:
         elif event.producer == decider.name and event.id in replayer.recording.external:
             replayer.report.external += 1
             replayer._fold(event, record.sequence)
+    if replayer.awaiting:  # recorded, and no replayed answer reproduced them
+        first, event = replayer.awaiting[0]
+        replayer._compare(first, type(event).__name__, [], replayer.awaiting)
     replayer.report.ticks_outside = sum(len(groups) for groups in replayer.recording.ticks.values())
     return replayer.report

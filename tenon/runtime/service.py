@@ -1,16 +1,16 @@
 """How every tenon service process runs: settings, logs, broker, leader election, signals, loud failures.
 
-A service is a :class:`ServiceDefinition`: its name, its settings class (a dataclass of :func:`.settings.setting`
-fields that extends :class:`CommonSettings`) and its ``work(ctx, settings)``, an async function that runs only
-while its replica leads the service's group (so two replicas never act twice) and returns when ``ctx.stopping``
-is set. A service that decides from the log builds its work with :func:`decider_work` from a decider and an
-executor (:mod:`.decider`); that is the usual case.
+A service is a :class:`ServiceDefinition`: its name, its settings class (a dataclass of
+:func:`.settings.setting` fields that extends :class:`CommonSettings`) and its ``work(ctx, settings)``, an
+async function that runs only while its replica leads the service's group (so two replicas never act twice)
+and returns when ``ctx.stopping`` is set. A service that decides from the log builds its work with
+:func:`decider_work` from a decider and an executor (:mod:`.decider`); that is the usual case.
 
-:func:`main` does the rest, identically for every service: settings from flags and the environment (a bad value
-is one line naming the variable, exit 2), JSON logs, traces, a provisioned event log with the configured
+:func:`main` does the rest, identically for every service: settings from flags and the environment (a bad
+value is one line naming the variable, exit 2), JSON logs, traces, a provisioned event log with the configured
 retention, the election, SIGINT/SIGTERM to a clean stop. When the leader's work fails it says why (with the
-traceback), gives up the lease and campaigns again after a backoff; after ``max_failures`` failures in a row the
-process exits 1 so that its supervisor restarts it rather than leaving it alive and useless.
+traceback), gives up the lease and campaigns again after a backoff; after ``max_failures`` failures in a row
+the process exits 1 so that its supervisor restarts it rather than leaving it alive and useless.
 """
 
 from __future__ import annotations
@@ -156,6 +156,13 @@ class CommonSettings:
         return max(1.0, self.events_max_age / 4)
 
 
+def in_cluster_or(kubeconfig: str | None, variable: str = "TENON_KUBECONFIG") -> None:
+    """For a setting that names a cluster: without a kubeconfig, the service must be running in a cluster (its
+    service account); anywhere else it cannot work, and says so before it starts."""
+    if kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        raise SettingsError(f"{variable}: not set and not running in a cluster: say which cluster to use")
+
+
 SettingsT = TypeVar("SettingsT", bound=CommonSettings)
 
 
@@ -184,6 +191,9 @@ class ServiceDefinition(Generic[SettingsT]):
     work: Callable[[ServiceContext, SettingsT], Awaitable[None]]
     decider: Callable[[SettingsT], Decider[Any]] | None = None
     """The pure decision function, for ``tenon replay`` (None: the service decides nothing from the log)."""
+    preflight: Callable[[SettingsT], None] | None = None
+    """Checks of the environment before the service starts (raise SettingsError: one line, exit 2); not run by
+    ``tenon replay``, which needs no cluster."""
 
 
 def decider_work(
@@ -294,6 +304,8 @@ def main(definition: ServiceDefinition[Any], argv: Sequence[str] | None = None) 
             prog=f"tenon run {definition.name}",
             description=definition.description,
         )
+        if definition.preflight is not None:
+            definition.preflight(settings)
     except SettingsError as exc:
         print(f"tenon run {definition.name}: {exc}", file=sys.stderr)
         return 2

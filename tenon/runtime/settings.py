@@ -1,11 +1,12 @@
 """Settings: every knob of every service, from a flag or the environment, validated once when it starts.
 
 A service's settings are one frozen dataclass whose fields are declared with :func:`setting`: the environment
-variable, the help text, the kind of value, the default and the bounds. :func:`load` builds the command line from
-the same declaration (``TENON_EVENTS_MAX_AGE`` is ``--events-max-age``), takes a flag over the environment over
-the default, and checks every value. A bad value is one line naming the variable and what was wrong
-(:class:`SettingsError`; the service prints it and exits 2), never a traceback. :func:`markdown_table` renders
-the README's settings table from the declarations, so the table cannot drift from the code.
+variable, the help text, the kind of value, the default and the bounds. :func:`load` builds the command line
+from the same declaration (``TENON_EVENTS_MAX_AGE`` is ``--events-max-age``), takes a flag over the
+environment over the default, and checks every value. A bad value is one line naming the variable and what
+was wrong (:class:`SettingsError`; the service prints it and exits 2), never a traceback.
+:func:`markdown_table` renders the README's settings table from the declarations, so the table cannot drift
+from the code.
 
 Durations accept Go's and Kubernetes' spelling (``90s``, ``1h30m``, ``720h``) plus days (``14d``), or a plain
 number of seconds.
@@ -100,6 +101,8 @@ class Setting:
             return float(text)
         if not text:
             raise ValueError("is empty")
+        if self.kind == "path" and not os.path.exists(os.path.expanduser(text)):
+            raise ValueError("names no file")
         return text
 
     def describe(self, value: Any) -> str:

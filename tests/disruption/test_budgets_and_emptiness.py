@@ -36,7 +36,7 @@ def nodepool(budgets: list[dict[str, Any]] | None = None, **disruption: Any) -> 
 
 
 def envelope(event_id: str, at: datetime = T0) -> dict[str, Any]:
-    return {"id": event_id, "decided_at": at, "producer": "test"}
+    return {"id": event_id, "decided_at": at, "producer": "pod-watcher"}
 
 
 def cluster(

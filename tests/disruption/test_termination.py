@@ -16,7 +16,7 @@ from tenon.runtime.kube import NODECLAIMS, NODES, PODS, Kube, load_kube
 from tenon.runtime.kube.resources import PODDISRUPTIONBUDGETS
 from tenon.services.disruption.decider import DisruptionDecider
 from tenon.services.disruption.service import DisruptionExecutor
-from tests.support.events import build_event
+from tests.support.events import append_to_claim, build_event
 from tests.support.services import caught_up
 from tests.support.services import running as running_service
 from tests.support.waiting import until
@@ -25,7 +25,7 @@ CLAIM, NODE = "default-abcde", "node-a"
 
 
 def envelope(event_id: str) -> dict[str, Any]:
-    return {"id": event_id, "decided_at": datetime.now(UTC), "producer": "test"}
+    return {"id": event_id, "decided_at": datetime.now(UTC), "producer": "pod-watcher"}
 
 
 @pytest.fixture
@@ -95,7 +95,6 @@ async def seed(event_log: JetStreamEventLog, kube: Kube) -> None:
             "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"},
         },
     }
-    subject = subjects.nodeclaim(CLAIM)
     await event_log.publish(subjects.NODEPOOLS, ev.NodePoolsSnapshot(**envelope("np"), nodepools=(pool,)))
     for event in (
         build_event(
@@ -116,9 +115,7 @@ async def seed(event_log: JetStreamEventLog, kube: Kube) -> None:
         build_event(ev.NodeClaimRegistered, "reg", nodeclaim=CLAIM, node=NODE, provider_id="p://a"),
         build_event(ev.NodeClaimInitialized, "init", nodeclaim=CLAIM, node=NODE),
     ):
-        await event_log.append(
-            subject, event, expected_last_sequence=await event_log.last_subject_sequence(subject)
-        )
+        await append_to_claim(event_log, event)
     await event_log.publish(
         subjects.node(NODE), ev.NodeObserved(**envelope("node"), change="added", node=node)
     )

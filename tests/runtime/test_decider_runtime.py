@@ -79,26 +79,37 @@ async def test_a_snapshot_of_another_format_is_ignored_with_a_word_why(
     assert any("snapshot of another format ignored" in r.getMessage() for r in caplog.records)
 
 
-async def test_a_forged_step_is_dead_lettered_and_not_acted_on() -> None:
+async def test_forged_and_impossible_steps_are_dead_lettered_and_not_acted_on() -> None:
     event_log = await seeded()
     await publish_batches(event_log, "a")
     async with running(SchedulerDecider(), BaseExecutor(), event_log) as runtime:
         [name] = await until(lambda: planned_claims(runtime.state))
-        forged = build_event(
-            ev.NodeClaimDrained, "forged", nodeclaim=name, node=None, producer="launcher-capi"
+        # a launcher cannot write a drain; and even disruption cannot drain what it never asked to disrupt
+        for producer in ("launcher-capi", "disruption"):
+            forged = build_event(
+                ev.NodeClaimDrained, f"forged-{producer}", nodeclaim=name, node=None, producer=producer
+            )
+            last = await event_log.last_subject_sequence(subjects.nodeclaim(name))
+            await event_log.append(
+                subjects.nodeclaim_step(name, "NodeClaimDrained"),
+                forged,
+                expected_last_sequence=last,
+                aggregate=subjects.nodeclaim(name),
+            )
+        letters = await until(
+            lambda: event_log.events(subjects.DEADLETTER_STREAM)[1:], what="two dead letters"
         )
-        last = await event_log.last_subject_sequence(subjects.nodeclaim(name))
-        await event_log.append(
-            subjects.nodeclaim_step(name, "NodeClaimDrained"),
-            forged,
-            expected_last_sequence=last,
-            aggregate=subjects.nodeclaim(name),
-        )
-        letters = await until(lambda: event_log.events(subjects.DEADLETTER_STREAM), what="a dead letter")
         assert runtime.state.claims[name].phase == Phase.PLANNED
-    [letter] = letters
-    assert isinstance(letter, ev.DeadLetter)
-    assert "only disruption may write this step" in letter.error and name in letter.error
+        assert runtime.refused == 2
+    reasons = [letter.error for letter in event_log.events(subjects.DEADLETTER_STREAM)]
+    assert any(
+        "NodeClaimDrained written by 'launcher-capi': only disruption may write it" in r for r in reasons
+    )
+    assert any(
+        f"NodeClaim {name}: NodeClaimDrained from disruption: no disruption was requested" in r
+        for r in reasons
+    )
+    assert len(letters) == 1
 
 
 async def test_tick_decisions_carry_their_basis_and_replay_to_the_same() -> None:

@@ -18,7 +18,7 @@ T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 
 
 def envelope(event_id: str) -> dict[str, Any]:
-    return {"id": event_id, "decided_at": T0, "producer": "test"}
+    return {"id": event_id, "decided_at": T0, "producer": "pod-watcher"}
 
 
 def docs(name: str) -> list[dict[str, Any]]:

@@ -87,8 +87,8 @@ class EventLog(abc.ABC):
 
     @abc.abstractmethod
     def last_per_subject(self, subject_filter: str) -> AsyncIterator[LogRecord]:
-        """The newest record of every subject ``subject_filter`` matches, in log order: what a view of "the last
-        word on each object" needs, at the cost of one record per object instead of the whole history."""
+        """The newest record of every subject ``subject_filter`` matches, in log order: what a view of "the
+        last word on each object" needs, at the cost of one record per object instead of the whole history."""
 
     @abc.abstractmethod
     async def bounds(self, stream: str = subjects.EVENTS_STREAM) -> LogBounds:
@@ -107,7 +107,8 @@ class EventLog(abc.ABC):
 
     @abc.abstractmethod
     async def key_value(self, bucket: str, *, ttl: float | None = None) -> KeyValue:
-        """A key-value bucket (created if missing) whose keys expire ``ttl`` seconds after their last write."""
+        """A key-value bucket (created if missing) whose keys expire ``ttl`` seconds after their last
+        write."""
 
     @abc.abstractmethod
     def snapshots(self) -> SnapshotStore:
@@ -116,8 +117,8 @@ class EventLog(abc.ABC):
     @abc.abstractmethod
     async def consumer_ack_floor(self, durable: str) -> int:
         """The stream sequence up to which the durable consumer has acked everything (0: none, or no such
-        consumer). A service that rebuilds state at start folds the log up to here and lets the consumer deliver
-        the rest, so nothing it had not finished handling is folded without being handled."""
+        consumer). A service that rebuilds state at start folds the log up to here and lets the consumer
+        deliver the rest, so nothing it had not finished handling is folded without being handled."""
 
     @abc.abstractmethod
     def consumer(self, settings: ConsumerSettings, handler: Handler) -> ConsumerRunner:

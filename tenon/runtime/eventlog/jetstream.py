@@ -1,6 +1,7 @@
 """The event log on NATS JetStream.
 
-* ``publish`` sets ``Nats-Msg-Id`` to the event id; JetStream answers a repeat inside the duplicate window with
+* ``publish`` sets ``Nats-Msg-Id`` to the event id; JetStream answers a repeat inside the duplicate window
+  with
   the original sequence (``duplicate=True``), which is what makes redelivered handlers harmless.
 * ``append`` adds ``Nats-Expected-Last-Subject-Sequence``; the server's "wrong last sequence" (error 10071)
   becomes :class:`ConcurrencyConflict` with the actual sequence.
@@ -132,6 +133,8 @@ class JetStreamEventLog(EventLog):
         return await self._publish(subject, data, dict(headers or {}))
 
     async def _publish(self, subject: str, data: bytes, headers: dict[str, str]) -> PublishResult:
+        if "*" in subject or ">" in subject:
+            raise EventLogError(f"cannot publish on {subject!r}: a subject filter is not a subject")
         try:
             ack = await self.js.publish(subject, data, headers=headers)
         except nats.errors.NoRespondersError:

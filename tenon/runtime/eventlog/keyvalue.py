@@ -1,10 +1,10 @@
 """A small key-value store beside the log: leases for leader election, and little else.
 
 One interface, :class:`KeyValue`, with its two implementations side by side: :class:`JetStreamKeyValue` (a
-JetStream KV bucket, whose ``ttl`` expires keys that are not rewritten) and :class:`InMemoryKeyValue` (the same
-semantics in a dict, for tests of logic that elects a leader without a broker). Writes are compare-and-swap on
-the key's revision, which is what makes a lease safe: ``create`` fails when the key exists, ``update`` fails when
-someone wrote it since the revision the writer holds.
+JetStream KV bucket, whose ``ttl`` expires keys that are not rewritten) and :class:`InMemoryKeyValue` (the
+same semantics in a dict, for tests of logic that elects a leader without a broker). Writes are
+compare-and-swap on the key's revision, which is what makes a lease safe: ``create`` fails when the key
+exists, ``update`` fails when someone wrote it since the revision the writer holds.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ class KeyValue(abc.ABC):
 
     @abc.abstractmethod
     async def create(self, key: str, value: bytes) -> int:
-        """Write ``key`` only if it does not exist (or expired); its revision. Else :class:`RevisionMismatch`."""
+        """Write ``key`` only if it does not exist (or expired); its revision. Else
+        :class:`RevisionMismatch`."""
 
     @abc.abstractmethod
     async def update(self, key: str, value: bytes, *, revision: int) -> int:

@@ -113,6 +113,8 @@ class InMemoryEventLog(EventLog):
         expected_last: int | None,
         aggregate: str | None = None,
     ) -> PublishResult:
+        if "*" in subject or ">" in subject:
+            raise EventLogError(f"cannot publish on {subject!r}: a subject filter is not a subject")
         stream = self._stream_for(subject)
         msg_id = headers.get(MSG_ID)
         if msg_id and msg_id in stream.ids:

@@ -29,7 +29,8 @@ class ConcurrencyConflict(EventLogError):
 
 
 class TransientError(Exception):
-    """A handler failure worth retrying later (a conflict, an API timeout): the message is nak'ed with backoff."""
+    """A handler failure worth retrying later (a conflict, an API timeout): the message is nak'ed with
+    backoff."""
 
 
 class PermanentError(Exception):
@@ -97,7 +98,8 @@ class ConsumerSettings:
     deliver_new_only: bool = False
     """Start at messages published after the consumer is created, instead of the whole log."""
     drain_timeout: float = 20.0
-    """On stop, how long in-flight handlers may take to finish before their messages are left to redelivery."""
+    """On stop, how long in-flight handlers may take to finish before their messages are left to
+    redelivery."""
     fetch_batch: int = 64
     extra: Mapping[str, str] = field(default_factory=dict)
 

@@ -1,16 +1,17 @@
-"""Where services keep snapshots of their state, so a rebuild reads a snapshot and the log's tail, not history.
+"""Where services keep snapshots of their state, so a rebuild reads a snapshot and the log's tail, not
+history.
 
 A snapshot is opaque bytes plus a small manifest (what it covers, in which format) under a name (the service).
 :class:`SnapshotStore` is the interface; :class:`JetStreamSnapshotStore` and :class:`InMemorySnapshotStore`
 implement it.
 
-On JetStream a snapshot lives in its own stream, ``TENON_SNAPSHOTS`` (``tenon.snapshot.>``), never in the event
-log: it must not age out while it is the latest (the stream has no max age), and it may be larger than one
-message, so it is written as chunks on ``tenon.snapshot.<name>.<generation>.<index>`` followed by its manifest
-on ``tenon.snapshot.<name>.manifest`` (the stream keeps one message per subject). A reader takes the last
-manifest and fetches its chunks by sequence (direct gets, in parallel), then checks their SHA-256: a torn or
-missing snapshot reads as none, never as a wrong one. Generations older than the previous one are purged after a
-new manifest is written, so the store holds at most two snapshots per name.
+On JetStream a snapshot lives in its own stream, ``TENON_SNAPSHOTS`` (``tenon.snapshot.>``), never in the
+event log: it must not age out while it is the latest (the stream has no max age), and it may be larger than
+one message, so it is written as chunks on ``tenon.snapshot.<name>.<generation>.<index>`` followed by its
+manifest on ``tenon.snapshot.<name>.manifest`` (the stream keeps one message per subject). A reader takes the
+last manifest and fetches its chunks by sequence (direct gets, in parallel), then checks their SHA-256: a
+torn or missing snapshot reads as none, never as a wrong one. Generations older than the previous one are
+purged after a new manifest is written, so the store holds at most two snapshots per name.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """List, then watch, forever: a stream of changes that survives disconnects and expired resourceVersions.
 
 ``list_and_watch`` yields :class:`Relisted` with the complete current set first (and again after every
-re-list), then :class:`WatchChange` for each ADDED / MODIFIED / DELETED. It resumes a closed watch from the last
-resourceVersion it saw (bookmarks included), and when the server says that version is too old (410 Gone, either
-as an HTTP status or an ERROR event) it lists again: consumers treat ``Relisted`` as "replace your view", which
-is the only correct answer to a gap. Transient failures back off exponentially up to a few seconds.
+re-list), then :class:`WatchChange` for each ADDED / MODIFIED / DELETED. It resumes a closed watch from the
+last resourceVersion it saw (bookmarks included), and when the server says that version is too old (410 Gone,
+either as an HTTP status or an ERROR event) it lists again: consumers treat ``Relisted`` as "replace your
+view", which is the only correct answer to a gap. Transient failures back off exponentially up to a few
+seconds.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Disruption budgets (pure): how many of a NodePool's nodes may be disrupted at once, right now, for a reason.
+"""Disruption budgets (pure): how many of a NodePool's nodes may be disrupted at once, right now, for a
+reason.
 
 A NodePool's ``spec.disruption.budgets`` is a list of ``{nodes, schedule?, duration?, reasons?}``, as in
 Karpenter:
@@ -10,8 +11,8 @@ Karpenter:
 * ``reasons``: the disruption reasons it applies to (``Empty``, ``Underutilized``, ``Drifted``); without, all.
 
 The allowance is the minimum over the active budgets that apply to the reason, minus the pool's nodes already
-being disrupted (or NotReady). No budgets means the default ``nodes: 10%``. An invalid budget allows nothing and
-says why (a typo must not silently allow everything).
+being disrupted (or NotReady). No budgets means the default ``nodes: 10%``. An invalid budget allows nothing
+and says why (a typo must not silently allow everything).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""The disruption service's decision function (pure), as the live service and ``tenon replay disruption`` run it.
+"""The disruption service's decision function (pure), as the live service and ``tenon replay disruption`` run
+it.
 
 * ``tick``: what the disruption methods decide now (emptiness, for now: :mod:`.emptiness`): one
-  ``DisruptionDecision`` per NodePool with candidates or blocked candidates, and ``DisruptionRequested`` for each
-  chosen claim.
+  ``DisruptionDecision`` per NodePool with candidates or blocked candidates, and ``DisruptionRequested`` for
+  each chosen claim.
 * ``decide``: a Node deleted by a user (a deletion timestamp held by tenon's finalizer) becomes
   ``DisruptionRequested`` with method ``delete``, so it takes the same graceful path as every other removal.
 """

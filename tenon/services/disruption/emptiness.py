@@ -33,7 +33,8 @@ from tenon.services.disruption.budgets import BudgetError, allowance, parse_dura
 PRODUCER = "disruption"
 EMPTY_POLICIES = ("WhenEmpty", "WhenEmptyOrUnderutilized")
 NOMINATION_TTL = timedelta(seconds=60)
-"""How long a new node is kept for the pending pods it was bought for (they may have been deleted meanwhile)."""
+"""How long a new node is kept for the pending pods it was bought for (they may have been deleted
+meanwhile)."""
 
 
 @dataclass(frozen=True)

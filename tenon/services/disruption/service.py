@@ -1,11 +1,13 @@
 """The disruption service: its decider (:mod:`.decider`), its executor (below) and its settings.
 
-The runtime follows the log and ticks; the decider chooses which claims to disrupt. The executor does the rest:
+The runtime follows the log and ticks; the decider chooses which claims to disrupt. The executor does the
+rest:
 
 * every claim with ``DisruptionRequested`` and no ``NodeClaimTerminated`` has a termination task
   (:mod:`.termination`: taint, drain through the Eviction API, ``NodeClaimDrained``, delete the Node); after a
   restart the rebuilt state shows which were under way, and they resume;
-* a user's ``kubectl delete nodeclaim`` (a deletion timestamp held by tenon's finalizer) is watched here, since it
+* a user's ``kubectl delete nodeclaim`` (a deletion timestamp held by tenon's finalizer) is watched here,
+  since it
   is not in the log, and submitted as ``DisruptionRequested`` with method ``delete``;
 * nodes left with the disrupted taint by a termination that will not finish are untainted at start.
 """
@@ -26,7 +28,13 @@ from tenon.runtime.decider import BaseExecutor, Decider, DeciderRuntime, Executo
 from tenon.runtime.kube import NODECLAIMS, Kube, Relisted, WatchChange, list_and_watch
 from tenon.runtime.kube.client import load_kube
 from tenon.runtime.kube.events import post_event
-from tenon.runtime.service import CommonSettings, ServiceContext, ServiceDefinition, decider_work
+from tenon.runtime.service import (
+    CommonSettings,
+    ServiceContext,
+    ServiceDefinition,
+    decider_work,
+    in_cluster_or,
+)
 from tenon.runtime.settings import setting
 from tenon.services.disruption.decider import DisruptionDecider, request
 from tenon.services.disruption.termination import Terminator, remove_stale_taints
@@ -177,8 +185,9 @@ async def make_executor(
 
 SERVICE = ServiceDefinition(
     name=registry.DISRUPTION,
-    description="Remove empty nodes within budgets; drain every node that goes, PodDisruptionBudgets holding.",
+    description="Remove empty nodes within budgets; drain every node that goes, respecting PDBs.",
     settings=DisruptionSettings,
     work=decider_work(make_decider, make_executor, lambda s: s.tick),
     decider=make_decider,
+    preflight=lambda settings: in_cluster_or(settings.kubeconfig),
 )

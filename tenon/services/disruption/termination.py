@@ -3,7 +3,8 @@
 Steps, each idempotent so a restarted service resumes a half-done termination and finishes it once:
 
 1. Taint the Node ``karpenter.sh/disrupted:NoSchedule`` so nothing new lands on it.
-2. Drain through the Eviction API, in tiers (Karpenter's order): non-critical pods, then non-critical DaemonSet
+2. Drain through the Eviction API, in tiers (Karpenter's order): non-critical pods, then non-critical
+DaemonSet
    pods, then critical pods (``system-cluster-critical`` / ``system-node-critical``), then critical DaemonSet
    pods; a tier starts only when the one before is gone. Pods that tolerate the disrupted taint are left (they
    would come straight back). A 429 means a PodDisruptionBudget says "not now": retry with backoff, never

@@ -1,9 +1,9 @@
 """The scheduler's whole decision function, as the live service and ``tenon replay scheduler`` run it.
 
-``evolve`` folds every event into the :class:`ClusterProjection`; ``decide`` then looks at the state *with* the
-event folded in and answers: a PendingBatch with NodeClaims (:mod:`.planner`), an abandoned claim by planning its
-pods again, Node and claim events with lifecycle steps (:mod:`.lifecycle`). ``tick`` abandons claims that waited
-too long for their machine or their node.
+``evolve`` folds every event into the :class:`ClusterProjection`; ``decide`` then looks at the state *with*
+the event folded in and answers: a PendingBatch with NodeClaims (:mod:`.planner`), an abandoned claim by
+planning its pods again, Node and claim events with lifecycle steps (:mod:`.lifecycle`). ``tick`` abandons
+claims that waited too long for their machine or their node.
 """
 
 from __future__ import annotations

@@ -6,17 +6,19 @@ The scheduler is the single writer of a claim's state (Karpenter's lifecycle con
   Deciding it also means (for the service, as a side effect before the event is appended) syncing the
   NodePool's labels and taints onto the Node and removing ``karpenter.sh/unregistered``, the taint the node
   booted with so nothing lands on it before that happened (:func:`registration_patch`).
-* **Initialized** when that Node is Ready and none of the NodePool's startup taints, nor the unregistered taint,
+* **Initialized** when that Node is Ready and none of the NodePool's startup taints, nor the unregistered
+  taint,
   remain: from then on pods may land and the claim counts as a Node.
 * **Abandoned** when a claim was not launched within ``launch_timeout`` (5 min) or not registered within
   ``registration_timeout`` (15 min) of being planned, or when every instance type failed to launch. The
   launcher removes its machine, and the scheduler plans its pods again.
 
-Decisions are level-triggered: after an event is folded, each claim it concerns is checked for what is now true
-and not yet recorded (:func:`due`). So a decision that could not be recorded (another writer appended to the
-claim first) is simply decided again when that writer's event is folded, and deciding twice decides the same.
-Event-driven decisions take their time from the triggering event, so they replay exactly; timeouts are checked
-against a clock the service passes in (:func:`expired_claims`), and they are recorded with no causation.
+Decisions are level-triggered: after an event is folded, each claim it concerns is checked for what is now
+true and not yet recorded (:func:`due`). So a decision that could not be recorded (another writer appended to
+the claim first) is simply decided again when that writer's event is folded, and deciding twice decides the
+same. Event-driven decisions take their time from the triggering event, so they replay exactly; timeouts are
+checked against a clock the service passes in (:func:`expired_claims`), and they are recorded with no
+causation.
 """
 
 from __future__ import annotations
@@ -106,7 +108,8 @@ def affected_claims(projection: ClusterProjection, event: ev.Event) -> list[Node
 
 
 def due(projection: ClusterProjection, claim: NodeClaim, cause: ev.Event) -> list[ev.Event]:
-    """What is true of ``claim`` now and not yet recorded (level-triggered: deciding twice decides the same)."""
+    """What is true of ``claim`` now and not yet recorded (level-triggered: deciding twice decides the
+    same)."""
     if claim.phase == "Failed" and claim.abandoned is None and claim.launch_failures:
         return [
             _abandoned(

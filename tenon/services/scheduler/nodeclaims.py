@@ -1,6 +1,6 @@
-"""The ``karpenter.sh/v1`` NodeClaim object a claim's state maps to (pure), so ``kubectl get nodeclaims`` tells
-the same story as the event log: type, NodePool, providerID, node, and the Launched / Registered / Initialized /
-Ready conditions with their transition times."""
+"""The ``karpenter.sh/v1`` NodeClaim object a claim's state maps to (pure), so ``kubectl get nodeclaims``
+tells the same story as the event log: type, NodePool, providerID, node, and the Launched / Registered /
+Initialized / Ready conditions with their transition times."""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
 """Keeping the ``karpenter.sh/v1`` NodeClaim objects in step with the claims, off the decision path.
 
 The objects are a view of the event log for ``kubectl`` users, not part of any decision, so the scheduler does
-not wait for them: :meth:`NodeClaimObjects.sync` marks a claim dirty and returns at once; a few workers bring each
-dirty claim's object to what the projection says *now* (create it with its spec and an Event explaining it,
-write its status, or delete it once the claim is over). Several changes to one claim while it waits collapse
-into one write, and a claim is never written by two workers at once. A failed write is retried with backoff.
+not wait for them: :meth:`NodeClaimObjects.sync` marks a claim dirty and returns at once; a few workers bring
+each dirty claim's object to what the projection says *now* (create it with its spec and an Event explaining
+it, write its status, or delete it once the claim is over). Several changes to one claim while it waits
+collapse into one write, and a claim is never written by two workers at once. A failed write is retried with
+backoff.
 """
 
 from __future__ import annotations

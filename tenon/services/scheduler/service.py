@@ -1,14 +1,16 @@
 """The scheduler service: its decider (:mod:`.decider`), its executor (below) and its settings.
 
-The runtime (:mod:`tenon.runtime.decider`) rebuilds the projection, follows the log and records decisions; this
-module adds what the decisions need around them in the workload cluster:
+The runtime (:mod:`tenon.runtime.decider`) rebuilds the projection, follows the log and records decisions;
+this module adds what the decisions need around them in the workload cluster:
 
 * before ``NodeClaimRegistered`` is recorded, the Node gets the NodePool's labels and taints and loses
   ``karpenter.sh/unregistered`` (:func:`.lifecycle.registration_patch`); before ``NodeClaimInitialized``, the
   label ``karpenter.sh/initialized``;
-* after every claim event, the ``karpenter.sh/v1`` NodeClaim object is brought up to date, off the decision path
+* after every claim event, the ``karpenter.sh/v1`` NodeClaim object is brought up to date, off the decision
+  path
   (:mod:`.objects`);
-* NodePool status (resources in use, ``ValidationSucceeded``) is written when a NodePools snapshot arrives and on
+* NodePool status (resources in use, ``ValidationSucceeded``) is written when a NodePools snapshot arrives
+  and on
   every tick, when it changed.
 """
 
@@ -28,7 +30,13 @@ from tenon.runtime.decider import BaseExecutor, Decider, DeciderRuntime, Executo
 from tenon.runtime.eventlog import TransientError
 from tenon.runtime.kube import NODEPOOLS, NODES, Kube, KubeApiError
 from tenon.runtime.kube.client import load_kube
-from tenon.runtime.service import CommonSettings, ServiceContext, ServiceDefinition, decider_work
+from tenon.runtime.service import (
+    CommonSettings,
+    ServiceContext,
+    ServiceDefinition,
+    decider_work,
+    in_cluster_or,
+)
 from tenon.runtime.settings import setting
 from tenon.services.scheduler import lifecycle
 from tenon.services.scheduler.decider import SchedulerDecider
@@ -186,4 +194,5 @@ SERVICE = ServiceDefinition(
     settings=SchedulerSettings,
     work=decider_work(make_decider, make_executor, lambda s: s.tick),
     decider=make_decider,
+    preflight=lambda settings: in_cluster_or(settings.kubeconfig),
 )
