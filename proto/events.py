@@ -333,6 +333,10 @@ class MachineDeploymentObserved(Event, frozen=True, kw_only=True, tag=True):
     schema: Literal[1] = 1
     change: ObservedChange
     machine_deployment: KubeObject
+    after: str | None = None
+    """The launcher's own action on this object (its event id) that this observation shows the result of,
+    published right after the action was recorded; the decider trusts its action over observations older
+    than it until then."""
 
 
 class MachineObserved(Event, frozen=True, kw_only=True, tag=True):
@@ -344,6 +348,8 @@ class MachineObserved(Event, frozen=True, kw_only=True, tag=True):
     schema: Literal[1] = 1
     change: ObservedChange
     machine: KubeObject
+    after: str | None = None
+    """As ``MachineDeploymentObserved.after``."""
 
 
 class MachineLeakChecked(Event, frozen=True, kw_only=True, tag=True):
