@@ -1,8 +1,9 @@
 """Helpers for the launcher-capi tests: manifests, the events a scheduler would write, a running launcher.
 
 The tests play the scheduler and the pod-watcher themselves: they publish ``NodeClassesSnapshot`` and append
-``NodeClaimPlanned`` / ``NodeClaimAbandoned`` on the real log, and watch what the launcher does to the sandbox's
-management cluster (whose simulated Cluster API controller turns replicas into Machines with providerIDs).
+``NodeClaimPlanned`` / ``NodeClaimAbandoned`` on the real log, and watch what the launcher does to the
+sandbox's management cluster (whose simulated Cluster API controller turns replicas into Machines with
+providerIDs).
 """
 
 from __future__ import annotations
@@ -31,10 +32,14 @@ from tenon.core.wellknown import (
     MAX_SIZE,
     PRICE_PER_HOUR,
 )
+from tenon.runtime.decider import DeciderRuntime
 from tenon.runtime.eventlog import EventLog
 from tenon.runtime.kube import load_kube
-from tenon.services.launcher_capi.service import CapiLauncher, LauncherSettings
+from tenon.services.launcher_capi.decider import CapiLauncherDecider
+from tenon.services.launcher_capi.executor import LauncherExecutor
+from tenon.services.launcher_capi.state import LauncherState
 from tests.support.events import append_to_claim
+from tests.support.services import running
 
 NODECLASS = "default"
 SIZES = {"c3-4": ("2", "4Gi", "0.048"), "c3-8": ("4", "8Gi", "0.096"), "c3-16": ("8", "16Gi", "0.192")}
@@ -180,25 +185,35 @@ async def wait_until(check: Callable[[], Any], *, timeout: float = 10.0, what: s
         await asyncio.sleep(0.03)
 
 
+async def settled(event_log: EventLog, durable: str = "launcher-capi") -> bool:
+    """Whether the launcher (in this process or another) has handled every record the log holds: every record
+    of the events stream is one of its inputs, and it acks an input only once its decisions are recorded, so
+    from then on nothing it has seen is left to decide."""
+    last = (await event_log.bounds()).last_sequence
+    return last > 0 and await event_log.consumer_ack_floor(durable) >= last
+
+
 @contextlib.asynccontextmanager
 async def running_launcher(
-    event_log: EventLog, sandbox: SandboxHandle, **settings: Any
-) -> AsyncIterator[CapiLauncher]:
-    """The launcher in this event loop against the sandbox's management cluster, stopped on exit."""
+    event_log: EventLog, sandbox: SandboxHandle, *, workload: bool = True, **settings: Any
+) -> AsyncIterator[DeciderRuntime[LauncherState]]:
+    """The launcher (decider, executor, runtime) in this event loop against the sandbox's management cluster
+    (and its workload cluster, where NodeClaim objects live, unless ``workload`` is False); stopped on exit.
+    ``runtime.executor`` is the :class:`LauncherExecutor`."""
     management = await load_kube(str(sandbox.management_kubeconfig))
-    options = {"resync_interval": 0.3, **settings}
-    launcher = CapiLauncher(event_log, management, settings=LauncherSettings(**options))
-    stopping = asyncio.Event()
-    task = asyncio.create_task(launcher.run(stopping))
+    workload_kube = await load_kube(str(sandbox.workload_kubeconfig)) if workload else None
+    executor = LauncherExecutor(management, workload=workload_kube, **settings)
     try:
-        await wait_until(
-            lambda: task.done() or (launcher.deployments.synced.is_set() and launcher.catalogs_published),
-            what="launcher started",
-        )
-        if task.done():
-            task.result()
-        yield launcher
+        async with running(CapiLauncherDecider(), executor, event_log, tick_seconds=0.2) as runtime:
+            await wait_until(executor.started.is_set, what="launcher started")
+            yield runtime
     finally:
-        stopping.set()
-        await asyncio.wait_for(task, 30)
         await management.close()
+        if workload_kube is not None:
+            await workload_kube.close()
+
+
+def executor_of(runtime: DeciderRuntime[LauncherState]) -> LauncherExecutor:
+    executor = runtime.executor
+    assert isinstance(executor, LauncherExecutor)
+    return executor

@@ -1,4 +1,5 @@
-"""The catalog a ClusterAPINodeClass offers: pure building, then publication and Events against the sandbox."""
+"""The catalog a ClusterAPINodeClass offers: pure building, then publication and Events against the
+sandbox."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
-"""SIGKILL the launcher process right after it scaled a MachineDeployment; the restarted one owes nothing more.
+"""SIGKILL the launcher process right after it scaled a MachineDeployment; the restarted one owes nothing
+more.
 
-The launcher runs as it does in production (``python -m tenon.services.launcher_capi``, leader election included)
-against the real broker and the sandbox's management cluster. The sandbox boots Machines ten times slower than
-its fast profile, so the kill lands after the replicas patch and before any providerID (asserted: a kill that
-came too late would not test anything).
+The launcher runs as it does in production (``python -m tenon.services.launcher_capi``, leader election
+included) against the real broker and the sandbox's management cluster. The sandbox boots Machines ten times
+slower than its fast profile, so the kill lands after the replicas patch and before any providerID (asserted:
+a kill that came too late would not test anything).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from tests.launcher_capi.launcher_support import (
     planned,
     publish_nodeclasses,
     replicas_of,
+    settled,
     wait_until,
 )
 
@@ -48,6 +50,8 @@ async def start_launcher(
         {
             "TENON_NATS_URL": nats.url,
             "TENON_MANAGEMENT_KUBECONFIG": str(sandbox.management_kubeconfig),
+            "TENON_KUBECONFIG": str(sandbox.workload_kubeconfig),
+            "TENON_HEALTH_PORT": "0",
             "NO_PROXY": "127.0.0.1",
         }
     )
@@ -103,7 +107,11 @@ async def test_sigkill_after_scale_up_then_restart_creates_exactly_the_machines_
         second = await start_launcher(nats_server, sb, launcher_output)
         try:
             await wait_until(lambda: _all_launched(jetstream_log), timeout=30, what="both claims Launched")
-            await asyncio.sleep(1.0)  # a second round of decisions, watches and resyncs: still nothing owed
+            # everything the restarted launcher saw is handled (observations of the boots included): nothing
+            # owed
+            await wait_until(
+                lambda: settled(jetstream_log), timeout=30, what="the launcher handled the whole log"
+            )
             assert await launched_claims(jetstream_log, "claim-a", "claim-b") == {"claim-a": 1, "claim-b": 1}
             assert replicas_of(store, "c3-8") == 2
             machines = machines_of(store, "c3-8")

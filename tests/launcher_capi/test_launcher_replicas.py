@@ -1,7 +1,7 @@
 """Two launcher processes: one leads and acts, the other waits; when the leader stops, the other takes over.
 
-Both run as in production (``python -m tenon.services.launcher_capi``) against the real broker and the sandbox's
-management cluster; their JSON logs say which of them did what.
+Both run as in production (``python -m tenon.services.launcher_capi``) against the real broker and the
+sandbox's management cluster; their JSON logs say which of them did what.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from tests.launcher_capi.launcher_support import (
     planned,
     publish_nodeclasses,
     replicas_of,
+    settled,
     wait_until,
 )
 
@@ -59,6 +60,8 @@ async def start(
         {
             "TENON_NATS_URL": nats.url,
             "TENON_MANAGEMENT_KUBECONFIG": str(sandbox.management_kubeconfig),
+            "TENON_KUBECONFIG": str(sandbox.workload_kubeconfig),
+            "TENON_HEALTH_PORT": "0",
             "TENON_IDENTITY": identity,
             "TENON_LOG_FORMAT": "json",
             "NO_PROXY": "127.0.0.1",
@@ -121,7 +124,9 @@ async def test_two_replicas_act_once_and_the_standby_takes_over(
             )
             await append_claim_event(jetstream_log, planned("claim-2", "c3-8"))
             await wait_until(lambda: launched(jetstream_log, "claim-2"), timeout=20, what="claim-2 Launched")
-            await asyncio.sleep(0.5)
+            await wait_until(
+                lambda: settled(jetstream_log), timeout=20, what="the standby handled the whole log"
+            )
             assert (await launched(jetstream_log, "claim-1"), await launched(jetstream_log, "claim-2")) == (
                 1,
                 1,

@@ -1,4 +1,5 @@
-"""OpenStack flavors fill the Cluster API catalog: NodeClass surface, openstacksdk against a local stub, merging.
+"""OpenStack flavors fill the Cluster API catalog: NodeClass surface, openstacksdk against a local stub,
+merging.
 
 The OpenStack side is ``devtools.openstack_stub.OpenStackStub``: a real Keystone v3 + Nova flavors HTTP
 server on a loopback port, so openstacksdk does its real authentication, catalog lookup, version discovery and

@@ -42,14 +42,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 from proto.events import CatalogSnapshot, KubeObject, SkippedSource
 from proto.ids import derive_id
-from tenon.core.catalog import machine_deployment_types
-from tenon.core.errors import InputError
-from tenon.core.model import InstanceType, SkippedObject
-from tenon.core.objects import parse_objects
+from tenon.core import (
+    InputError,
+    InstanceType,
+    LabelSelector,
+    SkippedObject,
+    machine_deployment_types,
+    parse_objects,
+)
 from tenon.core.quantities import CPU, EPHEMERAL_STORAGE, MEMORY
-from tenon.core.requirements import LabelSelector
 from tenon.core.wellknown import KARPENTER_MEMBER, SCALED_DOWN_FOR, SCALED_UP_FOR
 from tenon.runtime.eventlog.factories import make_event
 from tenon.services.launcher_capi.openstack import Flavor, enrich_machine_deployments
@@ -89,15 +94,59 @@ class CatalogContent:
 
     @property
     def content_hash(self) -> str:
-        document = {
-            "nodeClass": self.node_class,
-            "instanceTypes": list(self.instance_types),
-            "sources": list(self.sources),
-            "skipped": [[s.kind, s.namespace, s.name, s.reason] for s in self.skipped],
-            "notes": list(self.notes),
-        }
-        text = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
-        return hashlib.sha256(text.encode()).hexdigest()
+        return _content_hash(self.node_class, self.instance_types, self.sources, self.skipped, self.notes)
+
+
+def _content_hash(
+    node_class: str,
+    instance_types: Iterable[KubeObject],
+    sources: Iterable[KubeObject],
+    skipped: Iterable[SkippedSource],
+    notes: Iterable[str],
+) -> str:
+    document = {
+        "nodeClass": node_class,
+        "instanceTypes": list(instance_types),
+        "sources": list(sources),
+        "skipped": [[s.kind, s.namespace, s.name, s.reason] for s in skipped],
+        "notes": list(notes),
+    }
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def snapshot_content_hash(snapshot: CatalogSnapshot) -> str:
+    """The :attr:`CatalogContent.content_hash` of the content a published snapshot carries."""
+    return _content_hash(
+        snapshot.node_class, snapshot.instance_types, snapshot.sources, snapshot.skipped, snapshot.notes
+    )
+
+
+class Offer(msgspec.Struct, frozen=True):
+    """One (instance type, zone) a NodeClass's catalog offers, and the MachineDeployment that launches it."""
+
+    instance_type: str
+    zone: str | None
+    namespace: str
+    machine_deployment: str
+
+    @property
+    def key(self) -> MachineDeploymentKey:
+        return MachineDeploymentKey(self.namespace, self.machine_deployment)
+
+
+def offers_of(snapshot: CatalogSnapshot) -> tuple[Offer, ...]:
+    """What a published catalog says each (instance type, zone) is launched by: the ``targets`` of the
+    :class:`CatalogContent` it was built from, read back from its entries."""
+    offers = []
+    for entry in snapshot.instance_types:
+        md = entry.get("machineDeployment") or {}
+        offerings = entry.get("offerings") or []
+        zone = offerings[0].get("zone") if offerings and isinstance(offerings[0], Mapping) else None
+        if isinstance(md, Mapping) and md.get("name") and entry.get("name"):
+            namespace = str(md.get("namespace") or "default")
+            offers.append(Offer(str(entry["name"]), zone, namespace, str(md["name"])))
+    return tuple(offers)
 
 
 class NodeClassInvalid(ValueError):
@@ -133,7 +182,8 @@ def md_key(md: Mapping[str, Any]) -> MachineDeploymentKey:
 def member_machine_deployments(
     selector: LabelSelector | None, mds: Iterable[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
-    """The MDs with the karpenter-member label that the selector (if any) matches, sorted by namespace/name."""
+    """The MDs with the karpenter-member label that the selector (if any) matches, sorted by
+    namespace/name."""
     members = []
     for md in mds:
         labels = {str(k): str(v) for k, v in ((md.get("metadata") or {}).get("labels") or {}).items()}
@@ -154,7 +204,8 @@ def _exact_quantity(resource: str, amount: int) -> str:
 
 
 def catalog_entry(it: InstanceType, key: MachineDeploymentKey) -> KubeObject:
-    """One instance type in the InstanceCatalog entry format, plus the Cluster API facts the scheduler uses."""
+    """One instance type in the InstanceCatalog entry format, plus the Cluster API facts the scheduler
+    uses."""
     return {
         "name": it.name,
         "capacity": {r: _exact_quantity(r, a) for r, a in sorted(it.capacity.items())},

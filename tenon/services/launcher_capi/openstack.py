@@ -1,23 +1,23 @@
 """OpenStack flavors as a source of capacity and prices for the Cluster API catalog.
 
-The Cluster API launcher turns each karpenter-member MachineDeployment into one instance type, reading capacity
-from the ``capacity.cluster-autoscaler.kubernetes.io/*`` annotations and the price from
-``tenon.sh/price-per-hour`` (``tenon.core.catalog.instance_types_from_machine_deployments``). On
-OpenStack those numbers already exist in Nova: every MachineDeployment boots one flavor, and the flavor states
-its vCPUs, RAM and root disk. Writing them again by hand on every MachineDeployment is how they drift apart. So a
-``ClusterAPINodeClass`` may name an OpenStack cloud (``spec.openstack``, see ``docs/openstack.md``); the launcher
-then reads the flavors with openstacksdk and fills in what the annotations leave out, before the catalog parser
-runs. Nova has no price API (only OVHcloud publishes a price catalog), so prices come from a per-flavor table in
-the same NodeClass.
+The Cluster API launcher turns each karpenter-member MachineDeployment into one instance type, reading
+capacity from the ``capacity.cluster-autoscaler.kubernetes.io/*`` annotations and the price from
+``tenon.sh/price-per-hour`` (``tenon.core.catalog.instance_types_from_machine_deployments``). On OpenStack
+those numbers already exist in Nova: every MachineDeployment boots one flavor, and the flavor states its
+vCPUs, RAM and root disk. Writing them again by hand on every MachineDeployment is how they drift apart. So a
+``ClusterAPINodeClass`` may name an OpenStack cloud (``spec.openstack``, see ``docs/openstack.md``); the
+launcher then reads the flavors with openstacksdk and fills in what the annotations leave out, before the
+catalog parser runs. Nova has no price API (only OVHcloud publishes a price catalog), so prices come from a
+per-flavor table in the same NodeClass.
 
 The module has three layers, and only the middle one does I/O:
 
 1. **NodeClass -> settings** (pure): ``openstack_settings_from_nodeclass`` validates ``spec.openstack`` and
    returns an ``OpenStackSettings``, or raises ``NodeClassError`` naming the NodeClass and the field (for
-   example ``ClusterAPINodeClass "default": spec.openstack.prices["m1.small"]: must be a non-negative number``).
-   Credentials kept in Kubernetes Secrets are not read here: ``settings.secret_refs()`` lists the Secret keys the
-   caller must fetch, and ``with_secrets(settings, values)`` (pure again) folds their contents in, validating a
-   ``clouds.yaml`` taken from a Secret as it does so.
+   example ``ClusterAPINodeClass "default": spec.openstack.prices["m1.small"]: must be a non-negative
+   number``). Credentials kept in Kubernetes Secrets are not read here: ``settings.secret_refs()`` lists the
+   Secret keys the caller must fetch, and ``with_secrets(settings, values)`` (pure again) folds their contents
+   in, validating a ``clouds.yaml`` taken from a Secret as it does so.
 2. **settings -> flavors** (blocking I/O): ``read_flavors`` authenticates with Keystone, finds compute in the
    service catalog, lists ``/flavors/detail`` (paged, extra specs inline at microversion 2.61) and returns the
    enabled flavors by name. Every failure - a cloud missing from clouds.yaml, a refused password, an endpoint
@@ -34,12 +34,13 @@ The module has three layers, and only the middle one does I/O:
 Which flavor a MachineDeployment boots is, in order: its ``tenon.sh/flavor`` annotation; else the
 ``node.kubernetes.io/instance-type`` entry of its ``capacity.cluster-autoscaler.kubernetes.io/labels``
 annotation; else that label in ``spec.template.metadata.labels``; else its own name. (The two label steps are
-where the catalog takes the instance type's name from, so a type and its flavor share the name.) (The flavor is also written in the OpenStackMachineTemplate the
-MachineDeployment references, but reading that needs the management cluster; the annotation is the explicit,
-cheap way to say it.) Units follow Nova and CAPO: ``ram`` is MiB, so memory is ``<ram>Mi``; ``disk`` is the root
-disk in GiB and becomes ``ephemeral-disk`` (kubelet's ephemeral storage lives on the root filesystem). A
-boot-from-volume flavor has ``disk: 0``; then ``ephemeral-disk`` is left unset rather than claiming zero.
-Disabled flavors are left out: nothing can boot them.
+where the catalog takes the instance type's name from, so a type and its flavor share the name.) (The flavor
+is also written in the OpenStackMachineTemplate the MachineDeployment references, but reading that needs the
+management cluster; the annotation is the explicit, cheap way to say it.) Units follow Nova and CAPO: ``ram``
+is MiB, so memory is ``<ram>Mi``; ``disk`` is the root disk in GiB and becomes ``ephemeral-disk`` (kubelet's
+ephemeral storage lives on the root filesystem). A boot-from-volume flavor has ``disk: 0``; then
+``ephemeral-disk`` is left unset rather than claiming zero. Disabled flavors are left out: nothing can boot
+them.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ DEFAULT_DOMAIN = "Default"
 
 
 class NodeClassError(ValueError):
-    """A ``ClusterAPINodeClass`` whose ``spec.openstack`` cannot be used; the message names NodeClass and field."""
+    """A ``ClusterAPINodeClass`` whose ``spec.openstack`` cannot be used; the message names NodeClass and
+    field."""
 
     def __init__(self, nodeclass: str, field_path: str, problem: str) -> None:
         self.nodeclass = nodeclass
@@ -83,7 +85,8 @@ class NodeClassError(ValueError):
 
 
 class OpenStackError(RuntimeError):
-    """Reading flavors from OpenStack failed; the message says which NodeClass, which endpoint, what to check."""
+    """Reading flavors from OpenStack failed; the message says which NodeClass, which endpoint, what to
+    check."""
 
 
 # -- plain data ----------------------------------------------------------------------------------------------
@@ -102,7 +105,8 @@ class Flavor:
 
 @dataclass(frozen=True)
 class SecretKeyRef:
-    """One key of one Kubernetes Secret. NodeClasses are cluster-scoped, so the namespace is always explicit."""
+    """One key of one Kubernetes Secret. NodeClasses are cluster-scoped, so the namespace is always
+    explicit."""
 
     namespace: str
     name: str
@@ -114,7 +118,8 @@ class SecretKeyRef:
 
 @dataclass(frozen=True)
 class OpenStackAuth:
-    """Keystone v3 password credentials given field by field (``spec.openstack.auth``) instead of clouds.yaml."""
+    """Keystone v3 password credentials given field by field (``spec.openstack.auth``) instead of
+    clouds.yaml."""
 
     auth_url: str
     username: str
@@ -128,7 +133,8 @@ class OpenStackAuth:
 
 @dataclass(frozen=True)
 class OpenStackSettings:
-    """How to reach one NodeClass's cloud, and its price table. Built by ``openstack_settings_from_nodeclass``.
+    """How to reach one NodeClass's cloud, and its price table. Built by
+    ``openstack_settings_from_nodeclass``.
 
     Exactly one way to authenticate is set: ``cloud`` (a clouds.yaml entry, from ``clouds_yaml_path``, from a
     Secret via ``clouds_secret_ref``, or from openstacksdk's usual search path) or ``auth``.
@@ -490,8 +496,9 @@ def read_flavors(settings: OpenStackSettings) -> dict[str, Flavor]:
         conn = connection.Connection(config=_cloud_region(settings))
         try:
             flavors: dict[str, Flavor] = {}
-            # Extra specs come inline from microversion 2.61 (Nova since Stein). get_extra_specs=True would add
-            # one request per flavor whose specs are empty, on every catalog refresh; older clouds just show {}.
+            # Extra specs come inline from microversion 2.61 (Nova since Stein). get_extra_specs=True would
+            # add one request per flavor whose specs are empty, on every catalog refresh; older clouds just
+            # show {}.
             for resource in conn.compute.flavors(details=True, get_extra_specs=False):
                 if resource.is_disabled:
                     continue
@@ -518,10 +525,12 @@ SecretReader = Callable[[SecretKeyRef], Awaitable[str | None]]
 
 
 async def load_flavors(settings: OpenStackSettings, read_secret: SecretReader) -> dict[str, Flavor]:
-    """Resolve the settings' Secrets with ``read_secret`` (None = not found), then ``read_flavors`` in a thread.
+    """Resolve the settings' Secrets with ``read_secret`` (None = not found), then ``read_flavors`` in a
+    thread.
 
-    The launcher's one call: ``read_secret`` is its Kubernetes client (decoded text of one Secret key), so this
-    module stays free of Kubernetes I/O. Raises NodeClassError for missing Secrets, OpenStackError otherwise.
+    The launcher's one call: ``read_secret`` is its Kubernetes client (decoded text of one Secret key), so
+    this module stays free of Kubernetes I/O. Raises NodeClassError for missing Secrets, OpenStackError
+    otherwise.
     """
     values: dict[SecretKeyRef, str] = {}
     for ref in settings.secret_refs():
@@ -536,7 +545,8 @@ async def load_flavors(settings: OpenStackSettings, read_secret: SecretReader) -
 
 
 def _labels_annotation(value: str) -> dict[str, str]:
-    """Parse ``k=v,k=v`` leniently: the catalog parser reports malformed entries, this only looks for one key."""
+    """Parse ``k=v,k=v`` leniently: the catalog parser reports malformed entries, this only looks for one
+    key."""
     labels: dict[str, str] = {}
     for item in value.split(","):
         key, sep, val = item.partition("=")
@@ -597,10 +607,10 @@ def enrich_machine_deployments(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Fill the capacity and price annotations a MachineDeployment omits from its flavor and the price table.
 
-    Returns deep copies of all ``mds`` (in order; the inputs are not changed) and one note per MachineDeployment
-    saying what was filled from where, what was kept, and what could not be filled. Annotations already present
-    (non-empty) always win. A MachineDeployment that is not an object is passed through untouched with a note;
-    the catalog parser skips it with its own event.
+    Returns deep copies of all ``mds`` (in order; the inputs are not changed) and one note per
+    MachineDeployment saying what was filled from where, what was kept, and what could not be filled.
+    Annotations already present (non-empty) always win. A MachineDeployment that is not an object is passed
+    through untouched with a note; the catalog parser skips it with its own event.
     """
     enriched: list[dict[str, Any]] = []
     notes: list[str] = []

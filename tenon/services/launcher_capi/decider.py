@@ -1,0 +1,65 @@
+"""The Cluster API launcher's whole decision function (pure), as the live service and ``tenon replay
+launcher-capi`` run it.
+
+* **inputs** (:func:`proto.registry.inputs_of`): every claim's story (``tenon.nodeclaim.>``), the
+  ``NodeClassesSnapshot``, its own ``CatalogSnapshot`` (``tenon.catalog.*``, other launchers' ignored), and
+  its own story of Cluster API (``tenon.capi.machinedeployment.*.*``, ``tenon.capi.machine.*.*``): what it
+  observed, the evidence it gathered (``MachineLeakChecked``) and what it decided. Its executor publishes the
+  observations and the evidence, so everything a decision depends on is in the log.
+* ``evolve`` folds them into :class:`.state.LauncherState`.
+* ``decide`` answers an input with :func:`.launching.plan` on the whole state (level-triggered), with the
+  input as the decisions' cause and its ``decidedAt`` as their moment. Inputs that change nothing the launcher
+  decides on (a claim registered, initialized or disruption requested; new NodeClasses, whose catalog comes
+  next) are not decided on.
+* ``tick`` runs the same plan with no cause: whatever a dropped decision (a conflict, an API error) left to do
+  is decided again there. The leak grace is not in the decider: the executor asks for evidence
+  (:func:`.removal.leak_suspects`) and the decision follows from the recorded evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from proto import events as ev
+from proto import registry
+from tenon.domain.nodeclaim import ClaimBook
+from tenon.services.launcher_capi.launching import plan
+from tenon.services.launcher_capi.state import LauncherState, decode_state, encode_state
+
+NOTHING_TO_DECIDE = (
+    ev.NodeClaimRegistered,
+    ev.NodeClaimInitialized,
+    ev.DisruptionRequested,
+    ev.NodeClassesSnapshot,
+)
+"""Inputs folded but not decided on: nothing the launcher decides reads what they change."""
+
+
+class CapiLauncherDecider:
+    name = registry.LAUNCHER_CAPI
+    inputs = registry.inputs_of(registry.LAUNCHER_CAPI)
+    state_format = "launcher-capi/1"
+
+    def initial_state(self) -> LauncherState:
+        return LauncherState()
+
+    def evolve(self, state: LauncherState, event: ev.Event, sequence: int = 0) -> LauncherState:
+        return state.apply(event, sequence)
+
+    def decide(self, state: LauncherState, event: ev.Event) -> Sequence[ev.Event]:
+        if isinstance(event, NOTHING_TO_DECIDE):
+            return ()
+        return plan(state, event, event.decided_at)
+
+    def tick(self, state: LauncherState, now: datetime) -> Sequence[ev.Event]:
+        return plan(state, None, now)
+
+    def claims(self, state: LauncherState) -> ClaimBook:
+        return state.claims
+
+    def encode(self, state: LauncherState) -> bytes:
+        return encode_state(state)
+
+    def decode(self, data: bytes) -> LauncherState:
+        return decode_state(data)
