@@ -166,3 +166,20 @@ async def test_published_at_start_and_on_price_change_with_an_event_on_the_broke
 async def _len_at_least(event_log: JetStreamEventLog, count: int) -> list[CatalogSnapshot] | None:
     snapshots = await _snapshots(event_log)
     return snapshots if len(snapshots) >= count else None
+
+
+async def test_an_unchanged_catalog_is_published_again_well_inside_the_retention(
+    jetstream_log: JetStreamEventLog,
+) -> None:
+    async with running_sandbox() as sb:
+        store = sb.management_store
+        store.create(md_rt(store), machine_deployment("c3-8"))
+        await publish_nodeclasses(jetstream_log, nodeclass())
+        async with running_launcher(jetstream_log, sb, resync=1.0):
+            first = (await wait_until(lambda: _snapshots(jetstream_log), what="a catalog"))[0]
+            again = (
+                await wait_until(lambda: _len_at_least(jetstream_log, 2), what="a re-published catalog")
+            )[1]
+    # the same content, as a new event (its id follows the previous one), a resync interval later
+    assert again.instance_types == first.instance_types and again.sources == first.sources
+    assert again.id != first.id and (again.decided_at - first.decided_at).total_seconds() >= 1.0

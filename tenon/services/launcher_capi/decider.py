@@ -36,10 +36,20 @@ NOTHING_TO_DECIDE = (
 """Inputs folded but not decided on: nothing the launcher decides reads what they change."""
 
 
+OBSERVATIONS: tuple[type[ev.Event], ...] = (
+    ev.MachineDeploymentObserved,
+    ev.MachineObserved,
+    ev.MachineLeakChecked,
+    ev.CatalogSnapshot,
+)
+"""What the executor writes about what it saw (no cause, no basis): inputs to decide on, not decisions."""
+
+
 class CapiLauncherDecider:
     name = registry.LAUNCHER_CAPI
     inputs = registry.inputs_of(registry.LAUNCHER_CAPI)
     state_format = "launcher-capi/1"
+    observations = OBSERVATIONS
 
     def initial_state(self) -> LauncherState:
         return LauncherState()

@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from proto import registry
 from tenon.runtime.decider import Decider, Executor
 from tenon.runtime.kube import Kube, load_kube
-from tenon.runtime.service import CommonSettings, ServiceContext, ServiceDefinition, decider_work
+from tenon.runtime.service import (
+    CommonSettings,
+    ServiceContext,
+    ServiceDefinition,
+    decider_work,
+    in_cluster_or,
+)
 from tenon.runtime.settings import SettingsError, format_duration, setting
 from tenon.services.launcher_capi.decider import CapiLauncherDecider
 from tenon.services.launcher_capi.executor import LauncherExecutor
@@ -141,4 +147,7 @@ SERVICE = ServiceDefinition(
     settings=LauncherCapiSettings,
     work=decider_work(make_decider, make_executor, lambda s: s.tick),
     decider=make_decider,
+    preflight=lambda settings: in_cluster_or(
+        settings.management_kubeconfig or settings.kubeconfig, "TENON_MANAGEMENT_KUBECONFIG"
+    ),
 )
