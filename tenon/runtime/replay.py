@@ -18,6 +18,9 @@ decides now with what was recorded then. The replay walks the log as the live ru
   have no recorded input to decide from; they are folded where they sit and counted, not compared.
 * A replayed decision with an id the service had already recorded earlier, or that its claim would refuse, is
   not a difference: the live runtime does not record it twice.
+* Events a service writes about what it saw rather than what it decided (the event types of its decider's
+  ``observations``: the Cluster API launcher's ``MachineObserved``, ...) are inputs like any other: decided,
+  never counted as external decisions.
 * A decider that checks its own output (``replays_itself = True``: the pod-watcher's batching, whose inputs
   are
   recorded inside its PendingBatch events) is compared against the input record itself.
@@ -108,8 +111,9 @@ class _Recording:
     def of(cls, decider: Decider[Any], decoded: Sequence[tuple[LogRecord, Event]]) -> _Recording:
         recording = cls()
         tick_ids: dict[str, tuple[int, Any]] = {}
+        observations = tuple(getattr(decider, "observations", ()))
         for record, event in decoded:
-            if event.producer != decider.name:
+            if event.producer != decider.name or isinstance(event, observations):
                 continue
             if event.causation_id is None and event.basis is not None:
                 key = (event.decided_at, event.basis)
