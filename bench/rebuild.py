@@ -1,15 +1,17 @@
 """Rebuild after a change of leader, with a long history: snapshot + tail against the whole log, in one run.
 
 A synthetic history of a 5,000-node cluster is written to a real broker: the demo's NodePools, NodeClasses,
-DaemonSets and catalog; every node's claim story (Planned, Launched, Registered, Initialized) and its Node; pods
-arriving and leaving (~50,000 alive at the end), nodes replaced now and then (Disruption, Drained, Terminated,
-Node removed), pending batches already answered; 1,000,000 events in all (``--quick``: 100,000), spread over two
-weeks of event time. A previous scheduler handled all of it (its durable consumer's ack floor is at the end).
+DaemonSets and catalog; every node's claim story (Planned, Launched, Registered, Initialized) and its Node;
+pods arriving and leaving (~50,000 alive at the end), nodes replaced now and then (Disruption, Drained,
+Terminated, Node removed), pending batches already answered; 1,000,000 events in all (``--quick``: 100,000),
+spread over two weeks of event time. A previous scheduler handled all of it (its durable consumer's ack floor
+is at the end).
 
 Then, in the same run, a new scheduler leader (the real :class:`DeciderRuntime` with the scheduler's decider)
-starts twice: first with no snapshot (it folds the whole log), then from the snapshot the first one wrote when it
-stopped. Each time a PendingBatch is published as the leader starts, and the figure is the time from start (what
-follows taking the lease) to that batch's answer being recorded. Target: within 2 s from a snapshot.
+starts twice: first with no snapshot (it folds the whole log), then from the snapshot the first one wrote
+when it stopped. Each time a PendingBatch is published as the leader starts, and the figure is the time from
+start (what follows taking the lease) to that batch's answer being recorded. Target: within 2 s from a
+snapshot.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import random
 import resource
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -58,6 +61,9 @@ class _History:
         self.clock = START
         self.step = timedelta(days=14) / events
         self.live_pods: dict[str, str] = {}
+        self.pod_keys: list[str] = []
+        self._index: dict[str, int] = {}
+        """The live pods' keys in a list too, so one is drawn at random in O(1) (removed by swapping)."""
         self.node_names: list[str] = []
         self.generation = 0
 
@@ -188,14 +194,26 @@ class _History:
         }
         return self._event(ev.BoundPodObserved, "pod-watcher", change=change, pod=pod)
 
+    def _forget(self, key: str) -> None:
+        del self.live_pods[key]
+        index = self._index.pop(key)
+        last = self.pod_keys.pop()
+        if index < len(self.pod_keys):
+            self.pod_keys[index] = last
+            self._index[last] = index
+
     def churn(self, pods_alive: int) -> list[tuple[str, bytes]]:
         if len(self.live_pods) < pods_alive or self.random.random() < 0.5:
             key = f"app-{self.random.randrange(500)}/pod-{self.count}"
             node = self.random.choice(self.node_names)
             self.live_pods[key] = node
+            self._index[key] = len(self.pod_keys)
+            self.pod_keys.append(key)
             return [self._pod(key, node, "added")]
-        key = self.random.choice(list(self.live_pods))
-        return [self._pod(key, self.live_pods.pop(key), "removed")]
+        key = self.random.choice(self.pod_keys)
+        node = self.live_pods[key]
+        self._forget(key)
+        return [self._pod(key, node, "removed")]
 
     def generate(self, pods_alive: int) -> Any:
         yield from self.facts()
@@ -220,6 +238,17 @@ async def _write(url: str, history: _History, pods_alive: int) -> int:
     await client.flush()
     await client.close()
     return written
+
+
+async def _poll(predicate: Callable[[], Awaitable[bool]], interval: float) -> None:
+    while True:
+        if await predicate():
+            return
+        await asyncio.sleep(interval)
+
+
+async def _stored(event_log: JetStreamEventLog, count: int) -> bool:
+    return (await event_log.bounds()).last_sequence >= count
 
 
 async def _answered(event_log: JetStreamEventLog, batch_id: str) -> bool:
@@ -255,8 +284,7 @@ async def _first_decision(event_log: JetStreamEventLog, name: str) -> dict[str, 
     await event_log.publish(subjects.PENDING, batch)
     await runtime.rebuilt.wait()
     rebuilt = time.perf_counter() - started
-    while not await _answered(event_log, name):
-        await asyncio.sleep(0.01)
+    await _poll(lambda: _answered(event_log, name), 0.01)
     decided = time.perf_counter() - started
     stopping.set()
     await asyncio.wait_for(task, 600)  # stopping writes the final snapshot
@@ -270,8 +298,7 @@ async def _run(events: int, nodes: int, pods_alive: int) -> dict[str, Any]:
         history = _History(events, nodes)
         started = time.perf_counter()
         written = await _write(server.url, history, pods_alive)
-        while (await event_log.bounds()).last_sequence < written:  # core publishes are stored asynchronously
-            await asyncio.sleep(0.1)
+        await _poll(lambda: _stored(event_log, written), 0.1)  # core publishes are stored asynchronously
         write_s = time.perf_counter() - started
         # the previous leader handled everything: its consumer starts past the history
         await ensure_consumer(

@@ -1,8 +1,8 @@
 """Generated parts of the documentation: ``python -m devtools.docs`` (``make docs``) rewrites them in place.
 
-README.md's settings table is rendered from the services' settings declarations (:mod:`tenon.runtime.settings`),
-between ``<!-- settings:start -->`` and ``<!-- settings:end -->``; a test fails when it is stale, so the table
-and the code cannot drift apart.
+README.md's settings table is rendered from the services' settings declarations
+(:mod:`tenon.runtime.settings`), between ``<!-- settings:start -->`` and ``<!-- settings:end -->``; a test
+fails when it is stale, so the table and the code cannot drift apart.
 """
 
 from __future__ import annotations
@@ -10,32 +10,59 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from proto import registry
 from tenon.runtime.settings import markdown_table
 from tenon.services import SERVICES, definition
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-START, END = "<!-- settings:start -->", "<!-- settings:end -->"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PROTO_README = ROOT / "proto" / "README.md"
 
 
 def settings_table() -> str:
     return markdown_table([(name, definition(name).settings) for name in SERVICES])
 
 
-def rendered(text: str) -> str:
-    """``text`` (README.md) with its settings table brought up to date."""
-    head, found, rest = text.partition(START)
-    _, found_end, tail = rest.partition(END)
+def permissions_table() -> str:
+    lines = ["| event | subject | written by | read by |", "|---|---|---|---|"]
+    for spec in registry.SPECS:
+        readers = ", ".join(spec.readers) or "people (`tenon tap`, `tenon explain`)"
+        lines.append(f"| `{spec.type.__name__}` | `{spec.subject}` | {', '.join(spec.writers)} | {readers} |")
+    return "\n".join(lines)
+
+
+GENERATED = (
+    (README, "settings", settings_table),
+    (PROTO_README, "permissions", permissions_table),
+)
+
+
+def rendered(text: str, name: str, table: str) -> str:
+    """``text`` with the table between its ``name`` markers brought up to date."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    head, found, rest = text.partition(start)
+    _, found_end, tail = rest.partition(end)
     if not (found and found_end):
-        raise ValueError(f"README.md lacks the {START} ... {END} markers")
-    return f"{head}{START}\n{settings_table()}\n{END}{tail}"
+        raise ValueError(f"the document lacks the {start} ... {end} markers")
+    return f"{head}{start}\n{table}\n{end}{tail}"
+
+
+def stale() -> list[str]:
+    """The generated documents that differ from what the code says now."""
+    return [
+        str(path.relative_to(ROOT))
+        for path, name, make in GENERATED
+        if rendered(path.read_text(), name, make()) != path.read_text()
+    ]
 
 
 def main() -> int:
-    text = README.read_text()
-    fresh = rendered(text)
-    if fresh != text:
-        README.write_text(fresh)
-        print("README.md: settings table updated")
+    for path, name, make in GENERATED:
+        text = path.read_text()
+        fresh = rendered(text, name, make())
+        if fresh != text:
+            path.write_text(fresh)
+            print(f"{path.relative_to(ROOT)}: {name} table updated")
     return 0
 
 
