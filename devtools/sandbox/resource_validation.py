@@ -166,6 +166,9 @@ def default_requests_from_limits(spec: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(containers, list):
             continue
         for i, container in enumerate(containers):
+            resources = container.get("resources") if isinstance(container, dict) else None
+            if not isinstance(resources, dict) or not resources.get("limits"):
+                continue  # the common case, kept cheap: nothing to default from
             defaulted = _with_requests_from_limits(container)
             if defaulted is not container:
                 changed.setdefault(list_field, list(containers))[i] = defaulted
