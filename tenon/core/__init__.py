@@ -13,8 +13,10 @@ Parsing, once, at the edge
         Deployment/ReplicaSet/StatefulSet/Job (expanded into pods ``<owner>-<i>``), DaemonSet, Node,
         ``karpenter.sh/v1`` NodeClaim (in-flight capacity: labels, ``spec.requirements``,
         ``status.allocatable``/``capacity``/``nodeName``; the pods it was bought for in the annotation
-        ``tenon.sh/nominated-pods``) and ``List``; other kinds are recorded as skipped. Raises
-        :class:`InputError`, one line naming file (``source``), document (``index``), kind/name and field.
+        ``tenon.sh/nominated-pods``), PersistentVolumeClaim, PersistentVolume, StorageClass and ``List``;
+        other kinds are recorded as skipped (a MachineDeployment that cannot be read too, with the field in
+        ``SkippedObject.field``). Raises :class:`InputError`, one line naming file (``source``), document
+        (``index``), kind/name and field.
     ``assemble(parts: Iterable[ClusterInput], in_flight: Iterable[InFlightNodeClaim] = ()) -> ClusterInput``
         Parts put together in order, without parsing anything again; in-flight claims may be given directly
         as :class:`InFlightNodeClaim`. Unpriced MachineDeployments are estimated against the whole set; a
@@ -34,20 +36,25 @@ Solving
         ``Plan.to_json()`` is the ``-o json`` contract of ``tenon simulate`` (see :mod:`tenon.core.plan`):
         ``nodeClaims`` (``nodePool``, ``instanceType``, ``zone``, ``capacityType``, ``pricePerHour``,
         ``pods``, ``fallbacks``, ``requirements``, ``priceEstimated``, ``explanation``), ``existingNodes``,
-        ``unschedulable`` (``pod``, ``reason``, ``reasons`` per NodePool), ``totalPricePerHour``.
+        ``unschedulable`` (``pod``, ``reason``, ``reasons`` per NodePool), ``totalPricePerHour``,
+        ``skipped``, ``nominated`` (pods the kube-scheduler is already placing).
 
 The model (frozen dataclasses): :class:`ClusterInput` and what it holds (:class:`NodePool`,
 :class:`NodeClass`, :class:`InstanceType`, :class:`MachineDeploymentType`, :class:`Pod`, :class:`DaemonSet`,
 :class:`Node`, :class:`InFlightNodeClaim`, :class:`SkippedObject`), :class:`Requirement` and
-:class:`LabelSelector`; the output :class:`Plan`, :class:`PlannedNodeClaim`, :class:`Unschedulable`; the
-error :class:`InputError`.
+:class:`LabelSelector`; the output :class:`Plan`, :class:`PlannedNodeClaim`, :class:`Unschedulable`,
+:class:`NominatedPod`; the error :class:`InputError`.
 
 Module map: :mod:`.quantities` (Kubernetes quantities), :mod:`.requirements` (node requirements, label
-selectors), :mod:`.model` (the frozen data), :mod:`.objects` (dicts to model), :mod:`.catalog` (instance
-types), :mod:`.templates` (NodePool x type, DaemonSet overhead, pod feasibility), :mod:`.topology` (domains
-and hostname rules), :mod:`.packing` (cost-aware packing), :mod:`.solver` (the pipeline), :mod:`.plan`
-(output), :mod:`.explain` (why each type won or lost), :mod:`.catalogs_generated` (the fake-400 and kwok-144
-catalogs from their published formulas), :mod:`.wellknown` (label, annotation and taint names).
+selectors), :mod:`.model` (the frozen data), :mod:`.fields` (reading fields with errors that say where),
+:mod:`.podspec` (a pod spec to a pod), :mod:`.objects` (dicts to model), :mod:`.catalog` (instance types),
+:mod:`.templates` (NodePool x type, DaemonSet overhead, open keys, pod feasibility), :mod:`.volumes` (volume
+topology), :mod:`.rooms` (existing Nodes and in-flight claims, limits usage), :mod:`.topology` (domains of
+any key, per placement, and hostname rules), :mod:`.units` (pods that share a node, classes),
+:mod:`.packing` (cost-aware packing), :mod:`.newnodes` (one pool's nodes: limits, shared max sizes,
+minValues, claims), :mod:`.relax` (Karpenter's preference ladder), :mod:`.solver` (the pipeline),
+:mod:`.plan` (output), :mod:`.explain` (why each type won or lost), :mod:`.catalogs_generated` (the fake-400
+and kwok-144 catalogs from their published formulas), :mod:`.wellknown` (label, annotation and taint names).
 """
 
 from tenon.core.catalog import (
@@ -69,7 +76,7 @@ from tenon.core.model import (
     SkippedObject,
 )
 from tenon.core.objects import assemble, parse_object, parse_objects
-from tenon.core.plan import Plan, PlannedNodeClaim, Unschedulable
+from tenon.core.plan import NominatedPod, Plan, PlannedNodeClaim, Unschedulable
 from tenon.core.requirements import LabelSelector, Requirement
 from tenon.core.solver import solve
 
@@ -84,6 +91,7 @@ __all__ = [
     "Node",
     "NodeClass",
     "NodePool",
+    "NominatedPod",
     "Plan",
     "PlannedNodeClaim",
     "Pod",

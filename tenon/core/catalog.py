@@ -32,12 +32,14 @@ InstanceCatalog named like the NodeClass (or the only catalog given).
 
 from __future__ import annotations
 
+import math
+import re
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from tenon.core.errors import InputError
+from tenon.core.fields import Ctx
 from tenon.core.model import (
     ON_DEMAND,
     ClusterInput,
@@ -48,7 +50,8 @@ from tenon.core.model import (
     SkippedObject,
     Taint,
 )
-from tenon.core.quantities import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, QuantityError, to_canonical
+from tenon.core.quantities import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, show, to_canonical
+from tenon.core.requirements import integer
 from tenon.core.wellknown import (
     ARCH,
     CAPACITY_PREFIX,
@@ -102,25 +105,39 @@ def _parse_taints(text: str) -> tuple[Taint, ...]:
     return tuple(taints)
 
 
-class _Annotations:
-    """A MachineDeployment's annotations; one that cannot be read raises ``ValueError`` naming it."""
+class FieldProblem(ValueError):
+    """A field of an object that cannot be read: ``str()`` is ``field: problem`` (one line)."""
 
-    def __init__(self, raw: Mapping[str, Any]):
-        self._raw = raw
+    def __init__(self, field: str, problem: str):
+        self.field, self.problem = field, problem
+        super().__init__(f"{field}: {problem}")
+
+
+def _annotation_field(name: str) -> str:
+    return f"metadata.annotations[{name}]"
+
+
+class _Annotations:
+    """A MachineDeployment's annotations; one that cannot be read raises :class:`FieldProblem` naming it."""
+
+    def __init__(self, raw: Any):
+        if raw is not None and not isinstance(raw, Mapping):
+            raise FieldProblem("metadata.annotations", f"must be a map, got {type(raw).__name__}")
+        self._raw: Mapping[str, Any] = raw or {}
 
     def get(self, name: str) -> str | None:
         value = self._raw.get(name)
         return None if value is None else str(value)
 
     def parsed(self, name: str, parse: Callable[[str], T]) -> T | None:
-        """``parse`` of the annotation (``None`` when absent); a ``ValueError`` gets the name in front."""
+        """``parse`` of the annotation (``None`` when absent); a ``ValueError`` names the annotation."""
         raw = self.get(name)
         if raw is None:
             return None
         try:
             return parse(raw)
         except ValueError as err:  # QuantityError is a ValueError
-            raise ValueError(f"annotation {name}: {err}") from None
+            raise FieldProblem(_annotation_field(name), str(err)) from None
 
     def quantity(self, field: str, resource: str) -> int | None:
         """A ``capacity.cluster-autoscaler.kubernetes.io/<field>`` quantity in ``resource``'s units."""
@@ -128,14 +145,18 @@ class _Annotations:
 
 
 def _md_capacity(annotations: _Annotations) -> dict[str, int]:
-    """cpu and memory (required), ephemeral disk, and max pods (110 when absent, as cluster-autoscaler)."""
+    """cpu and memory (required, more than 0: a machine without either can run nothing, and must not be
+    bought for pods that ask for neither), ephemeral disk, and max pods (110 when absent, as
+    cluster-autoscaler)."""
     capacity: dict[str, int] = {}
     for field, resource in ((CPU, CPU), (MEMORY, MEMORY), ("ephemeral-disk", EPHEMERAL_STORAGE)):
         amount = annotations.quantity(field, resource)
         if amount is not None:
             capacity[resource] = amount
         elif resource in (CPU, MEMORY):
-            raise ValueError(f"annotation {CAPACITY_PREFIX + field} is missing")
+            raise FieldProblem(_annotation_field(CAPACITY_PREFIX + field), "is missing")
+        if resource in (CPU, MEMORY) and not capacity[resource]:
+            raise FieldProblem(_annotation_field(CAPACITY_PREFIX + field), "must be more than 0")
     max_pods = annotations.quantity("maxPods", PODS)
     capacity[PODS] = DEFAULT_MAX_PODS if max_pods is None else max_pods
     return capacity
@@ -160,42 +181,78 @@ def _node_labels_from_template(template_labels: Mapping[str, Any]) -> dict[str, 
     }
 
 
-def _remaining_size(raw_max: str, replicas: Any) -> int:
-    """How many more machines the group's max size allows (never below 0)."""
-    try:
-        return max(0, int(raw_max) - int(replicas or 0))
-    except ValueError:
-        raise ValueError(f"{raw_max!r} is not an integer") from None
+def _max_size(raw_max: str) -> int:
+    """The group's max size: a non-negative integer in ASCII digits."""
+    number = integer(raw_max.strip())
+    if number is None:
+        raise ValueError(f"{show(raw_max)} is not an integer")
+    if number < 0:
+        raise ValueError(f"must be at least 0, got {number}")
+    return number
 
 
-def _price(raw: str) -> float:
-    try:
-        price = float(raw)
-    except ValueError:
-        raise ValueError(f"{raw!r} is not a number") from None
-    if not price >= 0:  # NaN too
-        raise ValueError(f"{raw!r} is negative")
+def _replicas(spec: Mapping[str, Any]) -> int:
+    raw = spec.get("replicas")
+    number = 0 if raw is None else (raw if isinstance(raw, int) and not isinstance(raw, bool) else None)
+    if number is None or number < 0:
+        raise FieldProblem("spec.replicas", f"must be a non-negative integer, got {show(raw)}")
+    return number
+
+
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?", re.ASCII)
+
+
+def price_value(raw: object) -> float:
+    """A price per hour: a finite, non-negative number (a JSON/YAML number or ASCII decimal text).
+
+    ``inf``, ``NaN``, full-width digits (``"１"``) and words are refused, so no price can make a plan's
+    total infinite or its JSON invalid; NaN is called what it is.
+    """
+    if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+        raise ValueError(f"{show(raw)} is not a number")
+    if isinstance(raw, str):
+        if not _DECIMAL.fullmatch(raw.strip()):
+            what = "not a number (NaN)" if raw.strip().lower() == "nan" else "not a number"
+            raise ValueError(f"{show(raw)} is {what}")
+        raw = float(raw)
+    price = float(raw)
+    if math.isnan(price):
+        raise ValueError("is not a number (NaN)")
+    if not math.isfinite(price):
+        raise ValueError(f"{show(raw)} is not finite")
+    if price < 0:
+        raise ValueError(f"{show(raw)} is negative")
     return price
+
+
+def _map(raw: Any, field: str) -> Mapping[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise FieldProblem(field, f"must be a map, got {type(raw).__name__}")
+    return raw
 
 
 def _md_type(md: Mapping[str, Any]) -> MachineDeploymentType:
     """One MachineDeployment as an instance type; unpriced (``price_estimated``, price 0) until estimated."""
-    meta = md.get("metadata") or {}
-    annotations = _Annotations(meta.get("annotations") or {})
-    spec = md.get("spec") or {}
-    template = spec.get("template") or {}
+    meta = _map(md.get("metadata"), "metadata")
+    annotations = _Annotations(meta.get("annotations"))
+    spec = _map(md.get("spec"), "spec")
+    template = _map(spec.get("template"), "spec.template")
     capacity = _md_capacity(annotations)
     labels: dict[str, str] = {}
     _md_gpus(annotations, capacity, labels)
-    labels.update(_node_labels_from_template((template.get("metadata") or {}).get("labels") or {}))
+    template_labels = _map(_map(template.get("metadata"), "spec.template.metadata").get("labels"), "labels")
+    labels.update(_node_labels_from_template(template_labels))
     labels.update(annotations.parsed(CAPACITY_PREFIX + "labels", _parse_labels) or {})
     taints = annotations.parsed(CAPACITY_PREFIX + "taints", _parse_taints) or ()
-    max_new = annotations.parsed(MAX_SIZE, lambda raw: _remaining_size(raw, spec.get("replicas")))
-    price = annotations.parsed(PRICE_PER_HOUR, _price)
+    max_size = annotations.parsed(MAX_SIZE, _max_size)
+    max_new = None if max_size is None else max(0, max_size - _replicas(spec))
+    price = annotations.parsed(PRICE_PER_HOUR, price_value)
     md_name = str(meta.get("name") or "")
     namespace = str(meta.get("namespace") or "default")
     type_name = labels.get(INSTANCE_TYPE) or md_name
-    zone = labels.get(ZONE) or (template.get("spec") or {}).get("failureDomain") or None
+    zone = labels.get(ZONE) or _map(template.get("spec"), "spec.template.spec").get("failureDomain") or None
     if zone:
         labels[ZONE] = str(zone)
     capacity_type = labels.pop(CAPACITY_TYPE, ON_DEMAND)
@@ -209,22 +266,30 @@ def _md_type(md: Mapping[str, Any]) -> MachineDeploymentType:
         max_new=max_new,
         source=f"MachineDeployment {namespace}/{md_name}",
     )
-    md_labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    md_labels = {str(k): str(v) for k, v in _map(meta.get("labels"), "metadata.labels").items()}
     return MachineDeploymentType(namespace, md_name, md_labels, instance_type)
 
 
-def machine_deployment_type(md: Mapping[str, Any]) -> MachineDeploymentType | SkippedObject | None:
-    """One MachineDeployment as an instance type (with its MD labels), or why it is skipped; ``None`` when it
-    is not a member (``node.cluster.x-k8s.io/karpenter-member``). An unpriced one is estimated alone: see
+def machine_deployment_type(
+    md: Mapping[str, Any], source: str = "cluster"
+) -> MachineDeploymentType | SkippedObject | None:
+    """One MachineDeployment as an instance type (with its MD labels), or why it is skipped (the reason names
+    the annotation or field, which ``field`` holds too); ``None`` when it is not a member
+    (``node.cluster.x-k8s.io/karpenter-member``). An unpriced one is estimated alone: see
     :func:`estimate_unpriced` for a set."""
-    meta = md.get("metadata") or {}
-    if KARPENTER_MEMBER not in (meta.get("labels") or {}):
+    meta = md.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    labels = meta.get("labels")
+    if not isinstance(labels, Mapping) or KARPENTER_MEMBER not in labels:
         return None
     try:
         return estimate_unpriced([_md_type(md)])[0]
-    except ValueError as err:
+    except FieldProblem as err:
         name = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '?'}"
-        return SkippedObject("cluster", "MachineDeployment", name, str(err))
+        reason = f"annotation {err.field[len('metadata.annotations[') : -1]}: {err.problem}"
+        if not err.field.startswith("metadata.annotations["):
+            reason = str(err)
+        return SkippedObject(source, "MachineDeployment", name, reason, err.field)
 
 
 def estimate_unpriced(types: Sequence[MachineDeploymentType]) -> list[MachineDeploymentType]:
@@ -269,60 +334,59 @@ def instance_types_from_machine_deployments(
     return [t.instance_type for t in types], skipped
 
 
+def _catalog_offering(ctx: Ctx, raw: Any, path: str) -> Offering:
+    off = ctx.mapping(raw, path)
+    if "price" not in off:
+        raise ctx.error(f"{path}.price", "each offering needs a price")
+    try:
+        price = price_value(off["price"])
+    except ValueError as err:
+        raise ctx.error(f"{path}.price", str(err)) from None
+    zone = off.get("zone")
+    if zone is not None and not isinstance(zone, str):
+        raise ctx.error(f"{path}.zone", f"must be a string, got {type(zone).__name__}")
+    available = off.get("available", True)
+    if not isinstance(available, bool):
+        raise ctx.error(f"{path}.available", f"must be true or false, got {show(available)}")
+    return Offering(zone or None, str(off.get("capacityType") or ON_DEMAND), price, available)
+
+
+def _catalog_type(ctx: Ctx, entry: Any, path: str, catalog: str) -> InstanceType:
+    entry = ctx.mapping(entry, path)
+    name = entry.get("name")
+    if not name or not isinstance(name, str):
+        raise ctx.error(f"{path}.name", "every instance type needs a name")
+    capacity = ctx.resources(entry.get("capacity"), f"{path}.capacity")
+    for resource in (CPU, MEMORY):
+        if resource not in capacity:
+            raise ctx.error(f"{path}.capacity.{resource}", "is required")
+        if not capacity[resource]:
+            raise ctx.error(f"{path}.capacity.{resource}", "must be more than 0")
+    offerings = ctx.listing(entry.get("offerings"), f"{path}.offerings")
+    return InstanceType(
+        name=name,
+        capacity=capacity,
+        overhead=ctx.resources(entry.get("overhead"), f"{path}.overhead"),
+        labels=_default_labels(name, ctx.labels(entry.get("labels"), f"{path}.labels")),
+        offerings=tuple(_catalog_offering(ctx, o, f"{path}.offerings[{j}]") for j, o in enumerate(offerings)),
+        source=f"InstanceCatalog {catalog}",
+    )
+
+
 def instance_types_from_catalog(
     doc: Mapping[str, Any], source: str = "catalog", index: int | None = None
 ) -> tuple[InstanceType, ...]:
-    """An ``InstanceCatalog`` document to instance types; raises :class:`InputError` naming the field."""
-    name = str((doc.get("metadata") or {}).get("name") or "")
+    """An ``InstanceCatalog`` document to instance types; raises :class:`InputError` naming the field.
 
-    def fail(field: str, problem: str) -> InputError:
-        return InputError(source, index, "InstanceCatalog", name, field, problem)
-
-    types = (doc.get("spec") or {}).get("instanceTypes")
+    cpu and memory are required and more than 0; prices are finite and non-negative (:func:`price_value`).
+    """
+    meta = doc.get("metadata")
+    name = str((meta if isinstance(meta, Mapping) else {}).get("name") or "")
+    ctx = Ctx(source, index, "InstanceCatalog", name)
+    types = ctx.mapping(doc.get("spec"), "spec").get("instanceTypes")
     if not isinstance(types, list):
-        raise fail("spec.instanceTypes", "must be a list of instance types")
-    out = []
-    for i, entry in enumerate(types):
-        path = f"spec.instanceTypes[{i}]"
-        if not isinstance(entry, dict) or not entry.get("name"):
-            raise fail(f"{path}.name", "every instance type needs a name")
-        resources: dict[str, dict[str, int]] = {}
-        for part in ("capacity", "overhead"):
-            raw = entry.get(part) or {}
-            if not isinstance(raw, dict):
-                raise fail(f"{path}.{part}", "must be a map of resource quantities")
-            try:
-                resources[part] = {str(k): to_canonical(str(k), v) for k, v in raw.items()}
-            except QuantityError as err:
-                raise fail(f"{path}.{part}", str(err)) from None
-        if CPU not in resources["capacity"] or MEMORY not in resources["capacity"]:
-            raise fail(f"{path}.capacity", "cpu and memory are required")
-        offerings = []
-        for j, off in enumerate(entry.get("offerings") or []):
-            try:
-                price = float(off["price"])
-                offerings.append(
-                    Offering(
-                        off.get("zone"),
-                        str(off.get("capacityType") or ON_DEMAND),
-                        price,
-                        bool(off.get("available", True)),
-                    )
-                )
-            except (KeyError, TypeError, ValueError):
-                raise fail(f"{path}.offerings[{j}].price", "each offering needs a numeric price") from None
-        labels = {str(k): str(v) for k, v in (entry.get("labels") or {}).items()}
-        out.append(
-            InstanceType(
-                name=str(entry["name"]),
-                capacity=resources["capacity"],
-                overhead=resources["overhead"],
-                labels=_default_labels(str(entry["name"]), labels),
-                offerings=tuple(offerings),
-                source=f"InstanceCatalog {name}",
-            )
-        )
-    return tuple(out)
+        raise ctx.error("spec.instanceTypes", "must be a list of instance types")
+    return tuple(_catalog_type(ctx, entry, f"spec.instanceTypes[{i}]", name) for i, entry in enumerate(types))
 
 
 def instance_types_for_node_pool(

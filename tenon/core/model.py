@@ -85,6 +85,16 @@ class HostPort:
 
 
 @dataclass(frozen=True)
+class PodVolume:
+    """A volume of a pod that may bind it to a topology: a PersistentVolumeClaim it names, or a generic
+    ephemeral volume (its claim ``<pod>-<volume>``, made from a template naming ``storage_class``)."""
+
+    claim: str
+    ephemeral: bool = False
+    storage_class: str | None = None  # an ephemeral volume's template's storageClassName
+
+
+@dataclass(frozen=True)
 class Pod:
     namespace: str
     name: str
@@ -100,6 +110,11 @@ class Pod:
     host_ports: tuple[HostPort, ...] = ()
     node_name: str = ""
     owner: str = ""  # "Deployment/web" for expanded workloads
+    # (weight, term), heaviest first
+    preferred_pod_affinity: tuple[tuple[int, PodAffinityTerm], ...] = ()
+    preferred_pod_anti_affinity: tuple[tuple[int, PodAffinityTerm], ...] = ()
+    volumes: tuple[PodVolume, ...] = ()
+    nominated_node: str = ""  # status.nominatedNodeName: the kube-scheduler is placing it (preemption)
 
     @cached_property
     def key(self) -> str:
@@ -209,11 +224,44 @@ class InFlightNodeClaim:
 
 
 @dataclass(frozen=True)
+class VolumeClaim:
+    """A PersistentVolumeClaim as scheduling reads it: bound (``volume_name``) or to be provisioned by its
+    StorageClass (``None``: the default class; ``""``: none)."""
+
+    namespace: str
+    name: str
+    storage_class: str | None = None
+    volume_name: str = ""
+    phase: str = ""  # Pending | Bound | Lost
+    deleting: bool = False
+
+
+@dataclass(frozen=True)
+class PersistentVolume:
+    """A PersistentVolume's required node affinity (OR of terms, each an AND) and whether it is going."""
+
+    name: str
+    node_affinity: tuple[tuple[Requirement, ...], ...] = ()
+    deleting: bool = False
+
+
+@dataclass(frozen=True)
+class StorageClass:
+    name: str
+    wait_for_first_consumer: bool = False  # volumeBindingMode WaitForFirstConsumer (else Immediate)
+    allowed_topologies: tuple[tuple[Requirement, ...], ...] = ()  # OR of terms; empty: anywhere
+    default: bool = False  # storageclass.kubernetes.io/is-default-class
+
+
+@dataclass(frozen=True)
 class SkippedObject:
     source: str
     kind: str
     name: str
     reason: str
+    field: str = ""
+    """For an object skipped because part of it cannot be read (not merely a kind scheduling does not use):
+    the field, so a strict reader (``tenon simulate``) can refuse the input naming it."""
 
     def describe(self) -> str:
         return f"{self.source}: {self.kind} {self.name} skipped: {self.reason}"
@@ -236,3 +284,6 @@ class ClusterInput:
     nodes: tuple[Node, ...] = ()
     in_flight: tuple[InFlightNodeClaim, ...] = ()
     skipped: tuple[SkippedObject, ...] = ()
+    volume_claims: tuple[VolumeClaim, ...] = ()
+    volumes: tuple[PersistentVolume, ...] = ()
+    storage_classes: tuple[StorageClass, ...] = ()

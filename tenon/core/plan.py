@@ -16,7 +16,8 @@ JSON shape (keys in camelCase, stable order of lists so two runs on the same inp
       "unschedulable": [{"pod": "ns/name", "reason": "default: no instance type has cpu=96 ...",
                          "reasons": {"default": "..."}}],
       "totalPricePerHour": 0.24,
-      "skipped": ["file document 3: MachineDeployment ns/x skipped: annotation ... missing"]
+      "skipped": ["file document 3: MachineDeployment ns/x skipped: annotation ... missing"],
+      "nominated": [{"pod": "ns/name", "node": "node-a"}]     # the kube-scheduler is placing them
     }
 """
 
@@ -83,6 +84,18 @@ class ExistingPlacement:
 
 
 @dataclass(frozen=True)
+class NominatedPod:
+    """A pending pod the kube-scheduler is already placing (``status.nominatedNodeName``, after preemption):
+    not provisioned for; its room on that node is taken."""
+
+    pod: str
+    node: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pod": self.pod, "node": self.node}
+
+
+@dataclass(frozen=True)
 class Unschedulable:
     pod: str
     reasons: dict[str, str] = field(hash=False)  # NodePool (or "*") -> reason
@@ -103,6 +116,7 @@ class Plan:
     existing: tuple[ExistingPlacement, ...] = ()
     unschedulable: tuple[Unschedulable, ...] = ()
     skipped: tuple[str, ...] = ()
+    nominated: tuple[NominatedPod, ...] = ()
 
     @property
     def total_price(self) -> float:
@@ -115,6 +129,7 @@ class Plan:
             "unschedulable": [u.to_json() for u in self.unschedulable],
             "totalPricePerHour": round(self.total_price, 6),
             "skipped": list(self.skipped),
+            "nominated": [n.to_json() for n in self.nominated],
         }
 
     def placement(self) -> dict[str, str]:

@@ -1,32 +1,37 @@
-"""Topology: which pods count for which selector, zone/capacity-type domains, hostname limits.
+"""Topology: which pods count for which selector, domains of any label key, hostname limits.
 
-Kubernetes spreads and (anti-)affinities are statements about *counts of matching pods per domain*. The solver
-splits them by the size of the domain:
+Kubernetes spreads and (anti-)affinities are statements about *counts of matching pods per domain*: the
+nodes sharing one value of the constraint's topology key. The solver splits them by the size of the domain:
 
-* **Zone and capacity-type constraints are decided before packing** (:func:`assign_domains`). Every pending
-  pod that has a zone/capacity-type topology spread constraint, a required pod affinity or anti-affinity on
-  that key, or that *matches* a selector such a constraint counts, is pinned to one domain, one pod at a time
-  in a fixed order, counting the pods already running (bound pods on Nodes) and the ones pinned so far:
+* **Every key but the hostname is a domain decided per pod, one pod at a time** (:class:`DomainRules`). A key
+  is any node label: zone and capacity type vary per offering of a new node, every other key (architecture,
+  instance type, a NodePool's own labels...) is fixed per template. Pods are judged *per placement*, as the
+  kube-scheduler does: against the counts of the pods running and of those placed before them in this plan,
+  never against pods placed later. Existing room is judged first (a room's domain is its label), then the
+  pods left are pinned to a domain their new node must be in. Pods that only match a counted selector (no
+  constraint of their own) are placed and counted first, so every later check sees them.
 
   - spread (``maxSkew``, ``minDomains``): the domain must keep ``count + self - min(count) <= maxSkew``, the
     minimum taken over every domain with a node matching the pod's node affinity, tainted or not (Kubernetes'
-    default policies; with fewer such domains than ``minDomains`` the minimum is 0); among valid domains the
-    least loaded wins, so pinned pods end up balanced (the final state holds the rule, not only the moment of
-    placement). ``ScheduleAnyway`` constraints steer the choice but never reject.
+    default ``nodeAffinityPolicy: Honor`` and ``nodeTaintsPolicy: Ignore``; with fewer such domains than
+    ``minDomains`` the minimum is 0). A node without the key is no candidate (the kube-scheduler's "missing
+    required label"). ``ScheduleAnyway`` is held like ``DoNotSchedule`` until the solver relaxes it, as
+    Karpenter does (honoured when possible).
   - affinity: the domain must already hold a matching pod, except for the first of a group that matches its
-    own selector (Kubernetes' rule), which chooses for the group.
-  - anti-affinity: no matching pod in the domain, in both directions.
-
-  Pods matching a counted selector without constraints of their own are pinned too (least loaded), and first,
-  so that neither they nor the packer can unbalance a spread behind its back.
+    own selector when no pod anywhere matches (Kubernetes' rule); a node without the key fails it.
+  - anti-affinity: no matching pod in the domain, in both directions; a node without the key passes.
+  - preferred (anti-)affinity: among the domains the hard rules allow, the one with the highest score wins,
+    the score being the kube-scheduler's ``InterPodAffinity``: the weight of every preferred affinity term
+    with a matching pod in the domain, minus that of every anti-affinity term. Then the fewest pods counted by
+    the pod's spreads, the least loaded, the name.
 
 * **Hostname constraints are limits the packer checks per node** (:class:`HostnameRules`). Each
-  hostname-level selector gets an id; a pod *matches* some ids and *limits* some: anti-affinity limits the
-  count of matching pods on its node to 1 if the pod matches its own selector, else 0; a hostname spread
-  limits it to ``maxSkew`` (the minimum over hostnames is taken as 0, since a new empty node is always
-  possible, which makes the rule safe whatever the kube-scheduler's view); a host port is a selector matched
-  by its users with limit 1. A node keeps, per id, the count of matching pods and the smallest limit of the
-  pods on it.
+  hostname-level selector gets an id; a pod *matches* some ids and *limits* some: anti-affinity (preferred
+  too, until relaxed) limits the count of matching pods on its node to 1 if the pod matches its own
+  selector, else 0; a hostname spread limits it to ``maxSkew`` (the minimum over hostnames is taken as 0,
+  since a new empty node is always possible, which makes the rule safe whatever the kube-scheduler's view); a
+  host port is a selector matched by its users with limit 1. A node keeps, per id, the count of matching pods
+  and the smallest limit of the pods on it.
 
 Namespaces are part of a selector: spread selectors count the pod's own namespace; affinity terms their
 ``namespaces`` (default: own) or all of them with an empty ``namespaceSelector``.
@@ -35,15 +40,13 @@ Namespaces are part of a selector: spread selectors count the pod's own namespac
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from tenon.core.model import Pod, PodAffinityTerm, TopologySpread
 from tenon.core.requirements import LabelSelector
-from tenon.core.wellknown import CAPACITY_TYPE, HOSTNAME, ZONE
-
-DOMAIN_KEYS = (ZONE, CAPACITY_TYPE)
+from tenon.core.wellknown import HOSTNAME
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,10 @@ def term_scope(
     term_selector: LabelSelector, namespaces: Iterable[str], all_namespaces: bool
 ) -> ScopedSelector:
     return ScopedSelector(term_selector, None if all_namespaces else frozenset(namespaces))
+
+
+def scope_of(term: PodAffinityTerm) -> ScopedSelector:
+    return term_scope(term.selector, term.namespaces, term.all_namespaces)
 
 
 class SelectorIndex:
@@ -104,6 +111,12 @@ class SelectorIndex:
         return sel.selector.describe()
 
 
+def _hostname_anti_terms(pod: Pod) -> list[PodAffinityTerm]:
+    """Required and (until relaxed) preferred anti-affinity terms on the hostname."""
+    terms = [t for t in pod.pod_anti_affinity if t.topology_key == HOSTNAME]
+    return terms + [t for _, t in pod.preferred_pod_anti_affinity if t.topology_key == HOSTNAME]
+
+
 @dataclass
 class HostnameRules:
     """Per pod: hostname selector ids it matches and the limits it imposes on its node."""
@@ -114,9 +127,8 @@ class HostnameRules:
     def register(self, pods: Iterable[Pod]) -> None:
         self._memo.clear()
         for pod in pods:
-            for term in pod.pod_anti_affinity:
-                if term.topology_key == HOSTNAME:
-                    self.index.add(term_scope(term.selector, term.namespaces, term.all_namespaces))
+            for term in _hostname_anti_terms(pod):
+                self.index.add(scope_of(term))
             for tsc in pod.topology_spread:
                 if tsc.topology_key == HOSTNAME and tsc.when_unsatisfiable == "DoNotSchedule":
                     self.index.add(spread_scope(pod, tsc.selector))
@@ -132,10 +144,9 @@ class HostnameRules:
     def _features(self, pod: Pod) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
         matches = self.index.matching(pod)
         limits: dict[int, int] = {}
-        for term in pod.pod_anti_affinity:
-            if term.topology_key == HOSTNAME:
-                sid = self.index.ids[term_scope(term.selector, term.namespaces, term.all_namespaces)]
-                limits[sid] = min(limits.get(sid, 1), 1 if sid in matches else 0)
+        for term in _hostname_anti_terms(pod):
+            sid = self.index.ids[scope_of(term)]
+            limits[sid] = min(limits.get(sid, 1), 1 if sid in matches else 0)
         for tsc in pod.topology_spread:
             if tsc.topology_key == HOSTNAME and tsc.when_unsatisfiable == "DoNotSchedule":
                 sid = self.index.ids[spread_scope(pod, tsc.selector)]
@@ -164,217 +175,260 @@ def allows_on_node(
     return True
 
 
-@dataclass
-class DomainOutcome:
-    pins: dict[str, dict[str, str]]  # pod key -> {topology key: domain}
-    failures: dict[str, str]  # pod key -> reason
+# -- domains of every other key ----------------------------------------------------------------------------
 
 
-def _domain_constraints(pod: Pod, key: str):
-    spreads = [t for t in pod.topology_spread if t.topology_key == key]
-    affinity = [t for t in pod.pod_affinity if t.topology_key == key]
-    anti = [t for t in pod.pod_anti_affinity if t.topology_key == key]
-    return spreads, affinity, anti
-
-
-def _term_id(index: SelectorIndex, term: PodAffinityTerm) -> int:
-    return index.ids[term_scope(term.selector, term.namespaces, term.all_namespaces)]
-
-
-class _PodRules(NamedTuple):
-    """One pod's constraints on one topology key, with their selector ids, and the ids it matches."""
+class _KeyRules(NamedTuple):
+    """One pod's constraints on one topology key, with their selector ids."""
 
     spreads: list[tuple[TopologySpread, int]]
     affinity: list[tuple[PodAffinityTerm, int]]
     anti: list[tuple[PodAffinityTerm, int]]
-    matches: set[int]
+    preferred: list[tuple[int, int]]  # (signed weight: + affinity, - anti-affinity, selector id)
+
+    @property
+    def hard(self) -> bool:
+        return bool(self.spreads or self.affinity or self.anti)
 
 
-class _DomainPinner:
-    """Pins pods to the domains of one topology key (zone or capacity type), one pod at a time.
+_NO_RULES = _KeyRules([], [], [], [])
 
-    It keeps, per selector id, the count of matching pods per domain (running and pinned so far), the
-    anti-affinity terms of the pods in each domain, and the spreads of pinned pods that a later pod joining
-    their domain must keep within ``maxSkew``.
+
+def domain_keys(pods: Iterable[Pod]) -> list[str]:
+    """Every topology key (but the hostname) some pod's spread or (anti-)affinity names, sorted."""
+    keys: set[str] = set()
+    for pod in pods:
+        keys.update(t.topology_key for t in pod.topology_spread)
+        keys.update(t.topology_key for t in (*pod.pod_affinity, *pod.pod_anti_affinity))
+        keys.update(
+            t.topology_key for _, t in (*pod.preferred_pod_affinity, *pod.preferred_pod_anti_affinity)
+        )
+    keys.discard(HOSTNAME)
+    return sorted(keys)
+
+
+Domains = Mapping[str, str | None]  # topology key -> the domain (label value) of a node, None: no such label
+Eligible = Callable[[Pod, str, dict[str, str], bool], list[str]]
+"""(pod, key, its pins so far, preferences relaxed) -> the domains of ``key`` its new node could be in."""
+
+
+class DomainRules:
+    """The counts of matching pods per domain of every key, and each pod's rules against them.
+
+    Built over every pod that may be counted (pending and running), so the selectors are known; pods are
+    counted as they are placed (:meth:`count`).
     """
 
-    def __init__(self, key: str, pods: Iterable[Pod]):
-        self.key = key
+    def __init__(self, keys: Sequence[str], pods: Iterable[Pod]):
+        self.keys = list(keys)
         self.index = SelectorIndex()
+        self._rules: dict[int, dict[str, _KeyRules]] = {}
+        pods = list(pods)
         for pod in pods:
-            spreads, affinity, anti = _domain_constraints(pod, key)
-            for tsc in spreads:
-                self.index.add(spread_scope(pod, tsc.selector))
-            for term in affinity + anti:
-                self.index.add(term_scope(term.selector, term.namespaces, term.all_namespaces))
-        self.counts: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+            for key in self.keys:
+                self._register(pod, key)
+        self.counts: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self.totals: dict[int, int] = defaultdict(int)
-        self.anti_in: dict[str, list[tuple[int, Pod]]] = defaultdict(list)
-        # spreads of pods already pinned, by (selector, their domain): a later pod joining that domain must
-        # keep them within their maxSkew too, so the final state (not just each moment) honours every spread
-        self.active: dict[tuple[int, str], set[tuple[int, tuple[str, ...]]]] = defaultdict(set)
+        self.anti_in: dict[tuple[str, str], list[tuple[int, Pod]]] = defaultdict(list)
 
-    def count(self, pod: Pod, dom: str, anti: Iterable[PodAffinityTerm]) -> None:
-        """``pod`` is in ``dom``: it counts for the selectors it matches, its anti-affinity holds there."""
-        for sid in self.index.matching(pod):
-            self.counts[sid][dom] += 1
-            self.totals[sid] += 1
-        for term in anti:
-            self.anti_in[dom].append((_term_id(self.index, term), pod))
+    def _register(self, pod: Pod, key: str) -> None:
+        for tsc in pod.topology_spread:
+            if tsc.topology_key == key:
+                self.index.add(spread_scope(pod, tsc.selector))
+        for term in (*pod.pod_affinity, *pod.pod_anti_affinity):
+            if term.topology_key == key:
+                self.index.add(scope_of(term))
+        for _, term in (*pod.preferred_pod_affinity, *pod.preferred_pod_anti_affinity):
+            if term.topology_key == key:
+                self.index.add(scope_of(term))
 
-    def order(self, pending: Sequence[Pod], failures: dict[str, str]) -> list[Pod]:
-        """The pods to pin, in the order they are pinned.
+    def rules(self, pod: Pod, key: str) -> _KeyRules:
+        found = self._rules.get(id(pod))
+        if found is None:
+            found = self._rules[id(pod)] = {k: self._key_rules(pod, k) for k in self.keys}
+        return found[key]
 
-        Pods without constraints of their own go first (least loaded domain), so that no later pod can break
-        a spread already checked; affinity groups last, to join their anchors.
-        """
-        todo = []
-        for pod in pending:
-            if pod.key in failures:
-                continue
-            spreads, affinity, anti = _domain_constraints(pod, self.key)
-            if spreads or affinity or anti or self.index.matching(pod):
-                rank = 2 if affinity else (1 if spreads or anti else 0)
-                todo.append((rank, pod.key, pod))
-        todo.sort(key=lambda item: (item[0], item[1]))
-        return [pod for _, _, pod in todo]
-
-    def pin(self, pod: Pod, eligible: list[str], counted_in: list[str]) -> tuple[str | None, str]:
-        """The domain ``pod`` is pinned to and counted in, or ``None`` and why no domain would do.
-
-        Among the domains that break no rule, the one with the fewest pods counted by its spreads wins, then
-        the least loaded by the selectors it matches, then the name.
-        """
-        spreads, affinity, anti = _domain_constraints(pod, self.key)
-        rules = _PodRules(
-            [(tsc, self.index.ids[spread_scope(pod, tsc.selector)]) for tsc in spreads],
-            [(term, _term_id(self.index, term)) for term in affinity],
-            [(term, _term_id(self.index, term)) for term in anti],
-            set(self.index.matching(pod)),
+    def _key_rules(self, pod: Pod, key: str) -> _KeyRules:
+        terms = (*pod.pod_affinity, *pod.pod_anti_affinity)
+        weighted = (*pod.preferred_pod_affinity, *pod.preferred_pod_anti_affinity)
+        if not pod.topology_spread and not terms and not weighted:
+            return _NO_RULES
+        ids = self.index.ids
+        anti = pod.preferred_pod_anti_affinity
+        return _KeyRules(
+            [(t, ids[spread_scope(pod, t.selector)]) for t in pod.topology_spread if t.topology_key == key],
+            [(t, ids[scope_of(t)]) for t in pod.pod_affinity if t.topology_key == key],
+            [(t, ids[scope_of(t)]) for t in pod.pod_anti_affinity if t.topology_key == key],
+            [(w, ids[scope_of(t)]) for w, t in pod.preferred_pod_affinity if t.topology_key == key]
+            + [(-w, ids[scope_of(t)]) for w, t in anti if t.topology_key == key],
         )
-        valid: list[tuple[int, int, str]] = []
-        reason = ""
-        for dom in eligible:
-            why = self._violation(pod, rules, dom, counted_in)
-            if why:
-                reason = why
-                continue
-            score_spread = sum(self.counts[sid][dom] for _, sid in rules.spreads)
-            valid.append((score_spread, sum(self.counts[sid][dom] for sid in rules.matches), dom))
-        if not valid:
-            return None, reason
-        dom = min(valid)[2]
-        for tsc, sid in rules.spreads:
-            if tsc.when_unsatisfiable == "DoNotSchedule" and len(counted_in) >= tsc.min_domains:
-                self.active[(sid, dom)].add((tsc.max_skew, tuple(counted_in)))
-        self.count(pod, dom, anti)
-        return dom, ""
 
-    def _violation(self, pod: Pod, rules: _PodRules, dom: str, counted_in: Sequence[str]) -> str:
-        """Why ``pod`` may not join ``dom`` ("" when it may): the last rule it would break, in the order
-        spreads, affinity, anti-affinity, other pods' anti-affinity, spreads of pods pinned earlier."""
-        why = self._spread_violation(rules, dom, counted_in) if rules.spreads else ""
+    def concerned(self, pod: Pod) -> bool:
+        """Whether the pod has a rule on some key or is counted by one."""
+        return bool(self.index.matching(pod)) or any(
+            self.rules(pod, key).hard or self.rules(pod, key).preferred for key in self.keys
+        )
+
+    def rank(self, pod: Pod) -> int:
+        """Order of placement: pods merely counted first, then spreads and anti-affinity, affinity last (to
+        join their anchors)."""
+        rules = [self.rules(pod, key) for key in self.keys]
+        if any(r.affinity for r in rules):
+            return 2
+        return 1 if any(r.hard or r.preferred for r in rules) else 0
+
+    def count(self, pod: Pod, domains: Domains) -> None:
+        """``pod`` is placed in ``domains``: it counts for the selectors it matches, its anti-affinity holds
+        there."""
+        matching = self.index.matching(pod)
+        for key in self.keys:
+            dom = domains.get(key)
+            if dom is None:
+                continue
+            for sid in matching:
+                self.counts[(key, sid)][dom] += 1
+            for _, sid in self.rules(pod, key).anti:
+                self.anti_in[(key, dom)].append((sid, pod))
+        for sid in matching:
+            self.totals[sid] += 1
+
+    # -- judging one domain ------------------------------------------------------------------------------
+    def violation(self, pod: Pod, key: str, dom: str | None, counted_in: Sequence[str]) -> str:
+        """Why ``pod`` may not be in ``dom`` of ``key`` ("" when it may); ``None``: the node lacks the key."""
+        rules = self.rules(pod, key)
+        matches = set(self.index.matching(pod))
+        if dom is None:
+            if rules.spreads or rules.affinity:
+                return f"its topology constraints on {key} need a node labelled {key}"
+            return ""
+        why = self._spread_violation(key, rules, matches, dom, counted_in) if rules.spreads else ""
         if rules.affinity:
-            why = self._affinity_violation(rules, dom) or why
+            why = self._affinity_violation(key, rules, matches, dom) or why
         if rules.anti:
-            why = self._anti_affinity_violation(rules, dom) or why
-        if self.anti_in.get(dom):
-            why = self._others_anti_affinity_violation(pod, rules.matches, dom) or why
-        if self.active:
-            why = self._pinned_spread_violation(rules.matches, dom) or why
+            why = self._anti_affinity_violation(key, rules, dom) or why
+        if self.anti_in.get((key, dom)):
+            why = self._others_anti_affinity_violation(pod, key, matches, dom) or why
         return why
 
-    # Each check returns the reason of the *last* rule of its kind that ``dom`` breaks ("" when none).
-
-    def _spread_violation(self, rules: _PodRules, dom: str, counted_in: Sequence[str]) -> str:
+    def _spread_violation(
+        self, key: str, rules: _KeyRules, matches: set[int], dom: str, counted_in: Sequence[str]
+    ) -> str:
         reason = ""
         for tsc, sid in rules.spreads:
-            counts = self.counts[sid]
-            low = 0 if len(counted_in) < tsc.min_domains else min(counts[d] for d in counted_in)
-            after = counts[dom] + (1 if sid in rules.matches else 0)
-            if after - low > tsc.max_skew and tsc.when_unsatisfiable == "DoNotSchedule":
+            counts = self.counts[(key, sid)]
+            low = 0 if len(counted_in) < tsc.min_domains else min((counts[d] for d in counted_in), default=0)
+            after = counts[dom] + (1 if sid in matches else 0)
+            if after - low > tsc.max_skew:
                 reason = (
-                    f"topology spread on {self.key} (maxSkew {tsc.max_skew}, "
-                    f"{tsc.selector.describe()}) cannot be met in any {self.key}"
+                    f"topology spread on {key} (maxSkew {tsc.max_skew}, "
+                    f"{tsc.selector.describe()}) cannot be met in any {key} it can use"
                 )
         return reason
 
-    def _affinity_violation(self, rules: _PodRules, dom: str) -> str:
+    def _affinity_violation(self, key: str, rules: _KeyRules, matches: set[int], dom: str) -> str:
         """A domain without a matching pod, unless no matching pod exists yet and the pod matches itself."""
         reason = ""
         for term, sid in rules.affinity:
-            if self.counts[sid][dom] == 0 and not (self.totals[sid] == 0 and sid in rules.matches):
-                reason = (
-                    f"pod affinity on {self.key} ({term.selector.describe()}): no matching pod can be joined"
-                )
+            if self.counts[(key, sid)][dom] == 0 and not (self.totals[sid] == 0 and sid in matches):
+                reason = f"pod affinity on {key} ({term.selector.describe()}): no matching pod can be joined"
         return reason
 
-    def _anti_affinity_violation(self, rules: _PodRules, dom: str) -> str:
+    def _anti_affinity_violation(self, key: str, rules: _KeyRules, dom: str) -> str:
         reason = ""
         for term, sid in rules.anti:
-            if self.counts[sid][dom] > 0:
-                reason = (
-                    f"pod anti-affinity on {self.key} ({term.selector.describe()}): every {self.key} is taken"
-                )
+            if self.counts[(key, sid)][dom] > 0:
+                reason = f"pod anti-affinity on {key} ({term.selector.describe()}): every {key} is taken"
         return reason
 
-    def _others_anti_affinity_violation(self, pod: Pod, matches: set[int], dom: str) -> str:
-        for sid, other in self.anti_in[dom]:
+    def _others_anti_affinity_violation(self, pod: Pod, key: str, matches: set[int], dom: str) -> str:
+        for sid, other in self.anti_in[(key, dom)]:
             if sid in matches and other is not pod:
-                return f"another pod's anti-affinity on {self.key} excludes it from every {self.key}"
+                return f"another pod's anti-affinity on {key} excludes it from every {key} it can use"
         return ""
 
-    def _pinned_spread_violation(self, matches: set[int], dom: str) -> str:
-        """Joining ``dom`` would put the spread of a pod pinned earlier over its ``maxSkew``."""
+    def allows(self, pod: Pod, domains: Domains, counted_in: Mapping[str, Sequence[str]]) -> bool:
+        """Whether a node in ``domains`` is allowed for ``pod`` by its rules on every key."""
+        return not any(
+            self.violation(pod, key, domains.get(key), counted_in.get(key, ())) for key in self.keys
+        )
+
+    def _score(self, pod: Pod, key: str, dom: str) -> tuple[int, int, int, str]:
+        """Lower is better: preferred (anti-)affinity score negated, spread counts, load, name."""
+        rules = self.rules(pod, key)
+        preference = sum(w for w, sid in rules.preferred if self.counts[(key, sid)][dom] > 0)
+        spread = sum(self.counts[(key, sid)][dom] for _, sid in rules.spreads)
+        load = sum(self.counts[(key, sid)][dom] for sid in self.index.matching(pod))
+        return (-preference, spread, load, dom)
+
+    def pin(
+        self, pod: Pod, key: str, eligible: Sequence[str], counted_in: Sequence[str]
+    ) -> tuple[str | None, str]:
+        """The best domain of ``key`` among ``eligible`` the pod's rules allow, or ``None`` and why not."""
+        valid = []
         reason = ""
-        for sid in matches:
-            counts = self.counts[sid]
-            for max_skew, spread_doms in self.active.get((sid, dom), ()):
-                if counts[dom] + 1 - min(counts[d] for d in spread_doms) > max_skew:
-                    reason = (
-                        f"joining any {self.key} it can use would break the topology spread "
-                        f"(maxSkew {max_skew}) of pods already placed"
-                    )
-        return reason
-
-
-def assign_domains(
-    pending: Sequence[Pod],
-    domains_of: dict[str, dict[str, set[str]]],
-    placed: Sequence[tuple[Pod, dict[str, str]]],
-    spread_domains_of: dict[str, dict[str, set[str]]] | None = None,
-) -> DomainOutcome:
-    """Pin pods with zone/capacity-type constraints (and the pods those constraints count) to one domain.
-
-    ``domains_of[pod key][topology key]`` is the set of domains the pod could land in; ``spread_domains_of``
-    the (larger) set a spread counts for its minimum: Kubernetes' defaults ``nodeAffinityPolicy: Honor`` and
-    ``nodeTaintsPolicy: Ignore`` mean every domain with a node matching the pod's node affinity counts,
-    tainted or not (default: ``domains_of``). ``placed`` lists pods already running with their domains.
-    """
-    spread_domains_of = spread_domains_of or {}
-    pins: dict[str, dict[str, str]] = defaultdict(dict)
-    failures: dict[str, str] = {}
-    for key in DOMAIN_KEYS:
-        pinner = _DomainPinner(key, list(pending) + [p for p, _ in placed])
-        if not pinner.index.selectors:
-            continue
-        for pod, doms in placed:
-            dom = doms.get(key)
-            if dom is not None:
-                pinner.count(pod, dom, _domain_constraints(pod, key)[2])
-        for pod in pinner.order(pending, failures):
-            eligible = sorted(d for d in domains_of.get(pod.key, {}).get(key, set()) if d)
-            if not eligible:
-                spreads, affinity, anti = _domain_constraints(pod, key)
-                if affinity or anti or any(t.when_unsatisfiable == "DoNotSchedule" for t in spreads):
-                    failures[pod.key] = f"no node offers a {key} for its topology constraints"
-                continue
-            counted_in = (
-                sorted(d for d in spread_domains_of.get(pod.key, {}).get(key, set()) if d) or eligible
-            )
-            dom, reason = pinner.pin(pod, eligible, counted_in)
-            if dom is None:
-                failures[pod.key] = reason
+        for dom in eligible:
+            why = self.violation(pod, key, dom, counted_in)
+            if why:
+                reason = why
             else:
-                pins[pod.key][key] = dom
-    return DomainOutcome(dict(pins), failures)
+                valid.append(self._score(pod, key, dom))
+        if not valid:
+            return None, reason or f"no node offers a {key} for its topology constraints"
+        return min(valid)[3], ""
+
+
+@dataclass
+class DomainOutcome:
+    pins: dict[str, dict[str, str]]  # pod key -> {topology key: domain}
+    failures: dict[str, str]  # pod key -> reason
+    relaxed: set[str]  # pods pinned only once their preferences were dropped
+
+
+def pin_pods(
+    rules: DomainRules,
+    pending: Sequence[Pod],
+    eligible: Eligible,
+    counted_in: Callable[[Pod, str], Sequence[str]],
+) -> DomainOutcome:
+    """Pin every pending pod concerned by a domain rule to one domain per key, one pod at a time (pods merely
+    counted first, affinity last), counting each as it is pinned. A pod whose preferred node affinity leaves
+    no domain its rules allow is tried again with its preferences relaxed (Karpenter's order: preferences go
+    before a spread is given up)."""
+    outcome = DomainOutcome({}, {}, set())
+    todo = sorted((p for p in pending if rules.concerned(p)), key=lambda p: (rules.rank(p), p.key))
+    for pod in todo:
+        pins, reason = _pin_one(rules, pod, eligible, counted_in, relaxed=False)
+        if pins is None:
+            pins, reason = _pin_one(rules, pod, eligible, counted_in, relaxed=True)
+            if pins is not None:
+                outcome.relaxed.add(pod.key)
+        if pins is None:
+            outcome.failures[pod.key] = reason
+            continue
+        rules.count(pod, pins)
+        if pins:
+            outcome.pins[pod.key] = pins
+    return outcome
+
+
+def _pin_one(
+    rules: DomainRules,
+    pod: Pod,
+    eligible: Eligible,
+    counted_in: Callable[[Pod, str], Sequence[str]],
+    relaxed: bool,
+) -> tuple[dict[str, str] | None, str]:
+    """The pod's domain on every key, each key narrowed by the ones before it; ``None`` and why on failure."""
+    pins: dict[str, str] = {}
+    for key in rules.keys:
+        options = eligible(pod, key, pins, relaxed)
+        key_rules = rules.rules(pod, key)
+        if not options:
+            if key_rules.spreads or key_rules.affinity:
+                return None, f"no node it can use is labelled {key}, which its topology constraints need"
+            continue  # counted nowhere on this key: its nodes do not have it
+        dom, reason = rules.pin(pod, key, options, counted_in(pod, key))
+        if dom is None:
+            return None, reason
+        pins[key] = dom
+    return pins, ""

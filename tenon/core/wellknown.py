@@ -16,6 +16,8 @@ ZONE = "topology.kubernetes.io/zone"
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+CLOUD_UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized"
+DEFAULT_STORAGE_CLASS = "storageclass.kubernetes.io/is-default-class"
 
 # --- Karpenter (karpenter.sh/v1): labels, annotations, taints, finalizer ------------------------------------
 NODEPOOL = "karpenter.sh/nodepool"
@@ -29,6 +31,18 @@ DISRUPTED_TAINT = "karpenter.sh/disrupted"
 """NoSchedule taint on a node being disrupted: nothing new lands there while it drains."""
 TERMINATION_FINALIZER = "karpenter.sh/termination"
 """Holds a NodeClaim or Node deleted by a user until tenon has drained it gracefully."""
+EPHEMERAL_TAINTS = (
+    (NOT_READY_TAINT, "NoSchedule"),
+    (NOT_READY_TAINT, "NoExecute"),
+    (UNREACHABLE_TAINT, "NoSchedule"),
+    (CLOUD_UNINITIALIZED_TAINT, "NoSchedule"),
+    (UNREGISTERED_TAINT, "NoExecute"),
+)
+"""(key, effect) of the taints a node boots with and sheds by itself (Karpenter's ``KnownEphemeralTaints``):
+a node of a NodePool not yet ``karpenter.sh/initialized`` is judged without them, and without its NodePool's
+startup taints, so pods wait for it rather than buy another."""
+EPHEMERAL_TAINT_PREFIXES = ("readiness.k8s.io/",)
+"""Key prefixes of ephemeral taint families (the Node Readiness Controller's ``readiness.k8s.io/<rule>``)."""
 
 # --- Cluster API --------------------------------------------------------------------------------------------
 DELETE_MACHINE = "cluster.x-k8s.io/delete-machine"
