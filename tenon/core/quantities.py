@@ -73,12 +73,12 @@ class QuantityError(ValueError):
 
     def __init__(self, value: object, reason: str) -> None:
         self.value = value
-        self.shown = quoted(value)
+        self.shown = show(value)
         self.reason = reason
         super().__init__(f"quantity {self.shown}: {reason}")
 
 
-def quoted(value: object, limit: int = 40) -> str:
+def show(value: object, limit: int = 40) -> str:
     """``value`` quoted for a one-line message (escapes kept, long text cut), as the API server prints it."""
     if isinstance(value, str):
         text = value
