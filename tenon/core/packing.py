@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tenon.core.templates import OfferKey, Template
+from tenon.core.topology import soft_target
 
 INF = 10**18
 PAIR_WINDOW = 40  # bins considered for pairwise repacking per round
@@ -65,7 +66,7 @@ class PackClass:
     value: float = 0.0
 
     def __post_init__(self) -> None:
-        self.seed = any(sid in self.matches for sid, _ in self.limits)
+        self.seed = any((soft_target(sid) if sid < 0 else sid) in self.matches for sid, _ in self.limits)
 
 
 @dataclass
@@ -184,9 +185,11 @@ def _join_hostname_rules(c: PackClass, k: int, counts: dict[int, int], limits: d
     node caps ``c``'s pods when they match it; a node already over one of ``c``'s limits takes none.
     """
     for sid, lim in c.limits:
-        cap = min(lim, limits.get(sid, lim))
-        have = counts.get(sid, 0)
-        if sid in c.matches:
+        own = sid < 0  # a soft limit (preferred anti-affinity) binds c's pods only: not kept on the node
+        real = soft_target(sid) if own else sid
+        cap = lim if own else min(lim, limits.get(sid, lim))
+        have = counts.get(real, 0)
+        if real in c.matches:
             k = min(k, cap - have)
         elif have > cap:
             k = 0
@@ -197,7 +200,8 @@ def _join_hostname_rules(c: PackClass, k: int, counts: dict[int, int], limits: d
     if k <= 0:
         return k
     for sid, lim in c.limits:
-        limits[sid] = min(lim, limits.get(sid, lim))
+        if sid >= 0:
+            limits[sid] = min(lim, limits.get(sid, lim))
     for sid in c.matches:
         counts[sid] = counts.get(sid, 0) + k
     return k
@@ -268,7 +272,7 @@ class _NodeChoice:
             list(seed.req),
             okeys,
             dict.fromkeys(seed.matches, 1),
-            dict(seed.limits),
+            {sid: lim for sid, lim in seed.limits if sid >= 0},
         )
         best_score = self.best_ratio * 1.25
         for tpl in near:
@@ -544,7 +548,7 @@ class Packer:
                 return None
             contents[seed.index] = 1
             _take(seed.req, 1, room, used)
-            limits.update(seed.limits)
+            limits.update((sid, lim) for sid, lim in seed.limits if sid >= 0)
             counts.update(dict.fromkeys(seed.matches, 1))
             okeys = seed.okeys
         if seed is None and self._plain:

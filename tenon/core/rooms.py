@@ -73,7 +73,8 @@ class Room:
         for sid in matches:
             self.counts[sid] = self.counts.get(sid, 0) + 1
         for sid, lim in limits:
-            self.limits[sid] = min(lim, self.limits.get(sid, lim))
+            if sid >= 0:  # soft limits bind their own pod only
+                self.limits[sid] = min(lim, self.limits.get(sid, lim))
         self.pods.append(pod)
 
     def fits(self, pod: Pod, vec: Sequence[int], rules: HostnameRules) -> bool:

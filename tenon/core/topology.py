@@ -26,12 +26,12 @@ nodes sharing one value of the constraint's topology key. The solver splits them
     the pod's spreads, the least loaded, the name.
 
 * **Hostname constraints are limits the packer checks per node** (:class:`HostnameRules`). Each
-  hostname-level selector gets an id; a pod *matches* some ids and *limits* some: anti-affinity (preferred
-  too, until relaxed) limits the count of matching pods on its node to 1 if the pod matches its own
-  selector, else 0; a hostname spread limits it to ``maxSkew`` (the minimum over hostnames is taken as 0,
-  since a new empty node is always possible, which makes the rule safe whatever the kube-scheduler's view); a
-  host port is a selector matched by its users with limit 1. A node keeps, per id, the count of matching pods
-  and the smallest limit of the pods on it.
+  hostname-level selector gets an id; a pod *matches* some ids and *limits* some: anti-affinity limits the
+  count of matching pods on its node to 1 if the pod matches its own selector, else 0 (a preferred one, until
+  relaxed, the same for the pod itself only: :func:`soft_limit`); a hostname spread limits it to
+  ``maxSkew`` (the minimum over hostnames is taken as 0, since a new empty node is always possible, which
+  makes the rule safe whatever the kube-scheduler's view); a host port is a selector matched by its users with
+  limit 1. A node keeps, per id, the count of matching pods and the smallest (hard) limit of the pods on it.
 
 Namespaces are part of a selector: spread selectors count the pod's own namespace; affinity terms their
 ``namespaces`` (default: own) or all of them with an empty ``namespaceSelector``.
@@ -111,10 +111,16 @@ class SelectorIndex:
         return sel.selector.describe()
 
 
-def _hostname_anti_terms(pod: Pod) -> list[PodAffinityTerm]:
-    """Required and (until relaxed) preferred anti-affinity terms on the hostname."""
-    terms = [t for t in pod.pod_anti_affinity if t.topology_key == HOSTNAME]
-    return terms + [t for _, t in pod.preferred_pod_anti_affinity if t.topology_key == HOSTNAME]
+def soft_limit(sid: int) -> int:
+    """The limit id of a *soft* limit on selector ``sid``: a preferred anti-affinity binds the pod that has it
+    (it may not join a node holding matching pods) but, unlike a required one, not the pods that join after
+    it (the kube-scheduler only scores it). Soft ids are negative, so nothing keeps them on a node."""
+    return -1 - sid
+
+
+def soft_target(limit_id: int) -> int:
+    """The selector a soft limit id (:func:`soft_limit`) is about."""
+    return -1 - limit_id
 
 
 @dataclass
@@ -127,8 +133,12 @@ class HostnameRules:
     def register(self, pods: Iterable[Pod]) -> None:
         self._memo.clear()
         for pod in pods:
-            for term in _hostname_anti_terms(pod):
-                self.index.add(scope_of(term))
+            for term in pod.pod_anti_affinity:
+                if term.topology_key == HOSTNAME:
+                    self.index.add(scope_of(term))
+            for _, term in pod.preferred_pod_anti_affinity:
+                if term.topology_key == HOSTNAME:
+                    self.index.add(scope_of(term))
             for tsc in pod.topology_spread:
                 if tsc.topology_key == HOSTNAME and tsc.when_unsatisfiable == "DoNotSchedule":
                     self.index.add(spread_scope(pod, tsc.selector))
@@ -144,9 +154,15 @@ class HostnameRules:
     def _features(self, pod: Pod) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
         matches = self.index.matching(pod)
         limits: dict[int, int] = {}
-        for term in _hostname_anti_terms(pod):
-            sid = self.index.ids[scope_of(term)]
-            limits[sid] = min(limits.get(sid, 1), 1 if sid in matches else 0)
+        for term in pod.pod_anti_affinity:
+            if term.topology_key == HOSTNAME:
+                sid = self.index.ids[scope_of(term)]
+                limits[sid] = min(limits.get(sid, 1), 1 if sid in matches else 0)
+        for _, term in pod.preferred_pod_anti_affinity:
+            if term.topology_key == HOSTNAME:
+                sid = self.index.ids[scope_of(term)]
+                own = soft_limit(sid)
+                limits[own] = min(limits.get(own, 1), 1 if sid in matches else 0)
         for tsc in pod.topology_spread:
             if tsc.topology_key == HOSTNAME and tsc.when_unsatisfiable == "DoNotSchedule":
                 sid = self.index.ids[spread_scope(pod, tsc.selector)]
@@ -165,6 +181,11 @@ def allows_on_node(
 ) -> bool:
     """Whether ``n`` pods with these features can join a node holding ``counts`` under ``node_limits``."""
     for sid, limit in limits:
+        if sid < 0:  # soft: the pod's own preference, whatever the node holds
+            target = soft_target(sid)
+            if counts.get(target, 0) + (n if target in matches else 0) > limit:
+                return False
+            continue
         lim = min(limit, node_limits.get(sid, limit))
         if counts.get(sid, 0) + (n if sid in matches else 0) > lim:
             return False
