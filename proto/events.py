@@ -334,9 +334,9 @@ class MachineDeploymentObserved(Event, frozen=True, kw_only=True, tag=True):
     change: ObservedChange
     machine_deployment: KubeObject
     after: str | None = None
-    """The launcher's own action on this object (its event id) that this observation shows the result of,
-    published right after the action was recorded; the decider trusts its action over observations older
-    than it until then."""
+    """The launcher's own action on this object (its event id) after which this observation was published:
+    what the launcher knew of the object beyond the action's own record (the launcher's decider sets aside
+    observations of an object stored before its last action on it)."""
 
 
 class MachineObserved(Event, frozen=True, kw_only=True, tag=True):
