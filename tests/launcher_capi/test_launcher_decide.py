@@ -429,23 +429,23 @@ def test_an_observation_older_than_an_action_does_not_undo_it() -> None:
             "labels": {"cluster.x-k8s.io/deployment-name": "c3-8"},
         },
     }
-    state.apply(machine_observed(obj, "added", at=T0))
+    state.apply(machine_observed(obj, "added", at=T0), 20)
     [bind, scale] = decide(state)
-    record(state, [bind, scale])
-    # the watch saw the Machine again before the bind (a label, say) and that reaches the decider after it
+    state.apply(bind, 30)  # recorded at 30 (and folded at once)
+    state.apply(scale, 31)
+    # the watch saw the Machine change before the bind (a label, say): stored at 25, it reaches the decider
+    # now
     obj["metadata"]["resourceVersion"] = "4"
-    state.apply(machine_observed(obj, "changed", at=T0))
+    state.apply(machine_observed(obj, "changed", at=T0), 25)
     assert state.machines["default/c3-8-x"].claim == "a"
     assert not any(isinstance(d, ev.MachineDeploymentScaled) and d.replicas_to > 1 for d in decide(state))
-    # the executor's observation of the result (bind included) ends the wait; later ones count again
-    obj["metadata"]["resourceVersion"] = "5"
-    obj["metadata"]["annotations"] = {"tenon.sh/nodeclaim": "a"}
-    state.apply(machine_observed(obj, "changed", at=T0, after=bind.id))
-    assert state.machine_writes == {} and state.machines["default/c3-8-x"].claim == "a"
-    obj["spec"] = {"providerID": "p1"}
+    # what was stored after the action counts again
     obj["metadata"]["resourceVersion"] = "6"
-    state.apply(machine_observed(obj, "changed", at=T0))
+    obj["metadata"]["annotations"] = {"tenon.sh/nodeclaim": "a"}
+    obj["spec"] = {"providerID": "p1"}
+    state.apply(machine_observed(obj, "changed", at=T0, after=bind.id), 32)
     assert state.machines["default/c3-8-x"].provider_id == "p1"
+    assert state.machines["default/c3-8-x"].bound_since == bind.decided_at
 
 
 def test_the_state_survives_a_snapshot_round_trip() -> None:

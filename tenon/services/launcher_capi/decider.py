@@ -9,8 +9,7 @@ launcher-capi`` run it.
 * ``evolve`` folds them into :class:`.state.LauncherState`.
 * ``decide`` answers an input with :func:`.launching.plan` on the whole state (level-triggered), with the
   input as the decisions' cause and its ``decidedAt`` as their moment. Inputs that change nothing the launcher
-  decides on (a claim registered, initialized or disruption requested; new NodeClasses, whose catalog comes
-  next) are not decided on.
+  decides on (:data:`NOTHING_TO_DECIDE`) are folded, not decided on.
 * ``tick`` runs the same plan with no cause: whatever a dropped decision (a conflict, an API error) left to do
   is decided again there. The leak grace is not in the decider: the executor asks for evidence
   (:func:`.removal.leak_suspects`) and the decision follows from the recorded evidence.
@@ -32,8 +31,14 @@ NOTHING_TO_DECIDE = (
     ev.NodeClaimInitialized,
     ev.DisruptionRequested,
     ev.NodeClassesSnapshot,
+    ev.MachineDeploymentScaled,
+    ev.MachineBound,
+    ev.MachineRemovalDecided,
+    ev.MachineKept,
 )
-"""Inputs folded but not decided on: nothing the launcher decides reads what they change."""
+"""Inputs folded but not decided on: nothing the launcher decides reads what they change, or (its own actions
+on Cluster API, coming back through the log) what they change was folded, and decided on, when they were made.
+Its own claim events are decided on: a failed launch moves the claim to its next choice."""
 
 
 OBSERVATIONS: tuple[type[ev.Event], ...] = (

@@ -9,19 +9,22 @@ decisions; the executor does the I/O around them:
 * **catalogs** (:mod:`.catalog_publisher`): built from the watched MachineDeployments and the NodeClasses in
   the state, published on change and at least every resync interval;
 * **actions**, in ``prepare``, before a decision is recorded (a decision that cannot be carried out is
-  dropped, not recorded, and decided again from the next observation):
+  dropped, not recorded, and decided again on the next input or tick):
 
   - ``MachineDeploymentScaled``: a merge patch of ``spec.replicas`` and the two record annotations,
     preconditioned on the resourceVersion of the object the executor holds, and only when what the decider
     read (replicas, records, max size, paused) is what that object says. A conflict (409) reads the object
-    again: if only fields no decision reads changed (the controller writing status) the same patch is retried
-    on the new version, otherwise the decision is dropped and the new object observed. Every Machine the patch
-    counts a replica fewer for must be marked ``delete-machine`` first (in the state), or nothing is patched;
+    again: while only fields no decision reads changed (the controller writing status) the same patch is
+    retried on the new version, otherwise the decision is dropped and the new object observed. Every Machine
+    the patch counts a replica fewer for must be marked ``delete-machine`` first (in the state), or nothing is
+    patched;
   - ``MachineBound``: the claim annotation and the nodepool label, on a Machine still unbound and not marked;
   - ``MachineRemovalDecided``: the ``delete-machine`` mark, on a Machine still bound to that claim; for a
     leak, after looking once more that no NodeClaim object of that name appeared in the workload cluster;
 
-  the answer of each patch is observed at once, so the decider sees its own writes;
+  the answer of each patch is cached, not published: the decider folds the action itself and sets aside
+  observations older than it; once the action is recorded, whatever else the executor knows of the object is
+  published after it (an observation naming the action, ``after``);
 * **evidence** (``ticked``): Machines bound past the leak grace to a claim the state does not know
   (:func:`.removal.leak_suspects`) are looked up: a NodeClaim object of that name in the workload cluster, and
   the log's bounds against the Machine's creation minus the launch timeout. The result is published as
@@ -52,6 +55,7 @@ from tenon.services.launcher_capi.catalog import EVENT_COMPONENT
 from tenon.services.launcher_capi.catalog_publisher import CatalogPublisher
 from tenon.services.launcher_capi.observations import (
     PRODUCER,
+    MachineDeploymentView,
     MachineView,
     machine_deployment_view,
     machine_view,
@@ -65,8 +69,15 @@ log = logging.getLogger("tenon.launcher_capi")
 REMOVAL_EVENT_REASON = "TenonMachineRemoval"
 KEPT_EVENT_REASON = "TenonMachineKept"
 
+CONFLICT_ATTEMPTS = 4
+"""Patches tried on a conflict when the object changed only in what no decision reads."""
+
 Guard = Callable[[dict[str, Any]], str | None]
 """Why an object no longer matches what a decision was made from (None: it does)."""
+
+
+def _kind(ref: ResourceRef) -> str:
+    return "MachineDeployment" if ref is MACHINEDEPLOYMENTS else "Machine"
 
 
 def parse_time(text: str) -> datetime | None:
@@ -143,11 +154,6 @@ class LauncherExecutor(BaseExecutor):
         )
         self._tasks.append(asyncio.create_task(self.watch.run(), name="launcher-capi:watch"))
         await self.watch.synced()
-        # actions recorded by a leader that died before it published what they did
-        for ref, action in list(self.state.deployment_writes.items()):
-            await self.watch.publish_result("MachineDeployment", ref, action)
-        for ref, action in list(self.state.machine_writes.items()):
-            await self.watch.publish_result("Machine", ref, action)
         await self.catalogs.refresh()
         self._tasks.append(asyncio.create_task(self.catalogs.run(), name="launcher-capi:catalogs"))
         self.started.set()
@@ -200,11 +206,11 @@ class LauncherExecutor(BaseExecutor):
         assert self.watch is not None
         if isinstance(decision, ev.MachineDeploymentScaled):
             ref = f"{decision.namespace}/{decision.machine_deployment}"
-            await self.watch.publish_result("MachineDeployment", ref, decision.id)
+            believed = self.state.deployments.get(ref)
+            await self.watch.correct("MachineDeployment", ref, believed, decision.id)
         elif isinstance(decision, ev.MachineBound | ev.MachineRemovalDecided):
-            await self.watch.publish_result(
-                "Machine", f"{decision.namespace}/{decision.machine}", decision.id
-            )
+            ref = f"{decision.namespace}/{decision.machine}"
+            await self.watch.correct("Machine", ref, self.state.machines.get(ref), decision.id)
         if isinstance(decision, ev.MachineKept):
             log.warning(
                 "machine kept",
@@ -246,17 +252,27 @@ class LauncherExecutor(BaseExecutor):
     # --------------------------------------------------------------------------------------------------
 
     async def _patch_guarded(
-        self, ref: ResourceRef, cache: ObjectCache, key: str, guard: Guard, body: dict[str, Any]
+        self,
+        ref: ResourceRef,
+        cache: ObjectCache,
+        key: str,
+        guard: Guard,
+        body: dict[str, Any],
+        *,
+        believed: MachineDeploymentView | MachineView | None,
+        dropped: str,
     ) -> dict[str, Any] | None:
         """Patch the object at ``key`` on the version the executor holds, if ``guard`` finds it still as the
-        decision saw it; on a conflict, read it again and try once more. None: dropped (gone, or changed)."""
+        decision saw it; on a conflict, read it again and try again while only what no decision reads changed
+        (the controller writing status). None: dropped (gone, changed, or conflicting every time)."""
         assert self.watch is not None
         namespace, _, name = key.partition("/")
         current = cache.objects.get(key)
-        for attempt in range(2):
+        for _ in range(CONFLICT_ATTEMPTS):
             why = "it is gone" if current is None else guard(current)
             if current is None or why is not None:
                 log.info("decision dropped: decided again", extra={"object": key, "why": why})
+                await self.watch.correct(_kind(ref), key, believed, dropped)
                 return None
             meta = dict(body.get("metadata") or {})
             meta["resourceVersion"] = str((current.get("metadata") or {}).get("resourceVersion") or "")
@@ -268,15 +284,16 @@ class LauncherExecutor(BaseExecutor):
                 if exc.status == 404:
                     cache.objects.pop(key, None)
                     return None
-                if exc.status != 409 or attempt:
+                if exc.status != 409:
                     raise
                 current = await self.management.get_or_none(ref, name, namespace)
                 if current is not None:
                     await self._observe(ref, current)
                 continue
-            await self._observe(ref, updated)
+            updated.setdefault("kind", _kind(ref))
+            await self.watch.written(updated)
             return updated
-        log.info("decision dropped after a second conflict: decided again", extra={"object": key})
+        log.info("decision dropped after repeated conflicts: decided again", extra={"object": key})
         return None
 
     async def _observe(self, ref: ResourceRef, obj: dict[str, Any]) -> None:
@@ -314,7 +331,10 @@ class LauncherExecutor(BaseExecutor):
             },
             "spec": {"replicas": decision.replicas_to},
         }
-        if await self._patch_guarded(MACHINEDEPLOYMENTS, self._deployments, key, guard, body) is None:
+        patched = await self._patch_guarded(
+            MACHINEDEPLOYMENTS, self._deployments, key, guard, body, believed=decided_on, dropped=decision.id
+        )
+        if patched is None:
             return False
         log.info(
             "machinedeployment scaled"
@@ -343,7 +363,13 @@ class LauncherExecutor(BaseExecutor):
         labels = {NODEPOOL: decision.nodepool} if decision.nodepool else {}
         body = {"metadata": {"annotations": {NODECLAIM: decision.nodeclaim}, "labels": labels}}
         key = f"{decision.namespace}/{decision.machine}"
-        if await self._patch_guarded(MACHINES, self._machines, key, guard, body) is None:
+        believed = self.state.machines.get(key)
+        if (
+            await self._patch_guarded(
+                MACHINES, self._machines, key, guard, body, believed=believed, dropped=decision.id
+            )
+            is None
+        ):
             return False
         log.info("machine bound", extra={"machine": key, "nodeclaim": decision.nodeclaim})
         return True
@@ -361,7 +387,13 @@ class LauncherExecutor(BaseExecutor):
 
         stamp = decision.decided_at.strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {"metadata": {"annotations": {DELETE_MACHINE: stamp}}}
-        if await self._patch_guarded(MACHINES, self._machines, key, guard, body) is None:
+        believed = self.state.machines.get(key)
+        if (
+            await self._patch_guarded(
+                MACHINES, self._machines, key, guard, body, believed=believed, dropped=decision.id
+            )
+            is None
+        ):
             return False
         log.info(
             "machine marked for deletion",

@@ -14,7 +14,9 @@ that changes ``spec.replicas`` also records *why* in annotations on the same obj
 again from what it then observes):
 
 * ``tenon.sh/scaled-up-for``: the claims a replica was added for that have no Machine bound yet. A claim on
-  that list is never scaled for again; when its Machine appears it is bound and the claim leaves the list.
+  that list is never scaled for again; when its Machine appears it is bound, and the claim leaves the list
+  with the MD's next write (at the latest when no listed claim waits any more; until then its entry is
+  skipped).
 * ``tenon.sh/scaled-down-for``: the Machines whose replica was removed. A Machine annotated
   ``cluster.x-k8s.io/delete-machine`` (by us, first) but missing from this list still needs its decrement.
 
@@ -52,7 +54,7 @@ launcher's, and only claims known from their ``NodeClaimPlanned`` (a complete st
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -225,18 +227,26 @@ def _correlation(claim: NodeClaim) -> str:
 # --- the decider --------------------------------------------------------------------------------------------
 
 
-def _target(
-    offers: Sequence[Offer], choice: ev.InstanceChoice
-) -> tuple[MachineDeploymentKey | None, str | None]:
-    if choice.zone is not None:
-        for offer in offers:
-            if (offer.instance_type, offer.zone) == (choice.instance_type, choice.zone):
-                return offer.key, offer.zone
-        return None, None
-    for offer in sorted(offers, key=lambda o: (o.instance_type, o.zone or "")):
-        if offer.instance_type == choice.instance_type:
-            return offer.key, offer.zone
-    return None, None
+class Targets:
+    """Which MachineDeployment launches a choice, per NodeClass, from the launcher's catalogs (indexed once
+    per decision, not once per claim)."""
+
+    def __init__(self, state: LauncherState) -> None:
+        self.state = state
+        self._index: dict[str, dict[tuple[str, str | None], Offer]] = {}
+
+    def of(
+        self, node_class: str, choice: ev.InstanceChoice
+    ) -> tuple[MachineDeploymentKey | None, str | None]:
+        index = self._index.get(node_class)
+        if index is None:
+            index = self._index[node_class] = {}
+            # any zone: the first offer by (type, zone) of that type, as the catalog lists them
+            for offer in sorted(self.state.offers(node_class), key=lambda o: (o.instance_type, o.zone or "")):
+                index.setdefault((offer.instance_type, offer.zone), offer)
+                index.setdefault((offer.instance_type, None), offer)
+        found = index.get((choice.instance_type, choice.zone))
+        return (found.key, found.zone) if found is not None else (None, None)
 
 
 def _newest_first(machines: list[MachineView]) -> list[MachineView]:
@@ -277,12 +287,16 @@ def _waiting_claims(
     Launched for those whose Machine has its providerID, LaunchFailed for those no MD offers."""
     waiting: dict[MachineDeploymentKey, list[NodeClaim]] = {}
     state = decided.state
+    targets = Targets(state)
     for claim in sorted(state.claims.values(), key=lambda c: c.first_sequence):
+        # cheapest questions first: most claims are launched (or another launcher's) once a cluster runs
+        if claim.launched is not None or not state.ours(claim) or not claim.live:
+            continue
         choice = claim.current_choice
-        if not claim.live or claim.launched is not None or not state.ours(claim) or choice is None:
+        if choice is None:
             continue
         assert claim.planned is not None
-        key, zone = _target(state.offers(claim.planned.node_class), choice)
+        key, zone = targets.of(claim.planned.node_class, choice)
         machines = sorted(bound.get(claim.name, []), key=lambda m: (m.provider_id is None, m.name))
         if machines:
             if machines[0].provider_id is not None:
@@ -347,6 +361,7 @@ def _decide_deployment(
     listed_names = set(listed_live)
     owed = [c for c in waiting if c.name not in listed_names]
     # an owed claim takes over the entry of a claim that went away before its Machine came: no new replica
+    took_over = bool(owed and listed_gone)
     while owed and listed_gone:
         listed_gone.pop(0)
         listed_live.append(owed.pop(0).name)
@@ -367,7 +382,11 @@ def _decide_deployment(
     scaled_up = tuple(n for n in (*listed_live, *listed_gone) if n not in newly_bound) + tuple(granted)
     scaled_down = tuple(n for n in view.scaled_down_for if n in existing) + tuple(decrements)
     target = replicas + len(granted)
-    if target != view.replicas or scaled_up != view.scaled_up_for or scaled_down != view.scaled_down_for:
+    # entries of claims that got their Machine leave the list with the MD's next write, or once no listed
+    # claim waits any more: a burst of binds costs one write, not one each (a bound entry is skipped when
+    # read)
+    changed = target != view.replicas or scaled_down != view.scaled_down_for or took_over
+    if changed or (scaled_up != view.scaled_up_for and not scaled_up):
         decided.scale(view, target, scaled_up, scaled_down, _why(view, granted, decrements, newly_bound))
 
 

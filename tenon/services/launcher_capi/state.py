@@ -16,15 +16,16 @@ replay launcher-capi`` build the same state from the same records:
 * ``removals``, ``kept`` and ``checks``: the launcher's removal decisions, its ``MachineKept`` decisions (so
   each is made once per Machine and reason) and the latest ``MachineLeakChecked`` evidence per Machine.
 
-**Own actions first, then the observation that shows them.** An action (``MachineDeploymentScaled``,
-``MachineBound``, ``MachineRemovalDecided``) is folded the moment it is recorded, while observations reach the
-decider through the log, some of them taken before the action was carried out (a watch event queued behind it,
-a restart's re-list). Such an observation would undo the action in the state, and the launcher would decide it
-again: scale up twice for one claim. So after an action on an object, its observations are set aside until the
-one the executor publishes right after recording the action (``after`` = the action's id; it shows the object
-as it was then, the action's result included) arrives. A ``removed`` observation is always taken.
+**An observation older than the launcher's own action does not undo it.** An action
+(``MachineDeploymentScaled``, ``MachineBound``, ``MachineRemovalDecided``) is folded the moment it is
+recorded, while observations reach the decider through the log, and some were stored before the action (a
+watch event queued behind it, a restart's re-list): folding one would undo the action in the state, and the
+launcher would decide it again (scale up twice for one claim). So an observation of an object stored before
+the launcher's last action on it (a lower log sequence) is set aside; the executor makes sure that whatever it
+knows of the object and the decider does not is published after the action (``after`` names the action). A
+``removed`` observation is always taken.
 
-``evolve`` mutates the state in place and returns it (a replay folds a whole range into one state).
+``apply`` mutates the state in place and returns it (a replay folds a whole range into one state).
 """
 
 from __future__ import annotations
@@ -79,9 +80,10 @@ class LauncherState:
     """Machine -> ``claim|code`` of each ``MachineKept`` decision made for it."""
     checks: dict[str, ev.MachineLeakChecked] = field(default_factory=dict)
     """Machine -> the latest leak check of it."""
-    deployment_writes: dict[str, str] = field(default_factory=dict)
-    machine_writes: dict[str, str] = field(default_factory=dict)
-    """Object -> the launcher's last action on it whose result no observation has shown yet (see below)."""
+    deployments_written: dict[str, int] = field(default_factory=dict)
+    machines_written: dict[str, int] = field(default_factory=dict)
+    """Object -> the log sequence of the launcher's last action on it: observations stored before it are older
+    than the action and set aside (see above)."""
 
     def offers(self, node_class: str) -> tuple[Offer, ...]:
         record = self.catalogs.get(node_class)
@@ -105,34 +107,34 @@ class LauncherState:
             return self
         fold = _FOLDS.get(type(event))
         if fold is not None:
-            fold(self, event)
+            fold(self, event, sequence)
         return self
 
-    def _nodeclasses(self, event: ev.NodeClassesSnapshot) -> None:
+    def _nodeclasses(self, event: ev.NodeClassesSnapshot, sequence: int = 0) -> None:
         self.nodeclasses = served_node_classes(event.nodeclasses)
 
-    def _catalog(self, event: ev.CatalogSnapshot) -> None:
+    def _catalog(self, event: ev.CatalogSnapshot, sequence: int = 0) -> None:
         if event.producer != PRODUCER or event.provider != PROVIDER:
             return  # another launcher's NodeClass
         self.catalogs[event.node_class] = CatalogRecord(
             event.id, snapshot_content_hash(event), event.decided_at, offers_of(event)
         )
 
-    def _deployment_observed(self, event: ev.MachineDeploymentObserved) -> None:
+    def _deployment_observed(self, event: ev.MachineDeploymentObserved, sequence: int = 0) -> None:
         ref = ref_of(event.machine_deployment)
         if event.change == "removed":
             self.deployments.pop(ref, None)
-            self.deployment_writes.pop(ref, None)
-        elif _shows_last_action(self.deployment_writes, ref, event.after):
+            self.deployments_written.pop(ref, None)
+        elif _after_our_last_action(self.deployments_written, ref, sequence):
             self.deployments[ref] = machine_deployment_view(event.machine_deployment)
 
-    def _machine_observed(self, event: ev.MachineObserved) -> None:
+    def _machine_observed(self, event: ev.MachineObserved, sequence: int = 0) -> None:
         ref = ref_of(event.machine)
         previous = self.machines.get(ref)
         if event.change == "removed":
             self._forget_machine(ref)
             return
-        if not _shows_last_action(self.machine_writes, ref, event.after):
+        if not _after_our_last_action(self.machines_written, ref, sequence):
             return
         view = machine_view(event.machine, bound_since=event.decided_at)
         if previous is not None and previous.uid != view.uid:
@@ -143,13 +145,13 @@ class LauncherState:
         self.machines[ref] = view
 
     def _forget_machine(self, ref: str) -> None:
-        for table in (self.machines, self.removals, self.kept, self.checks, self.machine_writes):
+        for table in (self.machines, self.removals, self.kept, self.checks, self.machines_written):
             table.pop(ref, None)
 
-    def _scaled(self, event: ev.MachineDeploymentScaled) -> None:
+    def _scaled(self, event: ev.MachineDeploymentScaled, sequence: int = 0) -> None:
         ref = f"{event.namespace}/{event.machine_deployment}"
         view = self.deployments.get(ref)
-        self.deployment_writes[ref] = event.id
+        self.deployments_written[ref] = max(sequence, self.deployments_written.get(ref, 0))
         if view is not None:
             self.deployments[ref] = msgspec.structs.replace(
                 view,
@@ -158,44 +160,37 @@ class LauncherState:
                 scaled_down_for=event.scaled_down_for,
             )
 
-    def _bound(self, event: ev.MachineBound) -> None:
+    def _bound(self, event: ev.MachineBound, sequence: int = 0) -> None:
         ref = f"{event.namespace}/{event.machine}"
         view = self.machines.get(ref)
-        self.machine_writes[ref] = event.id
+        self.machines_written[ref] = max(sequence, self.machines_written.get(ref, 0))
         if view is not None:
             self.machines[ref] = msgspec.structs.replace(
                 view, claim=event.nodeclaim, nodepool=event.nodepool or None, bound_since=event.decided_at
             )
 
-    def _removal(self, event: ev.MachineRemovalDecided) -> None:
+    def _removal(self, event: ev.MachineRemovalDecided, sequence: int = 0) -> None:
         ref = f"{event.namespace}/{event.machine}"
         view = self.machines.get(ref)
-        self.machine_writes[ref] = event.id
+        self.machines_written[ref] = max(sequence, self.machines_written.get(ref, 0))
         if view is not None:
             self.machines[ref] = msgspec.structs.replace(view, marked=True)
         self.removals[ref] = event.nodeclaim
 
-    def _kept(self, event: ev.MachineKept) -> None:
+    def _kept(self, event: ev.MachineKept, sequence: int = 0) -> None:
         entries = self.kept.setdefault(f"{event.namespace}/{event.machine}", [])
         entry = f"{event.nodeclaim}|{event.code}"
         if entry not in entries:
             entries.append(entry)
 
-    def _checked(self, event: ev.MachineLeakChecked) -> None:
+    def _checked(self, event: ev.MachineLeakChecked, sequence: int = 0) -> None:
         self.checks[f"{event.namespace}/{event.machine}"] = event
 
 
-def _shows_last_action(writes: dict[str, str], ref: str, after: str | None) -> bool:
-    """Whether an observation of ``ref`` may be folded: no action of ours awaits its result, or this
-    observation
-    is the one that shows it (which ends the wait)."""
-    waiting_for = writes.get(ref)
-    if waiting_for is None:
-        return True
-    if after != waiting_for:
-        return False  # taken before our last action: it would undo it
-    del writes[ref]
-    return True
+def _after_our_last_action(written: dict[str, int], ref: str, sequence: int) -> bool:
+    """Whether an observation of ``ref`` stored at ``sequence`` may be folded: not stored before the
+    launcher's last action on the object (0: not known to be in the log, as in a test; folded)."""
+    return not sequence or sequence > written.get(ref, 0)
 
 
 _FOLDS: dict[type[ev.Event], Any] = {

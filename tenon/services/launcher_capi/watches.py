@@ -75,6 +75,14 @@ class ObjectCache:
         self.objects.pop(ref_of(obj), None)
 
 
+def _observed(
+    kind: str, obj: dict[str, Any], change: ObservedChange, after: str
+) -> ev.MachineDeploymentObserved | ev.MachineObserved:
+    if kind == "MachineDeployment":
+        return machine_deployment_observed(obj, change, after=after)
+    return machine_observed(obj, change, after=after)
+
+
 def _gone(ref: str, uid: str, kind: str) -> dict[str, Any]:
     """The last word on an object that vanished while no watch saw it go."""
     namespace, _, name = ref.partition("/")
@@ -171,27 +179,41 @@ class ClusterWatch:
         async with self._lock:
             await self._note_machine(machine, "changed")
 
-    async def publish_result(self, kind: str, ref: str, action: str) -> None:
-        """Publish the object at ``ref`` as the executor holds it now, as the result of the launcher's
-        ``action`` on it (``kind``: MachineDeployment or Machine); ``removed`` if it is gone."""
-        change: ObservedChange = "changed"
+    async def written(self, obj: dict[str, Any]) -> None:
+        """The answer to one of the launcher's own writes: cached, and not published (the action's record says
+        what changed; :meth:`correct` publishes what else changed), nor when the watch shows it."""
         async with self._lock:
-            if kind == "MachineDeployment":
-                md = self.deployments.objects.get(ref)
-                if md is None:
-                    previous = self.published_deployments.pop(ref, None)
-                    md, change = _gone(ref, previous.uid if previous else "", kind), "removed"
-                else:
-                    self.published_deployments[ref] = machine_deployment_view(md).content()
-                await self._publish(machine_deployment_observed(md, change, after=action))
+            if obj.get("kind") == "MachineDeployment":
+                if self.deployments.put(obj):
+                    self.published_deployments[ref_of(obj)] = machine_deployment_view(obj).content()
+            elif self.machines.put(obj):
+                self.published_machines[ref_of(obj)] = machine_view(obj).content()
+
+    async def correct(
+        self, kind: str, ref: str, believed: MachineDeploymentView | MachineView | None, after: str
+    ) -> None:
+        """Publish the object at ``ref`` as cached (``kind``: MachineDeployment or Machine), naming the
+        launcher's action ``after``, when what the decider believes of it differs: after an action,
+        observations stored before it are set aside, so what the executor learnt meanwhile must come after
+        it."""
+        async with self._lock:
+            cache = self.deployments if kind == "MachineDeployment" else self.machines
+            published: dict[str, Any] = (
+                self.published_deployments if kind == "MachineDeployment" else self.published_machines
+            )
+            obj = cache.objects.get(ref)
+            if obj is None:
+                if believed is not None:
+                    published.pop(ref, None)
+                    await self._publish(_observed(kind, _gone(ref, believed.uid, kind), "removed", after))
                 return
-            machine = self.machines.objects.get(ref)
-            if machine is None:
-                gone = self.published_machines.pop(ref, None)
-                machine, change = _gone(ref, gone.uid if gone else "", kind), "removed"
-            else:
-                self.published_machines[ref] = machine_view(machine).content()
-            await self._publish(machine_observed(machine, change, after=action))
+            content = (machine_deployment_view if kind == "MachineDeployment" else machine_view)(
+                obj
+            ).content()
+            if believed is not None and believed.content() == content:
+                return
+            published[ref] = content
+            await self._publish(_observed(kind, obj, "changed", after))
 
     async def _note_deployment(self, md: dict[str, Any], change: ObservedChange) -> None:
         """Publish ``md`` if what decisions read of it changed (also for the answers to our own patches)."""
