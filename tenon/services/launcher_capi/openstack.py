@@ -602,6 +602,79 @@ def _present(annotations: Mapping[str, Any], key: str) -> bool:
     return isinstance(value, str) and value.strip() != ""
 
 
+@dataclass
+class _Filled:
+    """What enriching one MachineDeployment did, for its note."""
+
+    from_flavor: list[str] = field(default_factory=list)
+    from_table: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    def note(self, label: str, flavor_name: str | None, source: str) -> str:
+        parts: list[str] = []
+        if self.from_flavor:
+            what = ", ".join(self.from_flavor)
+            parts.append(f"filled {what} from OpenStack flavor {flavor_name!r} (named by {source})")
+        if self.from_table:
+            parts.append(
+                f"filled {', '.join(self.from_table)} from the NodeClass price table entry {flavor_name!r}"
+            )
+        if self.kept:
+            parts.append(f"kept its own {', '.join(self.kept)}")
+        if self.missing:
+            parts.append("not filled: " + "; ".join(self.missing))
+        return f"{label}: " + "; ".join(parts)
+
+
+def _writable_annotations(md: Any, index: int) -> tuple[str, dict[str, Any]] | str:
+    """The MD's label and its annotations (created if absent), or the note saying why it is left as is."""
+    if not isinstance(md, dict) or not isinstance(md.get("metadata", {}), dict):
+        return f"MachineDeployment #{index}: not an object with metadata; left as is"
+    metadata = md.setdefault("metadata", {})
+    label = f"MachineDeployment {metadata.get('namespace', 'default')}/{metadata.get('name', f'#{index}')}"
+    annotations = metadata.get("annotations")
+    if annotations is None:
+        annotations = metadata["annotations"] = {}
+    if not isinstance(annotations, dict):
+        return f"{label}: metadata.annotations is not an object; left as is"
+    return label, annotations
+
+
+def _fill_capacity(annotations: dict[str, Any], flavor: Flavor, filled: _Filled) -> None:
+    facts = {
+        CPU_ANNOTATION: str(flavor.vcpus) if flavor.vcpus > 0 else None,
+        MEMORY_ANNOTATION: f"{flavor.ram_mib}Mi" if flavor.ram_mib > 0 else None,
+        EPHEMERAL_DISK_ANNOTATION: f"{flavor.disk_gib}Gi" if flavor.disk_gib > 0 else None,
+    }
+    for key, value in facts.items():
+        short = key.removeprefix(CAPACITY_PREFIX)
+        if _present(annotations, key):
+            filled.kept.append(f"{short}={annotations[key].strip()}")
+        elif value is None:
+            why = "root disk 0 GiB: boot from volume" if key == EPHEMERAL_DISK_ANNOTATION else "0"
+            filled.missing.append(f"{short}: flavor {flavor.name!r} says {why}")
+        else:
+            annotations[key] = value
+            filled.from_flavor.append(f"{short}={value}")
+
+
+def _fill_price(
+    annotations: dict[str, Any], price: float | None, flavor_name: str | None, filled: _Filled
+) -> None:
+    if _present(annotations, PRICE_PER_HOUR):
+        own = annotations[PRICE_PER_HOUR].strip()
+        extra = ""
+        if price is not None and _parse_float(own) != price:
+            extra = f" (the NodeClass price table says {_format_price(price)})"
+        filled.kept.append(f"price-per-hour={own}{extra}")
+    elif price is None:
+        filled.missing.append(f"price: the NodeClass price table has no entry for {flavor_name!r}")
+    else:
+        annotations[PRICE_PER_HOUR] = _format_price(price)
+        filled.from_table.append(f"price-per-hour={annotations[PRICE_PER_HOUR]}")
+
+
 def enrich_machine_deployments(
     mds: list[dict[str, Any]], flavors: dict[str, Flavor], prices: dict[str, float]
 ) -> tuple[list[dict[str, Any]], list[str]]:
@@ -617,71 +690,19 @@ def enrich_machine_deployments(
     for index, original in enumerate(mds):
         md = copy.deepcopy(original)
         enriched.append(md)
-        if not isinstance(md, dict) or not isinstance(md.get("metadata", {}), dict):
-            notes.append(f"MachineDeployment #{index}: not an object with metadata; left as is")
+        found = _writable_annotations(md, index)
+        if isinstance(found, str):
+            notes.append(found)
             continue
-        metadata = md.setdefault("metadata", {})
-        label = (
-            f"MachineDeployment {metadata.get('namespace', 'default')}/{metadata.get('name', f'#{index}')}"
-        )
-        annotations = metadata.get("annotations")
-        if annotations is None:
-            annotations = metadata["annotations"] = {}
-        if not isinstance(annotations, dict):
-            notes.append(f"{label}: metadata.annotations is not an object; left as is")
-            continue
-
+        label, annotations = found
         flavor_name, source = flavor_name_for(md)
         flavor = flavors.get(flavor_name) if flavor_name is not None else None
-        from_flavor: list[str] = []
-        from_table: list[str] = []
-        kept: list[str] = []
-        missing: list[str] = []
-
+        filled = _Filled()
         if flavor is None:
-            missing.append(f"capacity: no OpenStack flavor {flavor_name!r} (named by {source})")
+            filled.missing.append(f"capacity: no OpenStack flavor {flavor_name!r} (named by {source})")
         else:
-            facts = {
-                CPU_ANNOTATION: str(flavor.vcpus) if flavor.vcpus > 0 else None,
-                MEMORY_ANNOTATION: f"{flavor.ram_mib}Mi" if flavor.ram_mib > 0 else None,
-                EPHEMERAL_DISK_ANNOTATION: f"{flavor.disk_gib}Gi" if flavor.disk_gib > 0 else None,
-            }
-            for key, value in facts.items():
-                short = key.removeprefix(CAPACITY_PREFIX)
-                if _present(annotations, key):
-                    kept.append(f"{short}={annotations[key].strip()}")
-                elif value is None:
-                    why = "root disk 0 GiB: boot from volume" if key == EPHEMERAL_DISK_ANNOTATION else "0"
-                    missing.append(f"{short}: flavor {flavor.name!r} says {why}")
-                else:
-                    annotations[key] = value
-                    from_flavor.append(f"{short}={value}")
-
+            _fill_capacity(annotations, flavor, filled)
         price = prices.get(flavor_name) if flavor_name is not None else None
-        if _present(annotations, PRICE_PER_HOUR):
-            own = annotations[PRICE_PER_HOUR].strip()
-            extra = ""
-            if price is not None and _parse_float(own) != price:
-                extra = f" (the NodeClass price table says {_format_price(price)})"
-            kept.append(f"price-per-hour={own}{extra}")
-        elif price is None:
-            missing.append(f"price: the NodeClass price table has no entry for {flavor_name!r}")
-        else:
-            annotations[PRICE_PER_HOUR] = _format_price(price)
-            from_table.append(f"price-per-hour={annotations[PRICE_PER_HOUR]}")
-
-        parts: list[str] = []
-        if from_flavor:
-            parts.append(
-                f"filled {', '.join(from_flavor)} from OpenStack flavor {flavor_name!r} (named by {source})"
-            )
-        if from_table:
-            parts.append(
-                f"filled {', '.join(from_table)} from the NodeClass price table entry {flavor_name!r}"
-            )
-        if kept:
-            parts.append(f"kept its own {', '.join(kept)}")
-        if missing:
-            parts.append("not filled: " + "; ".join(missing))
-        notes.append(f"{label}: " + "; ".join(parts))
+        _fill_price(annotations, price, flavor_name, filled)
+        notes.append(filled.note(label, flavor_name, source))
     return enriched, notes
