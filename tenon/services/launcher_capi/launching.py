@@ -63,7 +63,6 @@ from proto import events as ev
 from tenon.core.wellknown import MAX_SIZE
 from tenon.domain.nodeclaim import NodeClaim
 from tenon.runtime.eventlog.factories import make_event
-from tenon.services.launcher_capi.catalog import MachineDeploymentKey, Offer
 from tenon.services.launcher_capi.observations import PRODUCER, MachineDeploymentView, MachineView
 from tenon.services.launcher_capi.removal import Keep, Remove, verdict
 from tenon.services.launcher_capi.state import LauncherState
@@ -233,20 +232,19 @@ class Targets:
 
     def __init__(self, state: LauncherState) -> None:
         self.state = state
-        self._index: dict[str, dict[tuple[str, str | None], Offer]] = {}
+        self._index: dict[str, dict[tuple[str, str | None], tuple[str, str | None]]] = {}
 
-    def of(
-        self, node_class: str, choice: ev.InstanceChoice
-    ) -> tuple[MachineDeploymentKey | None, str | None]:
+    def of(self, node_class: str, choice: ev.InstanceChoice) -> tuple[str | None, str | None]:
+        """``namespace/name`` of the MachineDeployment and the zone it launches in (None: no MD offers it)."""
         index = self._index.get(node_class)
         if index is None:
             index = self._index[node_class] = {}
             # any zone: the first offer by (type, zone) of that type, as the catalog lists them
             for offer in sorted(self.state.offers(node_class), key=lambda o: (o.instance_type, o.zone or "")):
-                index.setdefault((offer.instance_type, offer.zone), offer)
-                index.setdefault((offer.instance_type, None), offer)
-        found = index.get((choice.instance_type, choice.zone))
-        return (found.key, found.zone) if found is not None else (None, None)
+                found = (f"{offer.namespace}/{offer.machine_deployment}", offer.zone)
+                index.setdefault((offer.instance_type, offer.zone), found)
+                index.setdefault((offer.instance_type, None), found)
+        return index.get((choice.instance_type, choice.zone), (None, None))
 
 
 def _newest_first(machines: list[MachineView]) -> list[MachineView]:
@@ -263,13 +261,12 @@ def plan(state: LauncherState, cause: ev.Event | None, at: datetime) -> list[ev.
             bound.setdefault(machine.claim, []).append(machine)
     waiting = _waiting_claims(decided, bound)
 
-    by_md: dict[MachineDeploymentKey, list[MachineView]] = {}
+    by_md: dict[str, list[MachineView]] = {}
     for machine in state.machines.values():
-        if machine.md is not None:
-            by_md.setdefault(machine.md, []).append(machine)
+        if machine.deployment is not None:
+            by_md.setdefault(f"{machine.namespace}/{machine.deployment}", []).append(machine)
     for ref in sorted(state.deployments):
-        view = state.deployments[ref]
-        _decide_deployment(decided, view, by_md.get(view.key, []), bound, waiting.get(view.key, []))
+        _decide_deployment(decided, state.deployments[ref], by_md.get(ref, []), bound, waiting.get(ref, []))
 
     # a drained claim whose Machine is gone (deleted, not just deleting) has ended: say so in its story
     with_machine = {m.claim for m in state.machines.values() if m.claim is not None}
@@ -280,12 +277,10 @@ def plan(state: LauncherState, cause: ev.Event | None, at: datetime) -> list[ev.
     return decided.decisions
 
 
-def _waiting_claims(
-    decided: Plan, bound: Mapping[str, list[MachineView]]
-) -> dict[MachineDeploymentKey, list[NodeClaim]]:
+def _waiting_claims(decided: Plan, bound: Mapping[str, list[MachineView]]) -> dict[str, list[NodeClaim]]:
     """Claims waiting for a replica, by the MD their current choice maps to (in the order they were planned);
     Launched for those whose Machine has its providerID, LaunchFailed for those no MD offers."""
-    waiting: dict[MachineDeploymentKey, list[NodeClaim]] = {}
+    waiting: dict[str, list[NodeClaim]] = {}
     state = decided.state
     targets = Targets(state)
     for claim in sorted(state.claims.values(), key=lambda c: c.first_sequence):
@@ -296,13 +291,13 @@ def _waiting_claims(
         if choice is None:
             continue
         assert claim.planned is not None
-        key, zone = targets.of(claim.planned.node_class, choice)
-        machines = sorted(bound.get(claim.name, []), key=lambda m: (m.provider_id is None, m.name))
-        if machines:
-            if machines[0].provider_id is not None:
-                decided.launched(claim, choice, zone, machines[0])
+        ref, zone = targets.of(claim.planned.node_class, choice)
+        if claim.name in bound:
+            first = min(bound[claim.name], key=lambda m: (m.provider_id is None, m.name))
+            if first.provider_id is not None:
+                decided.launched(claim, choice, zone, first)
             continue
-        if key is None or f"{key.namespace}/{key.name}" not in state.deployments:
+        if ref is None or ref not in state.deployments:
             where = f"in zone {choice.zone}" if choice.zone else "in any zone"
             decided.launch_failed(
                 claim,
@@ -311,7 +306,7 @@ def _waiting_claims(
                 f"{choice.instance_type} {where}",
             )
             continue
-        waiting.setdefault(key, []).append(claim)
+        waiting.setdefault(ref, []).append(claim)
     return waiting
 
 

@@ -107,12 +107,14 @@ def verdict(
             f"NodeClaim {claim.name} launched on Machine {claim.launched.machine}",
             _evidence(claim, claim.launched),
         )
-    keep = sorted(bound.get(claim.name, ()), key=lambda m: (m.provider_id is None, m.name))
-    if claim.launched is None and keep and keep[0].name != machine.name:
-        return Remove(
-            f"NodeClaim {claim.name} is bound to Machine {keep[0].name} too, which is kept",
-            _evidence(claim, None),
-        )
+    others = bound.get(claim.name, ())
+    if claim.launched is None and len(others) > 1:
+        keep = min(others, key=lambda m: (m.provider_id is None, m.name))
+        if keep.name != machine.name:
+            return Remove(
+                f"NodeClaim {claim.name} is bound to Machine {keep.name} too, which is kept",
+                _evidence(claim, None),
+            )
     return None
 
 
