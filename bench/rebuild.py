@@ -166,7 +166,7 @@ class _History:
         ]
         for key in gone:
             out.append(self._pod(key, name, "removed"))
-            del self.live_pods[key]
+            self._forget(key)
         out += [
             self._event(ev.NodeClaimDrained, "disruption", nodeclaim=claim, node=name),
             self._event(ev.NodeObserved, "pod-watcher", change="removed", node={"metadata": {"name": name}}),
