@@ -70,6 +70,7 @@ class CatalogPublisher:
         published: Mapping[str, CatalogRecord],
         flavor_refresh: float,
         resync: float,
+        settle: float = 0.05,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.event_log = event_log
@@ -84,6 +85,7 @@ class CatalogPublisher:
             name: Published(record.content_hash, record.event_id, record.published_at)
             for name, record in published.items()
         }
+        self.settle = settle
         self.count = 0
         self.wanted = asyncio.Event()
         self._flavors: dict[str, tuple[float, str, dict[str, Flavor] | None, str | None]] = {}
@@ -95,6 +97,8 @@ class CatalogPublisher:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(self.flavor_refresh, self.resync)):
                     await self.wanted.wait()
+            # changes come in bursts (one replica per claim): one catalog for the burst, not one per change
+            await asyncio.sleep(self.settle)
             self.wanted.clear()
             try:
                 await self.refresh()
