@@ -1,13 +1,16 @@
 """The Cluster API launcher: how fast it decides, and its hops of the event chain on the sandbox.
 
-* **decide**: :func:`tenon.services.launcher_capi.launching.decide` on N claims (half bound to Machines, half
-  waiting on the MD's scaled-up list), the whole-state decision the launcher makes after every event.
+* **decide**: :func:`tenon.services.launcher_capi.launching.plan` on N claims (half bound to Machines, half
+  waiting on the MD's scaled-up list), the whole-state decision the launcher makes on every input.
 * **Planned -> scale-up**: one ``NodeClaimPlanned`` appended at a time; time until the MachineDeployment's
   ``spec.replicas`` is patched (seen in the sandbox's store). The launcher's share of the chain's latency.
 * **providerID -> Launched**: time from the sandbox's Cluster API controller setting a Machine's providerID to
-  the launcher's ``NodeClaimLaunched`` being folded into its projection (appended on the log).
+  the launcher's ``NodeClaimLaunched`` being folded into its state (recorded on the log).
 * **burst**: N Planned claims appended back to back; time until all are scaled and until all are Launched
   (the latter includes the fast profile's 0.15 s machine boot).
+
+The launcher runs as in production: its decider on :class:`tenon.runtime.decider.DeciderRuntime` with its
+executor, every observation of Cluster API going through the log before it is decided on.
 
 Targets: decide on 1,000 claims under 20 ms; p99 of each hop under 100 ms (cluster-autoscaler's whole loop is
 about 5 s on average for small clusters, see the reference notes).
@@ -28,19 +31,16 @@ from proto import subjects
 from proto.events import InstanceChoice, NodeClaimPlanned, NodeClassesSnapshot
 from proto.ids import derive_id
 from tenon.runtime.claims import append_claim_event
+from tenon.runtime.decider import DeciderRuntime, RuntimeSettings
 from tenon.runtime.eventlog.connection import ConnectionSettings
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tenon.runtime.kube import load_kube
-from tenon.services.launcher_capi.catalog import MachineDeploymentKey
-from tenon.services.launcher_capi.launching import (
-    ClaimState,
-    LauncherState,
-    MachineDeploymentView,
-    MachineView,
-    apply_claim_event,
-    decide,
-)
-from tenon.services.launcher_capi.service import CapiLauncher, LauncherSettings
+from tenon.services.launcher_capi.catalog import MachineDeploymentKey, Offer
+from tenon.services.launcher_capi.decider import CapiLauncherDecider
+from tenon.services.launcher_capi.executor import LauncherExecutor
+from tenon.services.launcher_capi.launching import plan
+from tenon.services.launcher_capi.observations import MachineDeploymentView, MachineView
+from tenon.services.launcher_capi.state import CatalogRecord, LauncherState
 
 KEY = MachineDeploymentKey("default", "c3-8")
 NODECLASS: dict[str, Any] = {
@@ -82,9 +82,9 @@ MD: dict[str, Any] = {
 
 def _planned(name: str) -> NodeClaimPlanned:
     return NodeClaimPlanned(
-        id=derive_id("bench", "NodeClaimPlanned", name),
+        id=derive_id("scheduler", "NodeClaimPlanned", name),
         decided_at=datetime.now(UTC),
-        producer="bench",
+        producer="scheduler",
         nodeclaim=name,
         nodepool="default",
         node_class="default",
@@ -102,20 +102,23 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def _decide_ms(count: int, repeats: int) -> float:
-    claims: dict[str, ClaimState] = {}
+    state = LauncherState()
+    state.catalogs["default"] = CatalogRecord(
+        "bench", "", datetime.now(UTC), (Offer("c3-8", "zone-a", KEY.namespace, KEY.name),)
+    )
     names = [f"c{i}" for i in range(count)]
     for index, name in enumerate(names):
-        apply_claim_event(claims, _planned(name), index + 1)
-    machines = [
-        MachineView("default", f"m{i}", "c3-8", names[i], None, False, False, "", 0.0)
-        for i in range(count // 2)
-    ]
-    view = MachineDeploymentView(KEY, count, "1", scaled_up_for=tuple(names[count // 2 :]))
-    state = LauncherState(claims, {"default": {("c3-8", "zone-a"): KEY}}, {KEY: view}, machines, 0.0)
+        state.apply(_planned(name), index + 1)
+    for i in range(count // 2):
+        machine = MachineView("default", f"m{i}", "c3-8", names[i], uid=f"u{i}")
+        state.machines[machine.ref] = machine
+    view = MachineDeploymentView("default", "c3-8", count, "1", scaled_up_for=tuple(names[count // 2 :]))
+    state.deployments[view.ref] = view
+    cause = _planned("input")
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        decide(state)
+        plan(state, cause, cause.decided_at)
         times.append(time.perf_counter() - start)
     return statistics.median(times) * 1000
 
@@ -137,14 +140,17 @@ async def _hops(sequential: int, burst: int) -> dict[str, Any]:
                 NodeClassesSnapshot(
                     id="bench-nodeclasses",
                     decided_at=datetime.now(UTC),
-                    producer="bench",
+                    producer="pod-watcher",
                     nodeclasses=(NODECLASS,),
                 ),
             )
             management = await load_kube(str(sb.management_kubeconfig))
-            launcher = CapiLauncher(event_log, management, settings=LauncherSettings())
+            executor = LauncherExecutor(management)
+            runtime = DeciderRuntime(
+                CapiLauncherDecider(), executor, event_log, RuntimeSettings(tick_seconds=2.0)
+            )
             stopping = asyncio.Event()
-            task = asyncio.create_task(launcher.run(stopping))
+            task = asyncio.create_task(runtime.run(stopping))
 
             def replicas() -> int:
                 return int(store.get(md_rt, "c3-8", "default")["spec"].get("replicas") or 0)
@@ -157,7 +163,7 @@ async def _hops(sequential: int, burst: int) -> dict[str, Any]:
                 )
 
             def launched(claim: str) -> bool:
-                state = launcher.claims.get(claim)
+                state = runtime.state.claims.get(claim)
                 return state is not None and state.launched is not None
 
             async def until(check: Any) -> None:
@@ -166,7 +172,7 @@ async def _hops(sequential: int, burst: int) -> dict[str, Any]:
                     await asyncio.sleep(0.001)
 
             try:
-                await until(lambda: launcher.catalogs_published > 0)
+                await until(lambda: bool(executor.started.is_set() and runtime.state.catalogs))
                 scale, launch = [], []
                 for i in range(sequential):
                     name = f"seq-{i}"
