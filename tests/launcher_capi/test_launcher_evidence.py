@@ -10,7 +10,8 @@ nothing.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import functools
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from devtools.sandbox.store import Store
@@ -27,10 +28,12 @@ from tenon.services.launcher_capi.removal import (
     LOG_TOO_SHORT,
     NODECLAIM_OBJECT_EXISTS,
     NODECLAIM_OBJECTS_UNREADABLE,
+    leak_suspects,
 )
 from tests.launcher_capi.launcher_support import (
     append_claim_event,
     claim_events,
+    executor_of,
     machine_deployment,
     machine_rt,
     machines_of,
@@ -43,6 +46,7 @@ from tests.launcher_capi.launcher_support import (
     wait_until,
 )
 from tests.support.events import build_event
+from tests.support.services import caught_up
 
 GRACE = 0.5
 
@@ -250,3 +254,70 @@ async def _dead_letters(event_log: EventLog) -> list[ev.DeadLetter]:
         async for r in event_log.read(subjects.DEADLETTERS, stream=subjects.DEADLETTER_STREAM)
         if isinstance(r.event, ev.DeadLetter)
     ]
+
+
+async def test_a_restart_after_the_log_lost_its_beginning_keeps_every_machine(
+    nats_settings: ConnectionSettings,
+) -> None:
+    # a log that keeps 3 seconds: the claims' first events age out between the terms
+    event_log = await JetStreamEventLog.connect(
+        nats_settings, default_streams(max_age=3.0, duplicate_window=1.0)
+    )
+    try:
+        async with running_sandbox() as sb:
+            store = sb.management_store
+            store.create(md_rt(store), machine_deployment("c3-8"))
+            await publish_nodeclasses(event_log, nodeclass())
+            async with running_launcher(event_log, sb, leak_grace=GRACE):
+                for claim in ("claim-1", "claim-2"):
+                    await append_claim_event(event_log, planned(claim, "c3-8"))
+                await wait_until(lambda: _both_launched(store), what="both claims' Machines up")
+            last = (await event_log.bounds()).last_sequence
+            await wait_until(lambda: _aged_out(event_log, last), timeout=15, what="the first term aged out")
+
+            # with the launcher's snapshot: the claims are known, nothing is suspect
+            async with running_launcher(event_log, sb, leak_grace=GRACE) as runtime:
+                await wait_until(lambda: caught_up(runtime), what="rebuilt and caught up")
+                assert sorted(runtime.state.claims) == ["claim-1", "claim-2"]
+                later = datetime.now(UTC) + timedelta(seconds=GRACE * 10)
+                assert list(leak_suspects(runtime.state, later, timedelta(seconds=GRACE))) == []
+                await runtime.tick()
+            assert replicas_of(store, "c3-8") == 2 and not any(
+                marked(store, m) for m in machines_of(store, "c3-8")
+            )
+
+            # without it (and without the claims' events): both Machines are suspect, and both are kept
+            await event_log.snapshots().delete("launcher-capi")
+            async with running_launcher(event_log, sb, leak_grace=GRACE) as runtime:
+                await wait_until(lambda: caught_up(runtime), what="rebuilt from what is left")
+                assert runtime.state.claims == {}
+                executor = executor_of(runtime)
+                machines = machines_of(store, "c3-8")
+                await wait_until(
+                    lambda: len(runtime.state.machines) == 2, what="both Machines observed again"
+                )
+                await executor.ticked(datetime.now(UTC) + timedelta(seconds=GRACE * 10))
+                kept = [
+                    await wait_until(
+                        functools.partial(_kept_in, event_log, m), timeout=10, what="MachineKept"
+                    )
+                    for m in machines
+                ]
+                assert {k.code for k in kept} == {LOG_TOO_SHORT}
+            assert replicas_of(store, "c3-8") == 2 and not any(
+                marked(store, m) for m in machines_of(store, "c3-8")
+            )
+    finally:
+        await event_log.close()
+
+
+def _both_launched(store: Store) -> bool:
+    machines = machines_of(store, "c3-8")
+    return len(machines) == 2 and all(
+        (m["metadata"].get("annotations") or {}).get(NODECLAIM) and (m.get("spec") or {}).get("providerID")
+        for m in machines
+    )
+
+
+async def _aged_out(event_log: EventLog, sequence: int) -> bool:
+    return (await event_log.bounds()).first_sequence > sequence
