@@ -14,6 +14,9 @@ Sections (all on inputs built as Kubernetes objects and parsed by ``parse_object
    input is ``gc.freeze()``-d before timing: it is long-lived setup, as in the service.
 4. **kwok-144 "basic"**: CPU and memory utilisation of the new nodes (pod requests / allocatable), peak Python
    memory of the solve (tracemalloc). Targets: both utilisations >= 85%, peak < 300 MB.
+5. **The command** (:mod:`bench.scheduling_cli`): ``tenon simulate -f`` on the fake-400 mix of 5,000 and
+   20,000 pods, YAML and JSON, start to exit, beside the library-only solve of section 3. Targets: <= 1.5 s
+   and <= 5 s.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from bench.scheduling_baselines import (
     optimum,
     shapes_and_pods,
 )
+from bench.scheduling_cli import run_cli
 from bench.scheduling_workloads import (
     capi_field_case,
     diverse_pods,
@@ -325,4 +329,5 @@ def run(quick: bool) -> Suite:
     _cost(suite, quick)
     _kwok(suite)
     _fake400(suite, quick)
+    run_cli(suite, quick)
     return suite

@@ -23,6 +23,9 @@ Parsing, once, at the edge
         claim whose ``node_name`` is one of the Nodes is left out (the Node counts).
     ``parse_objects(documents: Iterable[tuple[str, int, dict]]) -> ClusterInput``
         ``assemble(parse_object(*d) for d in documents)``: what ``tenon simulate`` and the bench read.
+    ``MAX_PODS``
+        The most pods one object may expand into (a workload's replicas); a reader of many objects bounds
+        their sum the same way (``tenon simulate`` does).
     ``machine_deployment_types(mds) -> tuple[list[MachineDeploymentType], list[SkippedObject]]``,
     ``instance_types_from_machine_deployments(mds) -> tuple[list[InstanceType], list[SkippedObject]]``
         Cluster API MachineDeployments to instance types (capacity annotations, max size, price or an explicit
@@ -75,12 +78,13 @@ from tenon.core.model import (
     Pod,
     SkippedObject,
 )
-from tenon.core.objects import assemble, parse_object, parse_objects
+from tenon.core.objects import MAX_PODS, assemble, parse_object, parse_objects
 from tenon.core.plan import NominatedPod, Plan, PlannedNodeClaim, Unschedulable
 from tenon.core.requirements import LabelSelector, Requirement
 from tenon.core.solver import solve
 
 __all__ = [
+    "MAX_PODS",
     "ClusterInput",
     "DaemonSet",
     "InFlightNodeClaim",

@@ -28,6 +28,15 @@ from tenon.core.requirements import (
 TAINT_EFFECTS = ("NoSchedule", "NoExecute", "PreferNoSchedule")
 
 
+def shown(value: Any) -> str:
+    """``value`` for a one-line message: a scalar quoted (cut when long), a list or map by its kind only."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return show(value)
+    if isinstance(value, list):
+        return "a list"
+    return "a map" if isinstance(value, Mapping) else f"a {type(value).__name__}"
+
+
 class Ctx:
     """Where we are: turns a field path and a problem into an :class:`InputError`."""
 
@@ -58,7 +67,7 @@ class Ctx:
         if isinstance(value, str):
             number = integer(value.strip())
         if number is None or not -(2**63) <= number < 2**63:
-            raise self.error(field, f"must be an integer, got {show(value)}")
+            raise self.error(field, f"must be an integer, got {shown(value)}")
         if minimum is not None and number < minimum:
             raise self.error(field, f"must be at least {minimum}, got {number}")
         if maximum is not None and number > maximum:
@@ -74,8 +83,16 @@ class Ctx:
                 raise self.error(f"{field}.{key}", str(err)) from None
         return out
 
+    def text(self, value: Any, field: str) -> str:
+        """A string field (a number or boolean YAML gave is taken as its text; ``None`` is empty)."""
+        if value is None:
+            return ""
+        if isinstance(value, list | Mapping):
+            raise self.error(field, f"must be a string, got {shown(value)}")
+        return value if isinstance(value, str) else str(value)
+
     def labels(self, value: Any, field: str) -> dict[str, str]:
-        return {str(k): "" if v is None else str(v) for k, v in self.mapping(value, field).items()}
+        return {str(k): self.text(v, f"{field}.{k}") for k, v in self.mapping(value, field).items()}
 
 
 def requirement(ctx: Ctx, raw: Any, field: str, operators: tuple[str, ...]) -> Requirement:
@@ -84,9 +101,10 @@ def requirement(ctx: Ctx, raw: Any, field: str, operators: tuple[str, ...]) -> R
     if not key or not isinstance(key, str):
         raise ctx.error(f"{field}.key", "is required")
     op = raw.get("operator")
-    if op not in operators:
-        raise ctx.error(f"{field}.operator", f"{op!r} is not one of {', '.join(operators)}")
-    values = tuple(str(v) for v in ctx.listing(raw.get("values"), f"{field}.values"))
+    if not isinstance(op, str) or op not in operators:
+        raise ctx.error(f"{field}.operator", f"{shown(op)} is not one of {', '.join(operators)}")
+    listed = ctx.listing(raw.get("values"), f"{field}.values")
+    values = tuple(ctx.text(v, f"{field}.values[{i}]") for i, v in enumerate(listed))
     if op in ("In", "NotIn") and not values:
         raise ctx.error(f"{field}.values", f"operator {op} needs at least one value")
     if op in ("Exists", "DoesNotExist") and values:
@@ -103,7 +121,7 @@ def requirement(ctx: Ctx, raw: Any, field: str, operators: tuple[str, ...]) -> R
             raise ctx.error(
                 f"{field}.minValues", f"{min_values} is more than the {len(values)} values listed"
             )
-    return Requirement(key, str(op), values, min_values)
+    return Requirement(key, op, values, min_values)
 
 
 def selector(ctx: Ctx, raw: Any, field: str) -> LabelSelector:
@@ -124,7 +142,9 @@ def taints(ctx: Ctx, raw: Any, field: str) -> tuple[Taint, ...]:
             raise ctx.error(f"{field}[{i}].key", "is required")
         effect = t.get("effect")
         if effect not in TAINT_EFFECTS:
-            raise ctx.error(f"{field}[{i}].effect", f"{effect!r} is not one of {', '.join(TAINT_EFFECTS)}")
+            raise ctx.error(
+                f"{field}[{i}].effect", f"{shown(effect)} is not one of {', '.join(TAINT_EFFECTS)}"
+            )
         out.append(Taint(str(t["key"]), str(t.get("value") or ""), str(effect)))
     return tuple(out)
 
@@ -135,7 +155,7 @@ def tolerations(ctx: Ctx, raw: Any, field: str) -> tuple[Toleration, ...]:
         t = ctx.mapping(t, f"{field}[{i}]")
         op = t.get("operator") or "Equal"
         if op not in ("Equal", "Exists"):
-            raise ctx.error(f"{field}[{i}].operator", f"{op!r} is not Equal or Exists")
+            raise ctx.error(f"{field}[{i}].operator", f"{shown(op)} is not Equal or Exists")
         out.append(
             Toleration(str(t.get("key") or ""), op, str(t.get("value") or ""), str(t.get("effect") or ""))
         )

@@ -43,7 +43,7 @@ from typing import Any
 
 from tenon.core.catalog import estimate_unpriced, instance_types_from_catalog, machine_deployment_type
 from tenon.core.errors import InputError
-from tenon.core.fields import Ctx, requirement, selector, taints
+from tenon.core.fields import Ctx, requirement, selector, shown, taints
 from tenon.core.model import (
     ON_DEMAND,
     ClusterInput,
@@ -279,7 +279,7 @@ def _storage_class(ctx: Ctx, obj: Mapping[str, Any], name: str) -> StorageClass:
     )
     mode = obj.get("volumeBindingMode") or "Immediate"
     if mode not in ("Immediate", "WaitForFirstConsumer"):
-        raise ctx.error("volumeBindingMode", f"{mode!r} is not Immediate or WaitForFirstConsumer")
+        raise ctx.error("volumeBindingMode", f"{shown(mode)} is not Immediate or WaitForFirstConsumer")
     terms = []
     for i, term in enumerate(ctx.listing(obj.get("allowedTopologies"), "allowedTopologies")):
         path = f"allowedTopologies[{i}].matchLabelExpressions"

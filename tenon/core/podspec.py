@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from tenon.core.fields import Ctx, requirement, selector, tolerations
+from tenon.core.fields import Ctx, requirement, selector, shown, tolerations
 from tenon.core.model import HostPort, Pod, PodAffinityTerm, PodVolume, TopologySpread
 from tenon.core.quantities import PODS
 from tenon.core.requirements import NODE_OPERATORS, LabelSelector, Requirement
@@ -159,7 +159,7 @@ def _spread(ctx: Ctx, tsc: Any, path: str, labels: Mapping[str, str]) -> Topolog
         raise ctx.error(f"{path}.topologyKey", "is required")
     when = tsc.get("whenUnsatisfiable") or "DoNotSchedule"
     if when not in ("DoNotSchedule", "ScheduleAnyway"):
-        raise ctx.error(f"{path}.whenUnsatisfiable", f"{when!r} is not DoNotSchedule or ScheduleAnyway")
+        raise ctx.error(f"{path}.whenUnsatisfiable", f"{shown(when)} is not DoNotSchedule or ScheduleAnyway")
     sel = _term_selector(ctx, tsc.get("labelSelector"), f"{path}.labelSelector")
     keys = [str(k) for k in ctx.listing(tsc.get("matchLabelKeys"), f"{path}.matchLabelKeys")]
     if keys:
@@ -238,7 +238,7 @@ def parse_pod_spec(
         ),
         topology_spread=tuple(_spread(ctx, t, f"{tpath}[{i}]", labels) for i, t in enumerate(spreads)),
         host_ports=_host_ports(ctx, spec, field),
-        node_name=str(spec.get("nodeName") or ""),
+        node_name=ctx.text(spec.get("nodeName"), f"{field}.nodeName"),
         owner=owner,
         preferred_pod_affinity=_weighted_terms(
             ctx, pod_aff.get(PD), f"{field}.affinity.podAffinity.{PD}", namespace

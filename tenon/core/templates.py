@@ -377,9 +377,10 @@ def preferred(
 ) -> dict[int, frozenset[OfferKey]]:
     """``feasible`` narrowed by the pod's soft rules, each kept only while some template stays: templates
     without an untolerated ``PreferNoSchedule`` taint first, then preferred node affinity, heaviest first."""
-    calm = {i: o for i, o in feasible.items() if not avoided(templates[i].taints, pod)}
-    if calm:
-        feasible = calm
+    if any(t.effect == "PreferNoSchedule" for i in feasible for t in templates[i].taints):
+        calm = {i: o for i, o in feasible.items() if not avoided(templates[i].taints, pod)}
+        if calm:
+            feasible = calm
     for _weight, term in pod.preferred_node_affinity:
         narrowed: dict[int, frozenset[OfferKey]] = {}
         for index, offers in feasible.items():

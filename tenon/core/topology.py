@@ -244,6 +244,7 @@ class DomainRules:
         self.keys = list(keys)
         self.index = SelectorIndex()
         self._rules: dict[int, dict[str, _KeyRules]] = {}
+        self._matches: dict[int, tuple[int, ...]] = {}  # by pod: they live as long as the solve
         pods = list(pods)
         for pod in pods:
             for key in self.keys:
@@ -262,6 +263,12 @@ class DomainRules:
         for _, term in (*pod.preferred_pod_affinity, *pod.preferred_pod_anti_affinity):
             if term.topology_key == key:
                 self.index.add(scope_of(term))
+
+    def _matching(self, pod: Pod) -> tuple[int, ...]:
+        found = self._matches.get(id(pod))
+        if found is None:
+            found = self._matches[id(pod)] = self.index.matching(pod)
+        return found
 
     def rules(self, pod: Pod, key: str) -> _KeyRules:
         found = self._rules.get(id(pod))
@@ -286,7 +293,7 @@ class DomainRules:
 
     def concerned(self, pod: Pod) -> bool:
         """Whether the pod has a rule on some key or is counted by one."""
-        return bool(self.index.matching(pod)) or any(
+        return bool(self._matching(pod)) or any(
             self.rules(pod, key).hard or self.rules(pod, key).preferred for key in self.keys
         )
 
@@ -301,7 +308,7 @@ class DomainRules:
     def count(self, pod: Pod, domains: Domains) -> None:
         """``pod`` is placed in ``domains``: it counts for the selectors it matches, its anti-affinity holds
         there."""
-        matching = self.index.matching(pod)
+        matching = self._matching(pod)
         for key in self.keys:
             dom = domains.get(key)
             if dom is None:
@@ -317,7 +324,7 @@ class DomainRules:
     def violation(self, pod: Pod, key: str, dom: str | None, counted_in: Sequence[str]) -> str:
         """Why ``pod`` may not be in ``dom`` of ``key`` ("" when it may); ``None``: the node lacks the key."""
         rules = self.rules(pod, key)
-        matches = set(self.index.matching(pod))
+        matches = set(self._matching(pod))
         if dom is None:
             if rules.spreads or rules.affinity:
                 return f"its topology constraints on {key} need a node labelled {key}"
@@ -378,7 +385,7 @@ class DomainRules:
         rules = self.rules(pod, key)
         preference = sum(w for w, sid in rules.preferred if self.counts[(key, sid)][dom] > 0)
         spread = sum(self.counts[(key, sid)][dom] for _, sid in rules.spreads)
-        load = sum(self.counts[(key, sid)][dom] for sid in self.index.matching(pod))
+        load = sum(self.counts[(key, sid)][dom] for sid in self._matching(pod))
         return (-preference, spread, load, dom)
 
     def pin(

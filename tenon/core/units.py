@@ -126,6 +126,8 @@ class PinnedFeasibility:
         self.templates = templates
         # pods of one spec share their feasibility: narrowed once per (feasibility, pins)
         self._cache: dict[tuple[int, tuple[tuple[str, str], ...]], tuple[Feasibility, Feasibility]] = {}
+        # and the same offerings recur across specs: each set filtered once per (zone, capacity type)
+        self._offers: dict[tuple[frozenset[OfferKey], str | None, str | None], frozenset[OfferKey]] = {}
 
     def narrow(self, feasible: Feasibility, pins: Mapping[str, str]) -> Feasibility:
         if not pins:
@@ -140,16 +142,19 @@ class PinnedFeasibility:
     def _narrowed(self, feasible: Feasibility, pins: Mapping[str, str]) -> Feasibility:
         zone, capacity_type = pins.get(ZONE), pins.get(CAPACITY_TYPE)
         labelled = [(k, v) for k, v in pins.items() if k not in (ZONE, CAPACITY_TYPE)]
+        templates, cache = self.templates, self._offers
         out: Feasibility = {}
         for i, offers in feasible.items():
-            labels = self.templates[i].labels
-            if any(labels.get(k) != v for k, v in labelled):
+            if labelled and any(templates[i].labels.get(k) != v for k, v in labelled):
                 continue
-            kept = frozenset(
-                o
-                for o in offers
-                if (zone is None or o[0] == zone) and (capacity_type is None or o[1] == capacity_type)
-            )
+            key = (offers, zone, capacity_type)
+            kept = cache.get(key)
+            if kept is None:
+                kept = cache[key] = frozenset(
+                    o
+                    for o in offers
+                    if (zone is None or o[0] == zone) and (capacity_type is None or o[1] == capacity_type)
+                )
             if kept:
                 out[i] = kept
         return out
@@ -164,8 +169,12 @@ class PendingClasses:
     def __init__(self, items: Sequence[Item]):
         self.classes: dict[_ClassKey, list[list[str]]] = defaultdict(list)  # class -> pod keys per item
         self.shape: dict[_ClassKey, tuple[Any, ...]] = {}  # class -> (vec, okeys, matches, limits, feasible)
+        template_sets: dict[int, tuple[Feasibility, frozenset[int]]] = {}  # items share feasibility dicts
         for members, vec, okeys, matches, limits, feasible in items:
-            key = (vec, okeys, matches, limits, frozenset(feasible))
+            found = template_sets.get(id(feasible))
+            if found is None:
+                found = template_sets[id(feasible)] = (feasible, frozenset(feasible))
+            key = (vec, okeys, matches, limits, found[1])
             self.classes[key].append([p.key for p in members])
             self.shape[key] = (vec, okeys, matches, limits, feasible)
         self.keys = sorted(self.classes, key=lambda k: min(m[0] for m in self.classes[k]))

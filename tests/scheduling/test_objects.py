@@ -1,4 +1,4 @@
-"""Parsing Kubernetes objects: requests arithmetic, workload expansion, NodeClaims, and errors that say where."""
+"""Parsing Kubernetes objects: requests arithmetic, workload expansion, NodeClaims, errors that say where."""
 
 from __future__ import annotations
 

@@ -74,7 +74,8 @@ def test_table_output_on_the_demo(capsys):
     ("content", "expected"),
     [
         (
-            "kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, resources: {requests: {cpu: lots}}}]}\n",
+            "kind: Pod\nmetadata: {name: p}\n"
+            "spec: {containers: [{name: c, resources: {requests: {cpu: lots}}}]}\n",
             "bad.yaml document 0 (Pod default/p): spec.containers[0].resources.requests.cpu",
         ),
         (
