@@ -29,9 +29,10 @@ nodes sharing one value of the constraint's topology key. The solver splits them
   hostname-level selector gets an id; a pod *matches* some ids and *limits* some: anti-affinity limits the
   count of matching pods on its node to 1 if the pod matches its own selector, else 0 (a preferred one, until
   relaxed, the same for the pod itself only: :func:`soft_limit`); a hostname spread limits it to
-  ``maxSkew`` (the minimum over hostnames is taken as 0, since a new empty node is always possible, which
-  makes the rule safe whatever the kube-scheduler's view); a host port is a selector matched by its users with
-  limit 1. A node keeps, per id, the count of matching pods and the smallest (hard) limit of the pods on it.
+  ``maxSkew`` (``ScheduleAnyway``: softly, until relaxed; the minimum over hostnames is taken as 0, since a
+  new empty node is always possible, which makes the rule safe whatever the kube-scheduler's view); a host
+  port is a selector matched by its users with limit 1. A node keeps, per id, the count of matching pods and
+  the smallest (hard) limit of the pods on it.
 
 Namespaces are part of a selector: spread selectors count the pod's own namespace; affinity terms their
 ``namespaces`` (default: own) or all of them with an empty ``namespaceSelector``.
@@ -140,7 +141,7 @@ class HostnameRules:
                 if term.topology_key == HOSTNAME:
                     self.index.add(scope_of(term))
             for tsc in pod.topology_spread:
-                if tsc.topology_key == HOSTNAME and tsc.when_unsatisfiable == "DoNotSchedule":
+                if tsc.topology_key == HOSTNAME:
                     self.index.add(spread_scope(pod, tsc.selector))
             for port in pod.host_ports:
                 self.index.add(("port", port.port, port.protocol))
@@ -164,8 +165,12 @@ class HostnameRules:
                 own = soft_limit(sid)
                 limits[own] = min(limits.get(own, 1), 1 if sid in matches else 0)
         for tsc in pod.topology_spread:
-            if tsc.topology_key == HOSTNAME and tsc.when_unsatisfiable == "DoNotSchedule":
+            if tsc.topology_key == HOSTNAME:
                 sid = self.index.ids[spread_scope(pod, tsc.selector)]
+                if (
+                    tsc.when_unsatisfiable != "DoNotSchedule"
+                ):  # ScheduleAnyway: held by the pod, until relaxed
+                    sid = soft_limit(sid)
                 limits[sid] = min(limits.get(sid, tsc.max_skew), tsc.max_skew)
         for port in pod.host_ports:
             limits[self.index.ids[("port", port.port, port.protocol)]] = 1

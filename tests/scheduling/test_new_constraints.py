@@ -298,3 +298,20 @@ def test_a_pod_nominated_to_a_node_is_not_provisioned_for_and_holds_its_room_the
     assert plan.existing == ()  # its room on n1 is taken: "other" does not fit there any more
     assert [nc.pods for nc in plan.node_claims] == [("default/other",)]
     assert plan.to_json()["nominated"] == [{"pod": "default/preemptor", "node": "n1"}]
+
+
+def test_a_schedule_anyway_hostname_spread_spreads_while_it_can_then_gives_way():
+    # scheduling/topology_test.go "should violate max-skew when unsat = schedule anyway (capacity type)",
+    # on the hostname: held like DoNotSchedule until the pods could not run, then relaxed.
+    pods = [
+        pod(
+            f"p{i}",
+            labels={"app": "w"},
+            topologySpreadConstraints=spread({"app": "w"}, HOSTNAME, when="ScheduleAnyway"),
+        )
+        for i in range(4)
+    ]
+    plan = plan_for(node_pool(), three_zone_catalog(), *pods)
+    assert len(plan.node_claims) == 4
+    plan = plan_for(node_pool(limits={"cpu": "8"}), three_zone_catalog(), *pods)
+    assert plan.unschedulable == () and len(plan.node_claims) == 2
