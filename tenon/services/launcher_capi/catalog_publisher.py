@@ -64,7 +64,7 @@ class CatalogPublisher:
         event_log: EventLog,
         management: Kube,
         *,
-        workload: Kube | None,
+        secrets: Kube | None,
         nodeclasses: Callable[[], Mapping[str, dict[str, Any]]],
         deployments: Callable[[], list[dict[str, Any]]],
         published: Mapping[str, CatalogRecord],
@@ -75,7 +75,8 @@ class CatalogPublisher:
     ) -> None:
         self.event_log = event_log
         self.management = management
-        self.workload = workload
+        self.secrets = secrets
+        """Where the Secrets a NodeClass names are read (None: the management cluster)."""
         self.nodeclasses = nodeclasses
         self.deployments = deployments
         self.flavor_refresh = flavor_refresh
@@ -180,7 +181,7 @@ class CatalogPublisher:
         return (flavors if flavors is not None else {}), dict(settings.prices), notes
 
     async def _read_secret(self, ref: SecretKeyRef) -> str | None:
-        kube = self.workload or self.management
+        kube = self.secrets or self.management
         secret = await kube.get_or_none(SECRETS, ref.name, ref.namespace)
         if secret is None:
             return None

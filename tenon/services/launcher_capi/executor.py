@@ -94,6 +94,7 @@ class LauncherExecutor(BaseExecutor):
         management: Kube,
         *,
         workload: Kube | None = None,
+        secrets: Kube | None = None,
         namespace: str | None = None,
         leak_grace: float = 600.0,
         launch_timeout: float = 300.0,
@@ -103,6 +104,7 @@ class LauncherExecutor(BaseExecutor):
     ) -> None:
         self.management = management
         self.workload = workload
+        self.secrets = secrets
         self.namespace = namespace
         self.leak_grace = leak_grace
         self.launch_timeout = launch_timeout
@@ -136,7 +138,7 @@ class LauncherExecutor(BaseExecutor):
         self.catalogs = CatalogPublisher(
             runtime.event_log,
             self.management,
-            workload=self.workload,
+            secrets=self.secrets,
             nodeclasses=lambda: self.state.nodeclasses,
             deployments=lambda: list(self._deployments.objects.values()),
             published=self.state.catalogs,

@@ -33,7 +33,7 @@ class LauncherCapiSettings(CommonSettings):
     kubeconfig: str | None = setting(
         "TENON_KUBECONFIG",
         None,
-        "the workload cluster's kubeconfig (NodeClaim objects, OpenStack Secrets; default: in-cluster)",
+        "the workload cluster's kubeconfig (where NodeClaim objects are looked for; default: in-cluster)",
         kind="path",
     )
     management_kubeconfig: str | None = setting(
@@ -101,44 +101,55 @@ def make_decider(settings: LauncherCapiSettings) -> CapiLauncherDecider:
     return CapiLauncherDecider()
 
 
-async def open_clusters(settings: LauncherCapiSettings) -> tuple[Kube, Kube | None]:
-    """The management cluster, and the workload cluster when it can be reached (None: it cannot, and Machines
-    bound to claims tenon does not know are then kept, since no NodeClaim object can be ruled out)."""
+@dataclass
+class Clusters:
+    management: Kube
+    workload: Kube | None
+    """Where NodeClaim objects are looked for (None: nowhere, and Machines bound to claims tenon does not know
+    are kept, since no NodeClaim object can be ruled out)."""
+    secrets: Kube
+    """Where the Secrets a NodeClass names are read: the workload cluster when TENON_KUBECONFIG names it
+    beside a management cluster, else the management cluster (as deploy/management-cluster grants)."""
+
+    async def close(self) -> None:
+        await self.management.close()
+        for other in {id(k): k for k in (self.workload, self.secrets) if k is not None}.values():
+            if other is not self.management:
+                await other.close()
+
+
+async def open_clusters(settings: LauncherCapiSettings) -> Clusters:
     management = await load_kube(settings.management_kubeconfig or settings.kubeconfig)
     if not settings.management_kubeconfig:
-        return management, management  # one cluster is both
+        return Clusters(management, management, management)  # one cluster is both
     if settings.kubeconfig:
-        return management, await load_kube(settings.kubeconfig)
+        workload = await load_kube(settings.kubeconfig)
+        return Clusters(management, workload, workload)
     try:
-        return management, await load_kube(None)
+        return Clusters(management, await load_kube(None), management)
     except Exception as exc:  # outside a cluster, with only a management kubeconfig
         log.warning(
             "no workload cluster: set TENON_KUBECONFIG so that leaked Machines can be removed",
             extra={"error": str(exc)},
         )
-        return management, None
+        return Clusters(management, None, management)
 
 
 async def make_executor(
     ctx: ServiceContext, settings: LauncherCapiSettings, decider: Decider[object]
 ) -> tuple[Executor, Callable[[], Awaitable[None]]]:
-    management, workload = await open_clusters(settings)
-
-    async def close() -> None:
-        await management.close()
-        if workload is not None and workload is not management:
-            await workload.close()
-
+    clusters = await open_clusters(settings)
     executor = LauncherExecutor(
-        management,
-        workload=workload,
+        clusters.management,
+        workload=clusters.workload,
+        secrets=clusters.secrets,
         namespace=settings.namespace,
         leak_grace=settings.leak_grace,
         launch_timeout=settings.launch_timeout,
         flavor_refresh=settings.flavor_refresh,
         resync=settings.resync,
     )
-    return executor, close
+    return executor, clusters.close
 
 
 SERVICE = ServiceDefinition(
