@@ -247,6 +247,15 @@ class Targets:
         return index.get((choice.instance_type, choice.zone), (None, None))
 
 
+def _launched_as(machines: list[MachineView] | None) -> tuple[bool, MachineView | None]:
+    """(whether a bound Machine is still booting, the bound Machine the claim is launched as: the first with a
+    providerID); (False, None) when none is bound."""
+    if not machines:
+        return False, None
+    first = min(machines, key=lambda m: (m.provider_id is None, m.name))
+    return (False, first) if first.provider_id is not None else (True, None)
+
+
 def _newest_first(machines: list[MachineView]) -> list[MachineView]:
     return sorted(machines, key=lambda m: (m.created, m.name), reverse=True)
 
@@ -284,18 +293,20 @@ def _waiting_claims(decided: Plan, bound: Mapping[str, list[MachineView]]) -> di
     state = decided.state
     targets = Targets(state)
     for claim in sorted(state.claims.values(), key=lambda c: c.first_sequence):
-        # cheapest questions first: most claims are launched (or another launcher's) once a cluster runs
-        if claim.launched is not None or not state.ours(claim) or not claim.live:
+        # cheapest questions first: most claims are launched (or another launcher's) once a cluster runs,
+        # and a claim whose Machine is still booting has nothing to decide
+        if claim.launched is not None or not state.ours(claim):
+            continue
+        booting, machine = _launched_as(bound.get(claim.name))
+        if booting or not claim.live:
             continue
         choice = claim.current_choice
         if choice is None:
             continue
         assert claim.planned is not None
         ref, zone = targets.of(claim.planned.node_class, choice)
-        if claim.name in bound:
-            first = min(bound[claim.name], key=lambda m: (m.provider_id is None, m.name))
-            if first.provider_id is not None:
-                decided.launched(claim, choice, zone, first)
+        if machine is not None:
+            decided.launched(claim, choice, zone, machine)
             continue
         if ref is None or ref not in state.deployments:
             where = f"in zone {choice.zone}" if choice.zone else "in any zone"
