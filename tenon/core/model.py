@@ -243,6 +243,7 @@ class PersistentVolume:
     name: str
     node_affinity: tuple[tuple[Requirement, ...], ...] = ()
     deleting: bool = False
+    driver: str = ""  # spec.csi.driver: whose attach limit it counts against
 
 
 @dataclass(frozen=True)
@@ -251,6 +252,7 @@ class StorageClass:
     wait_for_first_consumer: bool = False  # volumeBindingMode WaitForFirstConsumer (else Immediate)
     allowed_topologies: tuple[tuple[Requirement, ...], ...] = ()  # OR of terms; empty: anywhere
     default: bool = False  # storageclass.kubernetes.io/is-default-class
+    provisioner: str = ""  # the CSI driver that makes its volumes
 
 
 @dataclass(frozen=True)

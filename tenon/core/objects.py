@@ -270,7 +270,8 @@ def _volume(ctx: Ctx, obj: Mapping[str, Any], name: str) -> PersistentVolume:
     terms = node_selector_terms(
         ctx, required.get("nodeSelectorTerms"), "spec.nodeAffinity.required.nodeSelectorTerms"
     )
-    return PersistentVolume(name, terms, _deleting(ctx.mapping(obj.get("metadata"), "metadata")))
+    driver = ctx.text(ctx.mapping(spec.get("csi"), "spec.csi").get("driver"), "spec.csi.driver")
+    return PersistentVolume(name, terms, _deleting(ctx.mapping(obj.get("metadata"), "metadata")), driver)
 
 
 def _storage_class(ctx: Ctx, obj: Mapping[str, Any], name: str) -> StorageClass:
@@ -294,7 +295,8 @@ def _storage_class(ctx: Ctx, obj: Mapping[str, Any], name: str) -> StorageClass:
             reqs.append(Requirement(key, "In", values))
         terms.append(tuple(reqs))
     default = annotations.get(DEFAULT_STORAGE_CLASS) == "true"
-    return StorageClass(name, mode == "WaitForFirstConsumer", tuple(terms), default)
+    provisioner = ctx.text(obj.get("provisioner"), "provisioner")
+    return StorageClass(name, mode == "WaitForFirstConsumer", tuple(terms), default, provisioner)
 
 
 def _read_object(ctx: Ctx, obj: Mapping[str, Any]) -> ClusterInput:

@@ -33,7 +33,7 @@ from tenon.core.model import (
     untolerated,
 )
 from tenon.core.requirements import all_allow
-from tenon.core.templates import Template, avoided, daemon_pods_for
+from tenon.core.templates import Template, avoided, daemon_pods_for, room_of
 from tenon.core.topology import HostnameRules, allows_on_node, scope_of
 from tenon.core.wellknown import (
     CAPACITY_TYPE,
@@ -100,6 +100,10 @@ class Room:
 
 def _vector(requests: Mapping[str, int], names: Sequence[str]) -> list[int]:
     return [requests.get(n, 0) for n in names]
+
+
+def _room(alloc: Mapping[str, int], names: Sequence[str]) -> list[int]:
+    return [room_of(alloc, n) for n in names]
 
 
 def _ephemeral(taint: Taint, startup: Sequence[Taint]) -> bool:
@@ -171,7 +175,7 @@ class RoomBuilder:
                 "Node",
                 dict(node.labels),
                 node_taints(node, self.pools),
-                _vector(alloc, self.names),
+                _room(alloc, self.names),
             )
             for pod in on_node.get(node.name, []):
                 room.occupy(pod, _vector(pod.requests, self.names), self.rules)
@@ -200,11 +204,11 @@ class RoomBuilder:
         labels = claim_labels(claim, tpl, pool)
         taints = tpl.taints if tpl else (pool.taints if pool else ())
         if claim.allocatable is not None:
-            free = _vector({"pods": DEFAULT_MAX_PODS, **claim.allocatable}, self.names)
+            free = _room({"pods": DEFAULT_MAX_PODS, **claim.allocatable}, self.names)
         elif tpl is not None:
             return Room(claim.name, "NodeClaim", labels, taints, list(tpl.alloc))
         elif claim.capacity is not None:
-            free = _vector({"pods": DEFAULT_MAX_PODS, **claim.capacity}, self.names)
+            free = _room({"pods": DEFAULT_MAX_PODS, **claim.capacity}, self.names)
         else:
             return None
         offer = [(claim.zone, claim.capacity_type)]

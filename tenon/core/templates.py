@@ -50,6 +50,7 @@ from tenon.core.model import (
 from tenon.core.quantities import format_resources
 from tenon.core.requirements import Requirement
 from tenon.core.wellknown import (
+    ATTACHABLE_VOLUMES,
     CAPACITY_TYPE,
     HOSTNAME,
     NODEPOOL,
@@ -277,6 +278,16 @@ def _daemon_overhead(daemons: Sequence[DaemonSet]) -> tuple[dict[str, int], froz
     return dreq, frozenset(ports)
 
 
+UNLIMITED = 10**12
+"""Room for a resource nobody limits: volume attachments of a driver a type does not list."""
+
+
+def room_of(alloc: Mapping[str, int], resource: str) -> int:
+    """How much of ``resource`` a node with allocatable ``alloc`` has: none when it does not list it, except
+    volume attachments, which only a listed limit bounds."""
+    return alloc.get(resource, UNLIMITED if resource.startswith(ATTACHABLE_VOLUMES) else 0)
+
+
 def daemon_overflow(alloc: Mapping[str, int], dreq: Mapping[str, int]) -> dict[str, int]:
     """The resources the DaemonSets ask more of than the type has (empty: they fit)."""
     return {name: amount for name, amount in dreq.items() if amount > alloc.get(name, 0)}
@@ -318,7 +329,7 @@ def build_templates(
                 if daemon_overflow(alloc, dreq):
                     dropped.append(dreq)
                     continue
-                vector = tuple(alloc.get(r, 0) - dreq.get(r, 0) for r in resource_names)
+                vector = tuple(room_of(alloc, r) - dreq.get(r, 0) for r in resource_names)
                 tpl = Template(
                     len(out), pool, rank, it, labels, taints, offers, vector, dict(it.capacity), dreq, ports
                 )

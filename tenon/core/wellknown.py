@@ -18,6 +18,9 @@ NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 CLOUD_UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized"
 DEFAULT_STORAGE_CLASS = "storageclass.kubernetes.io/is-default-class"
+ATTACHABLE_VOLUMES = "attachable-volumes-csi-"
+"""Prefix of the resource that counts a node's volume attachments for one CSI driver
+(``attachable-volumes-csi-ebs.csi.aws.com``): an instance type (or Node) that lists it has that many."""
 
 # --- Karpenter (karpenter.sh/v1): labels, annotations, taints, finalizer ------------------------------------
 NODEPOOL = "karpenter.sh/nodepool"

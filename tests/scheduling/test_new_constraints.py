@@ -315,3 +315,27 @@ def test_a_schedule_anyway_hostname_spread_spreads_while_it_can_then_gives_way()
     assert len(plan.node_claims) == 4
     plan = plan_for(node_pool(limits={"cpu": "8"}), three_zone_catalog(), *pods)
     assert plan.unschedulable == () and len(plan.node_claims) == 2
+
+
+def test_a_drivers_attach_limit_listed_by_the_catalog_bounds_the_pods_per_node():
+    # scheduling/suite_test.go "should launch multiple nodes if required due to volume limits" (there from a
+    # CSINode; here from the instance type, where the catalog knows it): six pods of two volumes each on a
+    # type that attaches ten volumes of the driver take two nodes, though one node would hold them all.
+    limited = itype("t", 64, 128, 0.1, zones=ZONES)
+    limited["capacity"]["attachable-volumes-csi-ebs.csi.aws.com"] = "10"
+    docs: list = [node_pool(), catalog(limited), storage_class("ebs", ["z1"])]
+    for i in range(6):
+        docs += [pvc(f"a-{i}", "ebs"), pvc(f"b-{i}", "ebs")]
+        volumes = [
+            {"name": "a", "persistentVolumeClaim": {"claimName": f"a-{i}"}},
+            {"name": "b", "persistentVolumeClaim": {"claimName": f"b-{i}"}},
+        ]
+        docs.append(pod(f"p{i}", volumes=volumes))
+    docs[2]["provisioner"] = "ebs.csi.aws.com"
+    plan = plan_for(*docs)
+    assert sorted(len(nc.pods) for nc in plan.node_claims) == [1, 5]
+    assert plan.node_claims[0].requests["attachable-volumes-csi-ebs.csi.aws.com"] in ("10", "2")
+    # a type that does not list the driver's limit is not limited by it
+    unlimited = itype("t", 64, 128, 0.1, zones=ZONES)
+    docs[1] = catalog(unlimited)
+    assert [len(nc.pods) for nc in plan_for(*docs).node_claims] == [6]
