@@ -88,6 +88,68 @@ class NodeClaim:
         return self.planned is not None
 
     @property
+    def phase(self) -> Phase:  # an if-chain, not a table: every decision asks it of every claim
+        if self.terminated is not None:
+            return Phase.TERMINATED
+        if self.abandoned is not None:
+            return Phase.ABANDONED
+        if self.drained is not None:
+            return Phase.DRAINED
+        if self.launch_failures and self.finally_failed:
+            return Phase.FAILED
+        if self.disruption is not None:
+            return Phase.DISRUPTING
+        if self.initialized is not None:
+            return Phase.INITIALIZED
+        if self.registered is not None:
+            return Phase.REGISTERED
+        if self.launched is not None:
+            return Phase.LAUNCHED
+        return Phase.PLANNED if self.planned is not None else Phase.UNKNOWN
+
+    @property
+    def live(self) -> bool:
+        """The claim's machine is wanted: it is being launched, runs, or is being drained."""
+        return self in _LIVE
+
+    @property
+    def ended(self) -> bool:
+        return self in (Phase.ABANDONED, Phase.TERMINATED)
+
+
+_LIVE = frozenset({Phase.PLANNED, Phase.LAUNCHED, Phase.REGISTERED, Phase.INITIALIZED, Phase.DISRUPTING})
+
+
+class ImpossibleStory(ValueError):
+    """An event that cannot be part of this claim's story; ``str()`` says why in one line."""
+
+
+@dataclass
+class NodeClaim:
+    """One NodeClaim as its history tells it (mutable: :meth:`apply` folds one event in place)."""
+
+    name: str
+    planned: ev.NodeClaimPlanned | None = None
+    launched: ev.NodeClaimLaunched | None = None
+    launch_failures: list[ev.NodeClaimLaunchFailed] = field(default_factory=list)
+    registered: ev.NodeClaimRegistered | None = None
+    initialized: ev.NodeClaimInitialized | None = None
+    abandoned: ev.NodeClaimAbandoned | None = None
+    disruption: ev.DisruptionRequested | None = None
+    drained: ev.NodeClaimDrained | None = None
+    terminated: ev.NodeClaimTerminated | None = None
+    first_sequence: int = 0
+    last_sequence: int = 0
+    """Stream sequence of the last event folded: what the next append on this claim must expect."""
+
+    # --- questions every service asks -----------------------------------------------------------------------
+
+    @property
+    def complete(self) -> bool:
+        """The story is known from its beginning (its Planned event was folded)."""
+        return self.planned is not None
+
+    @property
     def phase(self) -> Phase:
         for phase, reached in (
             (Phase.TERMINATED, self.terminated is not None),
