@@ -109,65 +109,6 @@ class NodeClaim:
 
     @property
     def live(self) -> bool:
-        """The claim's machine is wanted: it is being launched, runs, or is being drained."""
-        return self in _LIVE
-
-    @property
-    def ended(self) -> bool:
-        return self in (Phase.ABANDONED, Phase.TERMINATED)
-
-
-_LIVE = frozenset({Phase.PLANNED, Phase.LAUNCHED, Phase.REGISTERED, Phase.INITIALIZED, Phase.DISRUPTING})
-
-
-class ImpossibleStory(ValueError):
-    """An event that cannot be part of this claim's story; ``str()`` says why in one line."""
-
-
-@dataclass
-class NodeClaim:
-    """One NodeClaim as its history tells it (mutable: :meth:`apply` folds one event in place)."""
-
-    name: str
-    planned: ev.NodeClaimPlanned | None = None
-    launched: ev.NodeClaimLaunched | None = None
-    launch_failures: list[ev.NodeClaimLaunchFailed] = field(default_factory=list)
-    registered: ev.NodeClaimRegistered | None = None
-    initialized: ev.NodeClaimInitialized | None = None
-    abandoned: ev.NodeClaimAbandoned | None = None
-    disruption: ev.DisruptionRequested | None = None
-    drained: ev.NodeClaimDrained | None = None
-    terminated: ev.NodeClaimTerminated | None = None
-    first_sequence: int = 0
-    last_sequence: int = 0
-    """Stream sequence of the last event folded: what the next append on this claim must expect."""
-
-    # --- questions every service asks -----------------------------------------------------------------------
-
-    @property
-    def complete(self) -> bool:
-        """The story is known from its beginning (its Planned event was folded)."""
-        return self.planned is not None
-
-    @property
-    def phase(self) -> Phase:
-        for phase, reached in (
-            (Phase.TERMINATED, self.terminated is not None),
-            (Phase.ABANDONED, self.abandoned is not None),
-            (Phase.DRAINED, self.drained is not None),
-            (Phase.FAILED, self.finally_failed),
-            (Phase.DISRUPTING, self.disruption is not None),
-            (Phase.INITIALIZED, self.initialized is not None),
-            (Phase.REGISTERED, self.registered is not None),
-            (Phase.LAUNCHED, self.launched is not None),
-            (Phase.PLANNED, self.planned is not None),
-        ):
-            if reached:
-                return phase
-        return Phase.UNKNOWN
-
-    @property
-    def live(self) -> bool:
         """Its machine is wanted (the one rule every service uses)."""
         return self.phase.live
 
