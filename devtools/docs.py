@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from devtools import nats_permissions
 from proto import registry
 from tenon.runtime.settings import markdown_table
 from tenon.services import SERVICES, definition
@@ -31,15 +32,27 @@ def permissions_table() -> str:
     return "\n".join(lines)
 
 
+NATS_CONFIG = ROOT / "deploy" / "components" / "nats" / "nats.yaml"
+
+
+def nats_users() -> str:
+    return nats_permissions.users_block(nats_permissions.deployment_passwords())
+
+
 GENERATED = (
-    (README, "settings", settings_table),
-    (PROTO_README, "permissions", permissions_table),
+    (README, "<!-- settings:start -->", "<!-- settings:end -->", settings_table),
+    (PROTO_README, "<!-- permissions:start -->", "<!-- permissions:end -->", permissions_table),
+    (
+        NATS_CONFIG,
+        "# permissions:start (generated from proto/registry.py by make docs)",
+        "        # permissions:end",
+        nats_users,
+    ),
 )
 
 
-def rendered(text: str, name: str, table: str) -> str:
-    """``text`` with the table between its ``name`` markers brought up to date."""
-    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+def rendered(text: str, start: str, end: str, table: str) -> str:
+    """``text`` with the part between its ``start`` and ``end`` markers brought up to date."""
     head, found, rest = text.partition(start)
     _, found_end, tail = rest.partition(end)
     if not (found and found_end):
@@ -51,18 +64,18 @@ def stale() -> list[str]:
     """The generated documents that differ from what the code says now."""
     return [
         str(path.relative_to(ROOT))
-        for path, name, make in GENERATED
-        if rendered(path.read_text(), name, make()) != path.read_text()
+        for path, start, end, make in GENERATED
+        if rendered(path.read_text(), start, end, make()) != path.read_text()
     ]
 
 
 def main() -> int:
-    for path, name, make in GENERATED:
+    for path, start, end, make in GENERATED:
         text = path.read_text()
-        fresh = rendered(text, name, make())
+        fresh = rendered(text, start, end, make())
         if fresh != text:
             path.write_text(fresh)
-            print(f"{path.relative_to(ROOT)}: {name} table updated")
+            print(f"{path.relative_to(ROOT)}: generated part updated")
     return 0
 
 

@@ -197,3 +197,11 @@ def refusal(subject: str, event: ev.Event) -> str | None:
         writers = " or ".join(spec.writers)
         return f"{type(event).__name__} written by {event.producer!r}: only {writers} may write it"
     return None
+
+
+def writes_of(service: str) -> tuple[str, ...]:
+    """The subjects ``service`` may publish events on: what the broker grants its identity (nothing more)."""
+    subjects_written = [
+        spec.subject for spec in SPECS if spec.written_by(service) and ANY_CONSUMER not in spec.writers
+    ]
+    return tuple(sorted(set(subjects_written)))
