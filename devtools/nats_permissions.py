@@ -1,10 +1,10 @@
 """The broker's per-service permissions, derived from :mod:`proto.registry`: each service's NATS user may
-publish only the events it owns (on their subjects), its own snapshots, dead letters and its lease, and use the
-JetStream API it needs to read the log; it may not delete or purge the log.
+publish only the events it owns (on their subjects), its own snapshots, dead letters and its lease, and use
+the JetStream API it needs to read the log; it may not delete or purge the log.
 
 ``make docs`` writes them into ``deploy/components/nats/nats.yaml`` (between ``# permissions:start`` and
-``# permissions:end``) and the local stack uses the same function, so the deployment, the tests and the table in
-proto/README.md say the same thing.
+``# permissions:end``) and the local stack uses the same function, so the deployment, the tests and the table
+in proto/README.md say the same thing.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ JETSTREAM_API = (
     "$JS.FC.>",
     "$KV.tenon_leases.>",
 )
-"""What every service needs of the JetStream API: read the log, run its consumers, keep its snapshots, lease."""
+"""What every service needs of the JetStream API: read the log, run its consumers, keep its snapshots,
+lease."""
 
 OPERATOR_API = (
     "$JS.API.INFO",
@@ -49,7 +50,8 @@ def publishes(service: str) -> tuple[str, ...]:
 
 
 def users_block(password_of: dict[str, str], indent: str = "        ") -> str:
-    """The ``users: [...]`` entries of a nats-server ``authorization`` block: one per service and ``operator``."""
+    """The ``users: [...]`` entries of a nats-server ``authorization`` block: one per service and
+    ``operator``."""
     entries = [(service, publishes(service)) for service in registry.SERVICES] + [("operator", OPERATOR_API)]
     lines: list[str] = []
     for user, allowed in entries:

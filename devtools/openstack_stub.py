@@ -17,8 +17,8 @@ mocks skip. This stub lets openstacksdk and keystoneauth do all of it over loopb
 - ``GET  /compute/v2.1/flavors/{id}/os-extra_specs`` -> its extra specs (what clients before 2.61 ask)
 
 The layout (``/identity``, ``/compute/v2.1``) is devstack's, so the ``auth_url`` is ``<base_url>/identity``.
-Compute calls without a token issued by this server get 401. Every request is recorded in ``requests`` (method,
-path, query) so a test can assert what the client actually did.
+Compute calls without a token issued by this server get 401. Every request is recorded in ``requests``
+(method, path, query) so a test can assert what the client actually did.
 
 The server runs its own asyncio loop in a daemon thread, so it works from synchronous tests (openstacksdk is
 blocking) and from async ones alike::

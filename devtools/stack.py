@@ -2,9 +2,9 @@
 
 :class:`LocalStack` is what ``tenon up`` (and ``make run``) and the end-to-end tests stand on. It starts
 ``nats-server`` from the wheel, ``tenon sandbox`` (a workload and a management cluster, two kubeconfigs), then
-each service as ``tenon run <name>`` (``python -m tenon.cli.main run <name>``) with the environment a Deployment would give it
-(``TENON_NATS_URL``, ``TENON_KUBECONFIG``, ``TENON_MANAGEMENT_KUBECONFIG``), logging JSON lines to
-``<run dir>/<service>.log``. Services can be killed and restarted individually (``kill(name)``,
+each service as ``tenon run <name>`` (``python -m tenon.cli.main run <name>``) with the environment a
+Deployment would give it (``TENON_NATS_URL``, ``TENON_KUBECONFIG``, ``TENON_MANAGEMENT_KUBECONFIG``), logging
+JSON lines to ``<run dir>/<service>.log``. Services can be killed and restarted individually (``kill(name)``,
 ``start_service(name)``), which is how tests prove crash safety. ``stop()`` ends everything, services first,
 with SIGTERM and then SIGKILL for stragglers.
 

@@ -3,13 +3,14 @@
 Starts nats-server, the sandbox (workload + management clusters) and every service as its own process, applies
 a demo and follows it: pending pods, NodeClaims by phase, nodes, price per hour, elapsed time; once every pod
 runs it deletes the workload and follows the pool back to zero, prints a summary, and keeps the stack up for
-exploring until Ctrl-C, which stops everything cleanly. ``--exit-when-done --json`` runs unattended (fast timing profile by default) and prints one
-JSON object: the NodeClaims (``instanceType``, ``pods``), the timeline in seconds from apply (``claimsCreated``,
-``launched``, ``registered``, ``initialized``, ``allPodsRunning``), ``totalPricePerHour``; then, once every pod
-runs, the Deployment is deleted and it reports ``allNodesRemoved`` (seconds from the delete, when no node and no
-NodeClaim is left) and the MachineDeployments' final replicas (all 0): scale to zero. Its ``metrics`` are the
-services' own, scraped from each one's ``/metrics`` just before the stack stops, by metric name, summed over
-services and labels (``karpenter_nodeclaims_created_total``, ``karpenter_nodes_created_total``, ...).
+exploring until Ctrl-C, which stops everything cleanly. ``--exit-when-done --json`` runs unattended (fast
+timing profile by default) and prints one JSON object: the NodeClaims (``instanceType``, ``pods``), the
+timeline in seconds from apply (``claimsCreated``, ``launched``, ``registered``, ``initialized``,
+``allPodsRunning``), ``totalPricePerHour``; then, once every pod runs, the Deployment is deleted and it
+reports ``allNodesRemoved`` (seconds from the delete, when no node and no NodeClaim is left) and the
+MachineDeployments' final replicas (all 0): scale to zero. Its ``metrics`` are the services' own, scraped
+from each one's ``/metrics`` just before the stack stops, by metric name, summed over services and labels
+(``karpenter_nodeclaims_created_total``, ``karpenter_nodes_created_total``, ...).
 """
 
 from __future__ import annotations
