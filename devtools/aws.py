@@ -1,0 +1,427 @@
+"""A local AWS for tests and ``tenon up --provider ec2``: moto's server on a free loopback port, with a fault
+seam that can refuse capacity.
+
+moto answers EC2, SSM and SQS over HTTP as AWS would, with two gaps that matter to an autoscaler: it never
+refuses capacity (its CreateFleet has no ``Errors`` and launches any type), and it has no pricing API. The
+price gap is closed inside the launcher (a shipped price table, a documented spot model). The capacity gap is
+closed here, **outside the services' code path**: :class:`FaultSeam` wraps moto's WSGI application and, for
+each CreateFleet, takes out the overrides whose offering is refused, lets moto launch from the rest, and adds
+one ``Errors`` entry per refused override (``InsufficientInstanceCapacity`` by default), exactly the answer
+shape AWS gives for an instant fleet. When every override is refused, no instance is launched and the answer
+holds only the errors. The services talk to the endpoint as they would to AWS; nothing in them knows the seam
+exists.
+
+The seam is driven over HTTP on the same port (so the stack's processes and a test can share it):
+
+* ``POST /_tenon/insufficient-capacity`` with ``{"offerings": [{"instanceType": "m5.large", "zone":
+  "us-east-1a", "capacityType": "spot", "code": "InsufficientInstanceCapacity"}]}`` adds refusals (``zone``,
+  ``capacityType`` and ``code`` are optional: a missing one matches any);
+* ``GET`` lists them and how many overrides each refused; ``DELETE`` clears them.
+
+:class:`LocalAws` runs the server in a thread of the calling process (tests); ``python -m devtools.aws --port
+N`` runs it as a process of its own (the local stack). :func:`aws_environment` is what a process needs to use
+it and nothing else: the endpoint, a region, throw-away credentials, and no instance-metadata lookups (so
+botocore never leaves loopback). :func:`seed` prepares what a cluster's AWS account would have: subnets and a
+security group tagged for discovery, and the interruption queue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import signal
+import sys
+import threading
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from devtools.broker import free_port
+
+REGION = "us-east-1"
+FAKE_ACCESS_KEY = "testing"
+FAKE_SECRET_KEY = "testing"
+CONTROL_PATH = "/_tenon/insufficient-capacity"
+DISCOVERY_TAG = "karpenter.sh/discovery"
+"""The tag the sandbox's subnets and security group carry (``<cluster>``), as Karpenter's getting-started
+guide tags them; the demo EC2NodeClass selects them by it."""
+DEFAULT_CLUSTER = "tenon-sandbox"
+DEFAULT_QUEUE = "tenon-sandbox-interruption"
+
+log = logging.getLogger("devtools.aws")
+
+StartResponse = Callable[..., Any]
+WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+
+def aws_environment(url: str, region: str = REGION) -> dict[str, str]:
+    """The environment a process needs to reach the local AWS at ``url`` and nothing else."""
+    return {
+        "AWS_ENDPOINT_URL": url,
+        "AWS_DEFAULT_REGION": region,
+        "AWS_REGION": region,
+        "AWS_ACCESS_KEY_ID": FAKE_ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": FAKE_SECRET_KEY,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": "/dev/null",
+        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+    }
+
+
+def client(service: str, url: str, region: str = REGION) -> Any:
+    """A boto3 client of the local AWS (explicit region and credentials: no lookup leaves loopback)."""
+    import boto3
+
+    return boto3.session.Session().client(
+        service,
+        endpoint_url=url,
+        region_name=region,
+        aws_access_key_id=FAKE_ACCESS_KEY,
+        aws_secret_access_key=FAKE_SECRET_KEY,
+    )
+
+
+# --- the fault seam ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Refusal:
+    """An offering the seam refuses: a missing zone or capacity type matches any."""
+
+    instance_type: str
+    zone: str | None = None
+    capacity_type: str | None = None
+    code: str = "InsufficientInstanceCapacity"
+    refused: int = 0
+
+    def matches(self, instance_type: str, zone: str | None, capacity_type: str) -> bool:
+        return (
+            self.instance_type == instance_type
+            and self.zone in (None, zone)
+            and self.capacity_type in (None, capacity_type)
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "instanceType": self.instance_type,
+            "zone": self.zone,
+            "capacityType": self.capacity_type,
+            "code": self.code,
+            "refused": self.refused,
+        }
+
+
+def refusals_from(document: Mapping[str, Any]) -> list[Refusal]:
+    """The refusals a control request asks for; ValueError naming the field when it is malformed."""
+    offerings = document.get("offerings")
+    if not isinstance(offerings, list):
+        raise ValueError("offerings: must be a list")
+    out = []
+    for index, item in enumerate(offerings):
+        if not isinstance(item, Mapping) or not isinstance(item.get("instanceType"), str):
+            raise ValueError(f"offerings[{index}].instanceType: must be a string")
+        out.append(
+            Refusal(
+                str(item["instanceType"]),
+                item.get("zone") or None,
+                item.get("capacityType") or None,
+                str(item.get("code") or "InsufficientInstanceCapacity"),
+            )
+        )
+    return out
+
+
+@dataclass
+class Override:
+    index: int
+    """The override's number in the request (``LaunchTemplateConfigs.<c>.Overrides.<index>``)."""
+    config: int
+    fields: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def instance_type(self) -> str:
+        return self.fields.get("InstanceType", "")
+
+    @property
+    def zone(self) -> str | None:
+        return self.fields.get("AvailabilityZone")
+
+
+def _overrides(form: Mapping[str, str]) -> dict[tuple[int, int], Override]:
+    found: dict[tuple[int, int], Override] = {}
+    for key, value in form.items():
+        parts = key.split(".")
+        if len(parts) == 5 and parts[0] == "LaunchTemplateConfigs" and parts[2] == "Overrides":
+            config, index = int(parts[1]), int(parts[3])
+            found.setdefault((config, index), Override(index, config)).fields[parts[4]] = value
+    return found
+
+
+def _without(form: Mapping[str, str], refused: set[tuple[int, int]]) -> dict[str, str]:
+    """The request without the refused overrides, the others renumbered from 1 within their config."""
+    kept = {k: v for k, v in form.items() if not _is_override(k)}
+    by_config: dict[int, list[Override]] = {}
+    for key, override in sorted(_overrides(form).items()):
+        if key not in refused:
+            by_config.setdefault(override.config, []).append(override)
+    for config, overrides in by_config.items():
+        for number, override in enumerate(overrides, start=1):
+            for name, value in override.fields.items():
+                kept[f"LaunchTemplateConfigs.{config}.Overrides.{number}.{name}"] = value
+    return kept
+
+
+def _is_override(key: str) -> bool:
+    parts = key.split(".")
+    return len(parts) == 5 and parts[0] == "LaunchTemplateConfigs" and parts[2] == "Overrides"
+
+
+def _xml(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _error_items(refused: list[tuple[Override, Refusal]], capacity_type: str) -> str:
+    items = []
+    for override, refusal in refused:
+        zone = f"<availabilityZone>{_xml(override.zone)}</availabilityZone>" if override.zone else ""
+        items.append(
+            "<item><launchTemplateAndOverrides><overrides>"
+            f"<instanceType>{_xml(override.instance_type)}</instanceType>{zone}"
+            "</overrides></launchTemplateAndOverrides>"
+            f"<lifecycle>{_xml(capacity_type)}</lifecycle>"
+            f"<errorCode>{_xml(refusal.code)}</errorCode>"
+            f"<errorMessage>There is no {_xml(capacity_type)} capacity for {_xml(override.instance_type)} "
+            f"in {_xml(override.zone or 'any zone')} (refused by the local AWS's fault seam)</errorMessage>"
+            "</item>"
+        )
+    return "<errorSet>" + "".join(items) + "</errorSet>"
+
+
+class FaultSeam:
+    """WSGI middleware in front of moto: refuses configured offerings in CreateFleet (see the module doc)."""
+
+    def __init__(self, app: WsgiApp) -> None:
+        self.app = app
+        self.lock = threading.Lock()
+        self.refusals: list[Refusal] = []
+
+    def refuse(self, refusals: Iterable[Refusal]) -> None:
+        with self.lock:
+            self.refusals.extend(refusals)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.refusals.clear()
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == CONTROL_PATH:
+            return self._control(environ, start_response)
+        form_post = "form-urlencoded" in environ.get("CONTENT_TYPE", "")
+        if environ.get("REQUEST_METHOD") != "POST" or not form_post:
+            return self.app(environ, start_response)
+        body = _read_body(environ)
+        form = dict(urllib.parse.parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+        if form.get("Action") != "CreateFleet" or not self.refusals:
+            return self.app(_with_body(environ, body), start_response)
+        return self._create_fleet(environ, form, start_response)
+
+    def _refused(self, form: Mapping[str, str]) -> tuple[list[tuple[Override, Refusal]], str]:
+        capacity_type = form.get("TargetCapacitySpecification.DefaultTargetCapacityType", "on-demand")
+        refused = []
+        with self.lock:
+            for _, override in sorted(_overrides(form).items()):
+                for refusal in self.refusals:
+                    if refusal.matches(override.instance_type, override.zone, capacity_type):
+                        refusal.refused += 1
+                        refused.append((override, refusal))
+                        break
+        return refused, capacity_type
+
+    def _create_fleet(
+        self, environ: dict[str, Any], form: dict[str, str], start_response: StartResponse
+    ) -> Iterable[bytes]:
+        refused, capacity_type = self._refused(form)
+        if not refused:
+            return self.app(_with_body(environ, urllib.parse.urlencode(form).encode()), start_response)
+        errors = _error_items(refused, capacity_type)
+        left = _without(form, {(o.config, o.index) for o, _ in refused})
+        if not any(_is_override(k) for k in left):
+            xml = (
+                '<?xml version="1.0" encoding="utf-8"?>'
+                '<CreateFleetResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15">'
+                f"<fleetId>fleet-{uuid.uuid4()}</fleetId><fleetInstanceSet/>{errors}"
+                "<requestId>fault-seam</requestId></CreateFleetResponse>"
+            )
+            start_response("200 OK", [("Content-Type", "text/xml"), ("Content-Length", str(len(xml)))])
+            return [xml.encode()]
+        captured: dict[str, Any] = {}
+
+        def capture(status: str, headers: list[tuple[str, str]], *rest: Any) -> None:
+            captured["status"], captured["headers"] = status, headers
+
+        answer = b"".join(self.app(_with_body(environ, urllib.parse.urlencode(left).encode()), capture))
+        if captured.get("status", "").startswith("200"):
+            answer = answer.replace(b"</CreateFleetResponse>", errors.encode() + b"</CreateFleetResponse>")
+        headers = [(k, v) for k, v in captured.get("headers", []) if k.lower() != "content-length"]
+        start_response(captured.get("status", "500 Internal Server Error"), [*headers, _length(answer)])
+        return [answer]
+
+    def _control(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        method = environ.get("REQUEST_METHOD")
+        status = "200 OK"
+        try:
+            if method == "POST":
+                self.refuse(refusals_from(json.loads(_read_body(environ) or b"{}")))
+            elif method == "DELETE":
+                self.clear()
+            with self.lock:
+                payload: dict[str, Any] = {"offerings": [r.describe() for r in self.refusals]}
+        except (ValueError, TypeError) as exc:
+            status, payload = "400 Bad Request", {"error": str(exc)}
+        data = json.dumps(payload).encode()
+        start_response(status, [("Content-Type", "application/json"), _length(data)])
+        return [data]
+
+
+def _length(data: bytes) -> tuple[str, str]:
+    return ("Content-Length", str(len(data)))
+
+
+def _read_body(environ: dict[str, Any]) -> bytes:
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    return environ["wsgi.input"].read(length) if length > 0 else b""
+
+
+def _with_body(environ: dict[str, Any], body: bytes) -> dict[str, Any]:
+    return {**environ, "wsgi.input": io.BytesIO(body), "CONTENT_LENGTH": str(len(body))}
+
+
+# --- the server -------------------------------------------------------------------------------------------
+
+
+class LocalAws:
+    """moto's server behind the fault seam on ``127.0.0.1`` (a free port unless one is given), in a thread."""
+
+    def __init__(self, port: int = 0) -> None:
+        self.port = port or free_port()
+        self.seam: FaultSeam | None = None
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> LocalAws:
+        from moto.moto_server.werkzeug_app import (
+            DomainDispatcherApplication,
+            MotoRequestHandler,
+            create_backend_app,
+        )
+        from werkzeug.serving import make_server
+
+        self.seam = FaultSeam(DomainDispatcherApplication(create_backend_app))
+        self._server = make_server(
+            "127.0.0.1", self.port, self.seam, threaded=True, request_handler=MotoRequestHandler
+        )
+        self._thread = threading.Thread(target=self._server.serve_forever, name="local-aws", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def refuse(self, *refusals: Refusal) -> None:
+        assert self.seam is not None, "start the local AWS first"
+        self.seam.refuse(refusals)
+
+    def __enter__(self) -> LocalAws:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def refuse_capacity(url: str, offerings: list[dict[str, Any]], timeout: float = 5.0) -> dict[str, Any]:
+    """Ask the seam of the local AWS at ``url`` (any process) to refuse these offerings; returns what it
+    refuses now."""
+    request = urllib.request.Request(
+        url + CONTROL_PATH,
+        data=json.dumps({"offerings": offerings}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+    return answer
+
+
+def instance_states(url: str) -> Iterator[tuple[str, str]]:
+    """(instance id, state) of every instance the local AWS has (terminated ones too)."""
+    ec2 = client("ec2", url)
+    for page in ec2.get_paginator("describe_instances").paginate():
+        for reservation in page["Reservations"]:
+            for instance in reservation["Instances"]:
+                yield instance["InstanceId"], instance["State"]["Name"]
+
+
+def live_instances(url: str) -> int:
+    """Instances not terminated (pending, running, stopping, stopped, shutting-down)."""
+    return sum(1 for _, state in instance_states(url) if state != "terminated")
+
+
+@dataclass(frozen=True)
+class Seeded:
+    cluster: str
+    queue_url: str
+    subnets: tuple[str, ...]
+    security_group: str
+
+
+def seed(url: str, cluster: str = DEFAULT_CLUSTER, queue: str = DEFAULT_QUEUE) -> Seeded:
+    """Tag the default VPC's subnets and security group ``karpenter.sh/discovery=<cluster>`` and create the
+    interruption queue (idempotent: tagging and CreateQueue with the same name repeat harmlessly)."""
+    ec2 = client("ec2", url)
+    subnets = tuple(s["SubnetId"] for s in ec2.describe_subnets()["Subnets"])
+    group = ec2.describe_security_groups(GroupNames=["default"])["SecurityGroups"][0]["GroupId"]
+    tags = [{"Key": DISCOVERY_TAG, "Value": cluster}]
+    ec2.create_tags(Resources=[*subnets, group], Tags=tags)
+    queue_url = client("sqs", url).create_queue(QueueName=queue)["QueueUrl"]
+    return Seeded(cluster, queue_url, subnets, group)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m devtools.aws --port N``: serve until SIGTERM/SIGINT, seeded for ``--cluster``."""
+    parser = argparse.ArgumentParser(prog="python -m devtools.aws", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--cluster", default=DEFAULT_CLUSTER)
+    parser.add_argument("--queue", default=DEFAULT_QUEUE)
+    args = parser.parse_args(argv)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    aws = LocalAws(args.port).start()
+    seeded = seed(aws.url, args.cluster, args.queue)
+    print(json.dumps({"url": aws.url, "queueUrl": seeded.queue_url}), flush=True)
+    stopping = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopping.set())
+    stopping.wait()
+    aws.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
