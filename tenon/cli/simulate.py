@@ -36,7 +36,7 @@ import msgspec
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from tenon.core import MAX_PODS, ClusterInput, InputError, Plan, assemble, parse_object, solve
+from tenon.core import MAX_PODS, ClusterInput, InputError, Plan, assemble, one_line, parse_object, solve
 
 MAX_BYTES = 256 * 2**20
 MAX_DEPTH = 100
@@ -341,7 +341,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             inputs = read_inputs(args.filename)
         except (ReadError, InputError) as err:
-            print(f"tenon simulate: {err}", file=sys.stderr)
+            print(f"tenon simulate: {one_line(str(err))}", file=sys.stderr)
             return 2
         plan = solve(inputs)
     if args.output == "json":

@@ -46,7 +46,8 @@ The model (frozen dataclasses): :class:`ClusterInput` and what it holds (:class:
 :class:`NodeClass`, :class:`InstanceType`, :class:`MachineDeploymentType`, :class:`Pod`, :class:`DaemonSet`,
 :class:`Node`, :class:`InFlightNodeClaim`, :class:`SkippedObject`), :class:`Requirement` and
 :class:`LabelSelector`; the output :class:`Plan`, :class:`PlannedNodeClaim`, :class:`Unschedulable`,
-:class:`NominatedPod`; the error :class:`InputError`.
+:class:`NominatedPod`; the error :class:`InputError` (and ``one_line(text)``, which escapes what could break a
+message over lines, as ``InputError`` does to its own).
 
 Module map: :mod:`.quantities` (Kubernetes quantities), :mod:`.requirements` (node requirements, label
 selectors), :mod:`.model` (the frozen data), :mod:`.fields` (reading fields with errors that say where),
@@ -65,7 +66,7 @@ from tenon.core.catalog import (
     instance_types_from_machine_deployments,
     machine_deployment_types,
 )
-from tenon.core.errors import InputError
+from tenon.core.errors import InputError, one_line
 from tenon.core.model import (
     ClusterInput,
     DaemonSet,
@@ -106,6 +107,7 @@ __all__ = [
     "instance_types_from_catalog",
     "instance_types_from_machine_deployments",
     "machine_deployment_types",
+    "one_line",
     "parse_object",
     "parse_objects",
     "solve",

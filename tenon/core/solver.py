@@ -102,6 +102,9 @@ def _domains_of(template: Template, offers: Iterable[OfferKey], key: str) -> set
 
 
 class _Solve:
+    """One attempt at a plan (see :func:`solve`): the pods of ``excluded`` are left out with their reasons;
+    afterwards ``unschedulable`` holds every pod that cannot run and ``pinned`` those pinned to a domain."""
+
     def __init__(self, inputs: ClusterInput, excluded: dict[str, dict[str, str]] | None = None):
         self.inputs = inputs
         self.pools: list[NodePool] = sorted(inputs.node_pools, key=lambda p: (-p.weight, p.name))

@@ -139,6 +139,14 @@ def test_a_colon_inside_a_json_string_is_no_duplicate(tmp_path, capsys):
     assert strict_json(out)["nodeClaims"]
 
 
+def test_a_key_that_holds_a_line_break_still_gives_one_line(tmp_path, capsys):
+    """Field paths name the input's own keys (found by the property tests: a label key "\\n")."""
+    bad = pod("p")
+    bad["metadata"]["labels"] = {"a\nb\u2028c": ["not", "a", "string"]}
+    line = refused(tmp_path, docs(node_pool(), bad), capsys)
+    assert "metadata.labels.a\\nb\\u2028c: must be a string, got a list" in line
+
+
 # -- sizes ---------------------------------------------------------------------------------------------------
 
 
