@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from collections import Counter
 
 from devtools.stack import LocalStack
+from proto import registry
+from tenon.runtime.eventlog.connection import ConnectionSettings
+from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tenon.runtime.kube import MACHINEDEPLOYMENTS, MACHINES, NODECLAIMS, NODEPOOLS, NODES
 from tenon.runtime.kube.resources import DEPLOYMENTS
+from tenon.services import SERVICES, definition
 from tests.e2e.test_provisioning import provision, tap_json, until
 
 
@@ -25,8 +32,9 @@ async def test_deleting_the_workload_returns_the_pool_to_zero(stack: LocalStack)
         return not nodes and not claims and not machines and not any(m["spec"]["replicas"] for m in mds)
 
     await until(empty, timeout=60, what="no node, claim or machine left and every MachineDeployment at 0")
-    await asyncio.sleep(1.0)  # anything done twice would show up now
-    events = [r["event"] for r in await asyncio.to_thread(tap_json, stack) if "event" in r]
+    await until(lambda: settled(stack), timeout=30, what="every service caught up with the log")
+    recording = await asyncio.to_thread(tap_json, stack)
+    events = [r["event"] for r in recording if "event" in r]
     claims = {e["nodeclaim"] for e in events if e["type"] == "NodeClaimPlanned"}
     assert len(claims) == 2
     steps = Counter((e["nodeclaim"], e["type"]) for e in events if e.get("nodeclaim") in claims)
@@ -36,5 +44,37 @@ async def test_deleting_the_workload_returns_the_pool_to_zero(stack: LocalStack)
     decisions = [e for e in events if e["type"] == "DisruptionDecision"]
     assert {c["nodeclaim"] for d in decisions for c in d["candidates"]} == claims
     assert all(d["method"] == "emptiness" and d["budget"] for d in decisions)
+    # every service's decisions over the whole run replay to the same, offline, from the recording
+    path = stack.run_dir / "recording.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recording))
+    for service in SERVICES:
+        replayed = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "tenon.cli.main", "replay", service, "--input", str(path), "--diff"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert replayed.returncode == 0, (service, replayed.stdout[-3000:], replayed.stderr[-2000:])
+        assert "0 differ from the log" in replayed.stdout.splitlines()[-1], (service, replayed.stdout[-500:])
     await kube.close()
     await management.close()
+
+
+async def settled(stack: LocalStack) -> bool:
+    """Whether every service that follows the log has handled all of its inputs stored so far."""
+    event_log = await JetStreamEventLog.connect(
+        ConnectionSettings(servers=(stack.nats_url,)), provision=False
+    )
+    try:
+        for name in SERVICES:
+            decider = definition(name).decider
+            inputs = registry.inputs_of(name)
+            if decider is None or not inputs:
+                continue
+            newest = max([await event_log.last_subject_sequence(f) for f in inputs], default=0)
+            if await event_log.consumer_ack_floor(name) < newest:
+                return False
+        return True
+    finally:
+        await event_log.close()

@@ -74,6 +74,8 @@ class DisruptionDecider:
     name = PRODUCER
     inputs = registry.inputs_of(PRODUCER)
     state_format = "disruption/1"
+    observations = (ev.NodeClaimDrained,)
+    """What it writes about the world rather than decides: a drain finished (the executor's termination)."""
 
     def initial_state(self) -> ClusterProjection:
         return ClusterProjection()
