@@ -1,0 +1,64 @@
+"""Emptiness (pure): nodes whose every pod is a DaemonSet or mirror pod (or finished), removed within the
+``Empty`` budget, as Karpenter's ``Emptiness`` method: under both consolidation policies, once the node has
+been consolidatable (no pod arrived or left) for ``consolidateAfter``. Candidates go in consolidation order
+(price per reschedule cost, highest first), so when the budget is short the most expensive idle nodes go
+first; those left over are blocked by the budget, and the command says so."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from tenon.domain.disruption.budgets import POLICIES, Allowance
+from tenon.domain.disruption.candidates import (
+    Blocked,
+    Candidate,
+    consolidatable,
+    consolidation_policy,
+)
+from tenon.domain.disruption.commands import Command
+from tenon.domain.disruption.view import ClusterView
+
+REASON = "Empty"
+
+
+def order(candidates: list[Candidate]) -> list[Candidate]:
+    """Karpenter's consolidation order: price per reschedule cost, highest first (then by name)."""
+    return sorted(candidates, key=lambda c: (-c.savings_ratio, c.name))
+
+
+def empty_candidates(view: ClusterView, candidates: list[Candidate]) -> list[Candidate]:
+    return [
+        c
+        for c in candidates
+        if c.empty and consolidation_policy(c.nodepool) in POLICIES and consolidatable(view, c)
+    ]
+
+
+def decide(
+    view: ClusterView, candidates: list[Candidate], budgets: Mapping[str, Allowance]
+) -> Command | None:
+    chosen: list[Candidate] = []
+    blocked: list[Blocked] = []
+    left = {pool: allowance.allowed for pool, allowance in budgets.items()}
+    for candidate in order(empty_candidates(view, candidates)):
+        if left.get(candidate.pool, 0) <= 0:
+            allowance = budgets.get(candidate.pool)
+            why = f"budget: {allowance.budget}" if allowance else f"NodePool {candidate.pool} not found"
+            blocked.append(Blocked(candidate.name, candidate.node_name, why))
+            continue
+        left[candidate.pool] -= 1
+        chosen.append(candidate)
+    if not chosen:
+        return None
+    pools = sorted({c.pool for c in chosen})
+    return Command(
+        method="emptiness",
+        reason=REASON,
+        candidates=tuple(chosen),
+        why={
+            c.name: "empty (only DaemonSet or mirror pods) for longer than consolidateAfter" for c in chosen
+        },
+        budget="; ".join(budgets[p].budget for p in pools if p in budgets),
+        detail=f"{len(chosen)} empty node(s) removed",
+        blocked=tuple(blocked),
+    )

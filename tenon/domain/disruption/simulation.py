@@ -1,0 +1,95 @@
+"""Repacking through the scheduling core (pure): what happens to the pods of some nodes if those nodes go.
+
+Karpenter's ``SimulateScheduling``: the candidates' reschedulable pods become pending, together with every
+pod already pending and the pods of nodes already being disrupted; the rest of the cluster stays as it is
+(Nodes not yet initialized offer no room, in-flight claims do); :func:`tenon.core.solve` places them, existing
+room first, then the cheapest new nodes. The candidates can go when every one of *their* pods finds a place
+(pending pods that stay pending block nothing) and none of them lands on a claim that is not a Node yet.
+New nodes holding a candidate's pod are the **replacements**; new nodes only for pods that were pending
+anyway are the scheduler's business, not this move's.
+
+The cluster is read once (:class:`Repacker`); each simulation swaps the candidates' Nodes and pods out of it,
+so a round's simulations cost the core's solve, not parsing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tenon.core import ClusterInput, PlannedNodeClaim, Pod, solve
+from tenon.domain.disruption.candidates import Candidate
+from tenon.domain.disruption.view import ClusterView, is_reschedulable, pod_key
+
+
+@dataclass(frozen=True)
+class Outcome:
+    feasible: bool
+    why: str = ""
+    replacements: tuple[PlannedNodeClaim, ...] = ()
+    destinations: dict[str, str] = field(default_factory=dict, hash=False)
+    """Moved pod -> the existing Node it lands on, or ``new:<index>`` (an index into ``replacements``)."""
+
+    @property
+    def price(self) -> float:
+        return sum(r.price for r in self.replacements)
+
+
+class Repacker:
+    def __init__(self, view: ClusterView) -> None:
+        if view.core is None:
+            raise ValueError("the view has no scheduling input: nothing can be repacked")
+        self.core: ClusterInput = view.core
+        leaving = {c.node for c in view.claims.values() if c.disrupting and c.node}
+        booting = {c.node for c in view.claims.values() if c.node and c.initialized_at is None}
+        moving = {
+            pod_key(p)
+            for node in leaving
+            for p in view.pods_by_node.get(str(node), [])
+            if is_reschedulable(p)
+        }
+        self.nodes = tuple(
+            dataclasses.replace(n, unschedulable=True) if n.name in booting else n
+            for n in self.core.nodes
+            if n.name not in leaving
+        )
+        self.pods: tuple[Pod, ...] = tuple(
+            (dataclasses.replace(p, node_name="") if p.key in moving else p)
+            for p in self.core.pods
+            if p.node_name not in leaving or p.key in moving
+        )
+        self.solves = 0
+
+    def simulate(self, candidates: Sequence[Candidate]) -> Outcome:
+        names = {c.node_name for c in candidates}
+        movable = {pod_key(p) for c in candidates for p in c.reschedulable}
+        pods = [
+            (dataclasses.replace(p, node_name="") if p.key in movable else p)
+            for p in self.pods
+            if p.node_name not in names or p.key in movable
+        ]
+        inputs = dataclasses.replace(
+            self.core, nodes=tuple(n for n in self.nodes if n.name not in names), pods=tuple(pods)
+        )
+        self.solves += 1
+        plan = solve(inputs)
+        for unschedulable in plan.unschedulable:
+            if unschedulable.pod in movable:
+                return Outcome(False, f"pod {unschedulable.pod} cannot run elsewhere: {unschedulable.reason}")
+        destinations: dict[str, str] = {}
+        for placement in plan.existing:
+            for pod in placement.pods:
+                if pod not in movable:
+                    continue
+                if placement.kind != "Node":
+                    return Outcome(
+                        False, f"pod {pod} would go to NodeClaim {placement.name}, not initialized"
+                    )
+                destinations[pod] = placement.name
+        replacements = tuple(nc for nc in plan.node_claims if any(p in movable for p in nc.pods))
+        for index, claim in enumerate(replacements):
+            for pod in claim.pods:
+                if pod in movable:
+                    destinations[pod] = f"new:{index}"
+        return Outcome(True, replacements=replacements, destinations=destinations)
