@@ -36,6 +36,7 @@ import msgspec
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from tenon.cli import simulate_disruption
 from tenon.core import MAX_PODS, ClusterInput, InputError, Plan, assemble, one_line, parse_object, solve
 
 MAX_BYTES = 256 * 2**20
@@ -67,6 +68,7 @@ def register(subparsers: Any) -> None:
         help="YAML or JSON file of Kubernetes objects (repeatable; - for stdin)",
     )
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
+    simulate_disruption.add_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -337,6 +339,8 @@ def read_inputs(paths: list[str]) -> ClusterInput:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "disruption", False):
+        return simulate_disruption.run(args)
     with _no_garbage_collection():
         try:
             inputs = read_inputs(args.filename)
