@@ -7,7 +7,6 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,19 +14,9 @@ import pytest
 from devtools.stack import DEMO_DIR, LocalStack, apply_manifests, connect, load_manifests
 from proto import subjects
 from tenon.runtime.kube import MACHINEDEPLOYMENTS, MACHINES, NODECLAIMS, PODS, Kube
+from tests.support.waiting import until
 
 INFRASTRUCTURE = ("nodepool.yaml", "machinedeployments.yaml", "daemonset.yaml")
-
-
-async def until(probe: Callable[[], Any], timeout: float = 45.0, what: str = "") -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what or 'the condition'}")
-        await asyncio.sleep(0.2)
 
 
 def workload(name: str) -> list[dict[str, Any]]:
@@ -48,7 +37,7 @@ async def provision(stack: LocalStack, manifest: str, app: str) -> tuple[Kube, K
         expected = sum(d["spec"]["replicas"] for d in workload(manifest))
         return pods if len(running) == expected == len(pods) else None
 
-    await until(all_running, what=f"{app} pods Running")
+    await until(all_running, 45, what=f"{app} pods Running")
     return kube, management
 
 

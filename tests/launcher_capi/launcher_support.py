@@ -8,9 +8,8 @@ providerIDs).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,6 +39,7 @@ from tenon.services.launcher_capi.executor import LauncherExecutor
 from tenon.services.launcher_capi.state import LauncherState
 from tests.support.events import append_to_claim
 from tests.support.services import running
+from tests.support.waiting import until
 
 NODECLASS = "default"
 SIZES = {"c3-4": ("2", "4Gi", "0.048"), "c3-8": ("4", "8Gi", "0.096"), "c3-16": ("8", "16Gi", "0.192")}
@@ -171,20 +171,6 @@ def replicas_of(store: Store, md: str) -> int:
     return int(store.get(md_rt(store), md, "default")["spec"].get("replicas") or 0)
 
 
-async def wait_until(check: Callable[[], Any], *, timeout: float = 10.0, what: str = "condition") -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        result = check()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return result
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.03)
-
-
 async def settled(event_log: EventLog, durable: str = "launcher-capi") -> bool:
     """Whether the launcher (in this process or another) has handled every record the log holds: every record
     of the events stream is one of its inputs, and it acks an input only once its decisions are recorded, so
@@ -205,7 +191,7 @@ async def running_launcher(
     executor = LauncherExecutor(management, workload=workload_kube, **settings)
     try:
         async with running(CapiLauncherDecider(), executor, event_log, tick_seconds=0.2) as runtime:
-            await wait_until(executor.started.is_set, what="launcher started")
+            await until(executor.started.is_set, what="launcher started")
             yield runtime
     finally:
         await management.close()

@@ -28,8 +28,8 @@ from tests.launcher_capi.launcher_support import (
     nodeclass,
     publish_nodeclasses,
     running_launcher,
-    wait_until,
 )
+from tests.support.waiting import until
 
 
 def test_every_member_becomes_an_exact_instance_type_and_a_broken_one_is_skipped_by_name() -> None:
@@ -140,7 +140,7 @@ async def test_published_at_start_and_on_price_change_with_an_event_on_the_broke
         store.create(md_rt(store), machine_deployment("c3-16"))
         await publish_nodeclasses(jetstream_log, nodeclass())
         async with running_launcher(jetstream_log, sb):
-            first = (await wait_until(lambda: _snapshots(jetstream_log), what="a catalog"))[0]
+            first = (await until(lambda: _snapshots(jetstream_log), what="a catalog"))[0]
             assert sorted(t["name"] for t in first.instance_types) == ["c3-16", "c3-8"]
             assert [s.name for s in first.skipped] == ["c3-4"] and "memory" in first.skipped[0].reason
 
@@ -148,7 +148,7 @@ async def test_published_at_start_and_on_price_change_with_an_event_on_the_broke
                 items = store.list(store.resource("v1", "Event"), "default")[0]
                 return [e for e in items if e.get("reason") == SKIPPED_EVENT_REASON]
 
-            events = await wait_until(skip_events, what="a Warning Event on c3-4")
+            events = await until(skip_events, what="a Warning Event on c3-4")
             assert len(events) == 1
             assert events[0]["involvedObject"]["kind"] == "MachineDeployment"
             assert events[0]["involvedObject"]["name"] == "c3-4"
@@ -157,7 +157,7 @@ async def test_published_at_start_and_on_price_change_with_an_event_on_the_broke
             md = store.get(md_rt(store), "c3-8", "default")
             md["metadata"]["annotations"][PRICE_PER_HOUR] = "0.08"
             store.update(md_rt(store), md)
-            snapshots = await wait_until(lambda: _len_at_least(jetstream_log, 2), what="a second catalog")
+            snapshots = await until(lambda: _len_at_least(jetstream_log, 2), what="a second catalog")
             prices = {t["name"]: t["offerings"][0]["price"] for t in snapshots[-1].instance_types}
             assert prices == {"c3-8": 0.08, "c3-16": 0.192}
             assert len(skip_events()) == 1
@@ -176,10 +176,8 @@ async def test_an_unchanged_catalog_is_published_again_well_inside_the_retention
         store.create(md_rt(store), machine_deployment("c3-8"))
         await publish_nodeclasses(jetstream_log, nodeclass())
         async with running_launcher(jetstream_log, sb, resync=1.0):
-            first = (await wait_until(lambda: _snapshots(jetstream_log), what="a catalog"))[0]
-            again = (
-                await wait_until(lambda: _len_at_least(jetstream_log, 2), what="a re-published catalog")
-            )[1]
+            first = (await until(lambda: _snapshots(jetstream_log), what="a catalog"))[0]
+            again = (await until(lambda: _len_at_least(jetstream_log, 2), what="a re-published catalog"))[1]
     # the same content, as a new event (its id follows the previous one), a resync interval later
     assert again.instance_types == first.instance_types and again.sources == first.sources
     assert again.id != first.id and (again.decided_at - first.decided_at).total_seconds() >= 1.0

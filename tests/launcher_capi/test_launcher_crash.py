@@ -35,8 +35,8 @@ from tests.launcher_capi.launcher_support import (
     publish_nodeclasses,
     replicas_of,
     settled,
-    wait_until,
 )
+from tests.support.waiting import until
 
 REPO = Path(__file__).resolve().parents[2]
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
@@ -94,7 +94,7 @@ async def test_sigkill_after_scale_up_then_restart_creates_exactly_the_machines_
         try:
             await append_claim_event(jetstream_log, planned("claim-a", "c3-8"))
             await append_claim_event(jetstream_log, planned("claim-b", "c3-8"))
-            await wait_until(lambda: replicas_of(store, "c3-8") >= 1, timeout=20, what="the first scale-up")
+            await until(lambda: replicas_of(store, "c3-8") >= 1, timeout=20, what="the first scale-up")
             first.send_signal(signal.SIGKILL)
             await first.wait()
         finally:
@@ -106,12 +106,10 @@ async def test_sigkill_after_scale_up_then_restart_creates_exactly_the_machines_
 
         second = await start_launcher(nats_server, sb, launcher_output)
         try:
-            await wait_until(lambda: _all_launched(jetstream_log), timeout=30, what="both claims Launched")
+            await until(lambda: _all_launched(jetstream_log), timeout=30, what="both claims Launched")
             # everything the restarted launcher saw is handled (observations of the boots included): nothing
             # owed
-            await wait_until(
-                lambda: settled(jetstream_log), timeout=30, what="the launcher handled the whole log"
-            )
+            await until(lambda: settled(jetstream_log), timeout=30, what="the launcher handled the whole log")
             assert await launched_claims(jetstream_log, "claim-a", "claim-b") == {"claim-a": 1, "claim-b": 1}
             assert replicas_of(store, "c3-8") == 2
             machines = machines_of(store, "c3-8")

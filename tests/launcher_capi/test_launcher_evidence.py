@@ -43,10 +43,10 @@ from tests.launcher_capi.launcher_support import (
     publish_nodeclasses,
     replicas_of,
     running_launcher,
-    wait_until,
 )
 from tests.support.events import build_event
 from tests.support.services import caught_up
+from tests.support.waiting import until
 
 GRACE = 0.5
 
@@ -54,7 +54,7 @@ GRACE = 0.5
 async def stray_machine(store: Store, claim: str) -> dict[str, Any]:
     """An MD of two Machines, one of them bound to ``claim`` (which no one planned); the bound one."""
     store.create(md_rt(store), machine_deployment("c3-8", replicas=2))
-    machines = await wait_until(
+    machines = await until(
         lambda: len(machines_of(store, "c3-8")) == 2 and machines_of(store, "c3-8"), what="two machines"
     )
     stray = machines[0]
@@ -108,10 +108,8 @@ async def test_bound_to_a_claim_nowhere_past_the_grace_with_a_log_reaching_back_
         stray = await stray_machine(store, "claim-never-planned")
         await publish_nodeclasses(jetstream_log, nodeclass())
         async with running_launcher(jetstream_log, sb, leak_grace=GRACE):
-            await wait_until(
-                lambda: replicas_of(store, "c3-8") == 1, what="the leaked machine's replica removed"
-            )
-            remaining = await wait_until(
+            await until(lambda: replicas_of(store, "c3-8") == 1, what="the leaked machine's replica removed")
+            remaining = await until(
                 lambda: len(machines_of(store, "c3-8")) == 1 and machines_of(store, "c3-8"),
                 what="only the unbound machine left",
             )
@@ -137,11 +135,9 @@ async def test_bound_to_a_claim_whose_nodeclaim_object_exists_is_kept_with_an_ev
         stray = await stray_machine(store, "claim-elsewhere")
         await publish_nodeclasses(jetstream_log, nodeclass())
         async with running_launcher(jetstream_log, sb, leak_grace=GRACE):
-            kept = await wait_until(
-                lambda: decision(jetstream_log, stray, ev.MachineKept), what="MachineKept"
-            )
+            kept = await until(lambda: decision(jetstream_log, stray, ev.MachineKept), what="MachineKept")
             assert kept.code == NODECLAIM_OBJECT_EXISTS and "claim-elsewhere" in kept.reason
-            [event] = await wait_until(
+            [event] = await until(
                 lambda: machine_events(store, stray, KEPT_EVENT_REASON), what="an Event on the Machine"
             )
             assert (
@@ -160,9 +156,7 @@ async def test_without_a_workload_cluster_to_look_in_the_machine_is_kept(
         stray = await stray_machine(store, "claim-unseen")
         await publish_nodeclasses(jetstream_log, nodeclass())
         async with running_launcher(jetstream_log, sb, workload=False, leak_grace=GRACE):
-            kept = await wait_until(
-                lambda: decision(jetstream_log, stray, ev.MachineKept), what="MachineKept"
-            )
+            kept = await until(lambda: decision(jetstream_log, stray, ev.MachineKept), what="MachineKept")
             assert kept.code == NODECLAIM_OBJECTS_UNREADABLE and "TENON_KUBECONFIG" in kept.reason
             assert not marked(store, stray) and replicas_of(store, "c3-8") == 2
 
@@ -179,11 +173,11 @@ async def test_bound_to_an_unknown_claim_when_the_log_lost_its_beginning_is_kept
             store = sb.management_store
             stray = await stray_machine(store, "claim-aged-out")
             await publish_nodeclasses(event_log, nodeclass())
-            await wait_until(
+            await until(
                 lambda: _lost_beginning(event_log), timeout=15, what="the log's first records aged out"
             )
             async with running_launcher(event_log, sb, leak_grace=GRACE):
-                kept = await wait_until(lambda: _kept_in(event_log, stray), timeout=15, what="MachineKept")
+                kept = await until(lambda: _kept_in(event_log, stray), timeout=15, what="MachineKept")
                 assert kept.code == LOG_TOO_SHORT and "may have aged out" in kept.reason
                 assert machine_events(store, stray, KEPT_EVENT_REASON)
                 assert not marked(store, stray) and replicas_of(store, "c3-8") == 2
@@ -209,7 +203,7 @@ async def test_a_forged_drain_is_dead_lettered_and_the_machine_stays(
         await publish_nodeclasses(jetstream_log, nodeclass())
         async with running_launcher(jetstream_log, sb) as runtime:
             await append_claim_event(jetstream_log, planned("claim-f", "c3-8"))
-            launched = await wait_until(lambda: _launched(jetstream_log, "claim-f"), what="claim-f Launched")
+            launched = await until(lambda: _launched(jetstream_log, "claim-f"), what="claim-f Launched")
             # well-formed, on the right subject, appended after the claim's last event: but not disruption's
             forged = build_event(
                 ev.NodeClaimDrained,
@@ -220,16 +214,14 @@ async def test_a_forged_drain_is_dead_lettered_and_the_machine_stays(
                 node=launched.machine,
             )
             await append_claim_event(jetstream_log, forged)
-            letters = await wait_until(
-                lambda: _dead_letters(jetstream_log), what="the forged event dead-lettered"
-            )
+            letters = await until(lambda: _dead_letters(jetstream_log), what="the forged event dead-lettered")
             assert "only disruption may write" in letters[0].error and runtime.refused == 1
             # disruption's name, but no disruption was requested: refused as well
             unrequested = build_event(
                 ev.NodeClaimDrained, "unrequested-drain", at=datetime.now(UTC), nodeclaim="claim-f", node="n"
             )
             await append_claim_event(jetstream_log, unrequested)
-            await wait_until(lambda: runtime.refused == 2, what="the second forgery refused")
+            await until(lambda: runtime.refused == 2, what="the second forgery refused")
             # the refused events were never folded: the claim is live, its Machine unmarked, nothing decided
             assert runtime.state.claims["claim-f"].live and runtime.state.claims["claim-f"].drained is None
             [machine] = machines_of(store, "c3-8")
@@ -271,13 +263,13 @@ async def test_a_restart_after_the_log_lost_its_beginning_keeps_every_machine(
             async with running_launcher(event_log, sb, leak_grace=GRACE):
                 for claim in ("claim-1", "claim-2"):
                     await append_claim_event(event_log, planned(claim, "c3-8"))
-                await wait_until(lambda: _both_launched(store), what="both claims' Machines up")
+                await until(lambda: _both_launched(store), what="both claims' Machines up")
             last = (await event_log.bounds()).last_sequence
-            await wait_until(lambda: _aged_out(event_log, last), timeout=15, what="the first term aged out")
+            await until(lambda: _aged_out(event_log, last), timeout=15, what="the first term aged out")
 
             # with the launcher's snapshot: the claims are known, nothing is suspect
             async with running_launcher(event_log, sb, leak_grace=GRACE) as runtime:
-                await wait_until(lambda: caught_up(runtime), what="rebuilt and caught up")
+                await until(lambda: caught_up(runtime), what="rebuilt and caught up")
                 assert sorted(runtime.state.claims) == ["claim-1", "claim-2"]
                 later = datetime.now(UTC) + timedelta(seconds=GRACE * 10)
                 assert list(leak_suspects(runtime.state, later, timedelta(seconds=GRACE))) == []
@@ -289,18 +281,14 @@ async def test_a_restart_after_the_log_lost_its_beginning_keeps_every_machine(
             # without it (and without the claims' events): both Machines are suspect, and both are kept
             await event_log.snapshots().delete("launcher-capi")
             async with running_launcher(event_log, sb, leak_grace=GRACE) as runtime:
-                await wait_until(lambda: caught_up(runtime), what="rebuilt from what is left")
+                await until(lambda: caught_up(runtime), what="rebuilt from what is left")
                 assert runtime.state.claims == {}
                 executor = executor_of(runtime)
                 machines = machines_of(store, "c3-8")
-                await wait_until(
-                    lambda: len(runtime.state.machines) == 2, what="both Machines observed again"
-                )
+                await until(lambda: len(runtime.state.machines) == 2, what="both Machines observed again")
                 await executor.ticked(datetime.now(UTC) + timedelta(seconds=GRACE * 10))
                 kept = [
-                    await wait_until(
-                        functools.partial(_kept_in, event_log, m), timeout=10, what="MachineKept"
-                    )
+                    await until(functools.partial(_kept_in, event_log, m), timeout=10, what="MachineKept")
                     for m in machines
                 ]
                 assert {k.code for k in kept} == {LOG_TOO_SHORT}

@@ -35,9 +35,9 @@ from tests.launcher_capi.launcher_support import (
     publish_nodeclasses,
     replicas_of,
     running_launcher,
-    wait_until,
 )
 from tests.support.services import caught_up
+from tests.support.waiting import until
 
 
 def types_of(events: list[Any]) -> list[str]:
@@ -54,7 +54,7 @@ async def test_planned_claim_scales_binds_and_launches_once_even_when_redelivere
         await publish_nodeclasses(jetstream_log, nodeclass())
         async with running_launcher(jetstream_log, sb) as runtime:
             await append_claim_event(jetstream_log, planned("claim-a", "c3-8", "c3-16"))
-            launched = await wait_until(lambda: _launched(jetstream_log, "claim-a"), what="claim-a Launched")
+            launched = await until(lambda: _launched(jetstream_log, "claim-a"), what="claim-a Launched")
             machines = machines_of(store, "c3-8")
             assert replicas_of(store, "c3-8") == 1
             assert len(machines) == 1
@@ -74,7 +74,7 @@ async def test_planned_claim_scales_binds_and_launches_once_even_when_redelivere
             records = [r async for r in jetstream_log.read(subjects.nodeclaim("claim-a"))]
             record = records[0]
             assert isinstance(record.event, NodeClaimPlanned)
-            await wait_until(lambda: caught_up(runtime), what="every record handled")
+            await until(lambda: caught_up(runtime), what="every record handled")
             assert list(runtime.decider.decide(runtime.state, record.event)) == []
             await runtime.tick()
             assert replicas_of(store, "c3-8") == 1
@@ -96,9 +96,9 @@ async def test_max_size_reached_fails_over_to_the_next_choice(jetstream_log: Jet
         store.create(md_rt(store), machine_deployment("c3-16"))
         await publish_nodeclasses(jetstream_log, nodeclass())
         async with running_launcher(jetstream_log, sb):
-            await wait_until(lambda: len(machines_of(store, "c3-8")) == 1, what="the existing c3-8 machine")
+            await until(lambda: len(machines_of(store, "c3-8")) == 1, what="the existing c3-8 machine")
             await append_claim_event(jetstream_log, planned("claim-b", "c3-8", "c3-16"))
-            launched = await wait_until(lambda: _launched(jetstream_log, "claim-b"), what="claim-b Launched")
+            launched = await until(lambda: _launched(jetstream_log, "claim-b"), what="claim-b Launched")
             events = await claim_events(jetstream_log, "claim-b")
             assert types_of(events) == ["NodeClaimPlanned", "NodeClaimLaunchFailed", "NodeClaimLaunched"]
             failed = events[1]
@@ -113,7 +113,7 @@ async def test_max_size_reached_fails_over_to_the_next_choice(jetstream_log: Jet
 
             # no fallback left: the failure is final
             await append_claim_event(jetstream_log, planned("claim-c", "c3-8"))
-            final = await wait_until(lambda: _failed(jetstream_log, "claim-c"), what="claim-c LaunchFailed")
+            final = await until(lambda: _failed(jetstream_log, "claim-c"), what="claim-c LaunchFailed")
             assert final.retryable is False
             assert replicas_of(store, "c3-8") == 1
 
@@ -133,7 +133,7 @@ async def test_abandoned_claim_removes_exactly_its_machine(jetstream_log: JetStr
             for claim in ("claim-1", "claim-2", "claim-3"):
                 await append_claim_event(jetstream_log, planned(claim, "c3-8"))
             for claim in ("claim-1", "claim-2", "claim-3"):
-                await wait_until(functools.partial(_launched, jetstream_log, claim), what=f"{claim} Launched")
+                await until(functools.partial(_launched, jetstream_log, claim), what=f"{claim} Launched")
             assert replicas_of(store, "c3-8") == 3
             owner = {
                 m["metadata"]["annotations"][NODECLAIM]: m["metadata"]["name"]
@@ -142,7 +142,7 @@ async def test_abandoned_claim_removes_exactly_its_machine(jetstream_log: JetStr
             assert sorted(owner) == ["claim-1", "claim-2", "claim-3"]
 
             await append_claim_event(jetstream_log, abandoned("claim-2"))
-            await wait_until(
+            await until(
                 lambda: owner["claim-2"] not in {m["metadata"]["name"] for m in machines_of(store, "c3-8")},
                 what="claim-2's machine gone",
             )
@@ -159,7 +159,7 @@ async def test_drained_claim_loses_its_machine_and_is_terminated(jetstream_log: 
         await publish_nodeclasses(jetstream_log, nodeclass())
         async with running_launcher(jetstream_log, sb):
             await append_claim_event(jetstream_log, planned("claim-d", "c3-8"))
-            launched = await wait_until(lambda: _launched(jetstream_log, "claim-d"), what="claim-d Launched")
+            launched = await until(lambda: _launched(jetstream_log, "claim-d"), what="claim-d Launched")
             requested = DisruptionRequested(
                 id="requested-d",
                 decided_at=datetime.now(UTC),
@@ -178,9 +178,7 @@ async def test_drained_claim_loses_its_machine_and_is_terminated(jetstream_log: 
                 node=launched.machine,
             )
             await append_claim_event(jetstream_log, drained)
-            terminated = await wait_until(
-                lambda: _terminated(jetstream_log, "claim-d"), what="claim-d Terminated"
-            )
+            terminated = await until(lambda: _terminated(jetstream_log, "claim-d"), what="claim-d Terminated")
             assert terminated.machine == launched.machine and terminated.producer == "launcher-capi"
             assert machines_of(store, "c3-8") == [] and replicas_of(store, "c3-8") == 0
 

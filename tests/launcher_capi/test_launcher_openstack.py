@@ -28,8 +28,8 @@ from tests.launcher_capi.launcher_support import (
     publish_nodeclasses,
     replicas_of,
     running_launcher,
-    wait_until,
 )
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning:openstack")
 
@@ -96,7 +96,7 @@ async def test_flavors_fill_the_catalog_and_an_unreachable_cloud_is_noted(
             openstack_nodeclass("unreachable", dead, cloud),
         )
         async with running_launcher(jetstream_log, sb):
-            snapshot = await wait_until(
+            snapshot = await until(
                 lambda: snapshot_of(jetstream_log, "default"), what="the OpenStack catalog"
             )
             by_name = {t["name"]: t for t in snapshot.instance_types}
@@ -108,17 +108,13 @@ async def test_flavors_fill_the_catalog_and_an_unreachable_cloud_is_noted(
             assert by_name["c3-16"]["offerings"][0]["price"] == 0.192
             assert any("OpenStack flavor 'c3-8'" in note for note in snapshot.notes)
 
-            broken = await wait_until(
-                lambda: snapshot_of(jetstream_log, "unreachable"), what="the other catalog"
-            )
+            broken = await until(lambda: snapshot_of(jetstream_log, "unreachable"), what="the other catalog")
             assert broken.instance_types == ()
             assert any("OpenStack flavors not read" in note and dead in note for note in broken.notes)
             assert {s.name for s in broken.skipped} == {"c3-8", "c3-16"}
 
             await append_claim_event(jetstream_log, planned("claim-os", "c3-16"))
-            launched = await wait_until(
-                lambda: _launched(jetstream_log, "claim-os"), what="claim-os Launched"
-            )
+            launched = await until(lambda: _launched(jetstream_log, "claim-os"), what="claim-os Launched")
             assert launched.instance_type == "c3-16" and replicas_of(store, "c3-16") == 1
 
 

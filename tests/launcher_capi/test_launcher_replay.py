@@ -33,11 +33,11 @@ from tests.launcher_capi.launcher_support import (
     publish_nodeclasses,
     replicas_of,
     running_launcher,
-    wait_until,
 )
 from tests.launcher_capi.test_launcher_evidence import decision, nodeclaim_object
 from tests.support.events import build_event
 from tests.support.services import caught_up
+from tests.support.waiting import until
 
 
 async def story(event_log: JetStreamEventLog, claim: str) -> list[str]:
@@ -66,20 +66,18 @@ async def first_term(jetstream_log: JetStreamEventLog, sb: SandboxHandle) -> Non
         await append_claim_event(jetstream_log, planned("claim-a", "c3-8", "c3-16"))
         await append_claim_event(jetstream_log, planned("claim-b", "c3-4"))
         for claim in ("claim-a", "claim-b"):
-            await wait_until(
-                functools.partial(has_step, jetstream_log, claim, "NodeClaimLaunched"), what=claim
-            )
+            await until(functools.partial(has_step, jetstream_log, claim, "NodeClaimLaunched"), what=claim)
         assert await story(jetstream_log, "claim-a") == [
             "NodeClaimPlanned",
             "NodeClaimLaunchFailed",
             "NodeClaimLaunched",
         ]
-        await wait_until(lambda: caught_up(runtime), what="first term settled")
+        await until(lambda: caught_up(runtime), what="first term settled")
         # claim-b is abandoned: its Machine goes
         await append_claim_event(jetstream_log, abandoned("claim-b"))
-        await wait_until(lambda: replicas_of(store, "c3-4") == 1, what="claim-b's replica gone")
-        await wait_until(lambda: len(machines_of(store, "c3-4")) == 1, what="claim-b's Machine gone")
-        await wait_until(lambda: caught_up(runtime), what="first term settled")
+        await until(lambda: replicas_of(store, "c3-4") == 1, what="claim-b's replica gone")
+        await until(lambda: len(machines_of(store, "c3-4")) == 1, what="claim-b's Machine gone")
+        await until(lambda: caught_up(runtime), what="first term settled")
 
 
 async def second_term(jetstream_log: JetStreamEventLog, sb: SandboxHandle) -> None:
@@ -102,9 +100,7 @@ async def second_term(jetstream_log: JetStreamEventLog, sb: SandboxHandle) -> No
             jetstream_log,
             build_event(ev.NodeClaimDrained, "drain-a", at=datetime.now(UTC), nodeclaim="claim-a", node="n"),
         )
-        await wait_until(
-            lambda: has_step(jetstream_log, "claim-a", "NodeClaimTerminated"), what="a terminated"
-        )
+        await until(lambda: has_step(jetstream_log, "claim-a", "NodeClaimTerminated"), what="a terminated")
         assert replicas_of(store, "c3-16") == 0
         # the Machines the MDs had before tenon, bound by hand to claims nobody planned: one leaked, one whose
         # NodeClaim object exists
@@ -113,13 +109,11 @@ async def second_term(jetstream_log: JetStreamEventLog, sb: SandboxHandle) -> No
         )
         leaked = bind_by_hand(sb, "c3-8", "claim-never")
         kept = bind_by_hand(sb, "c3-4", "claim-elsewhere")
-        await wait_until(
-            lambda: decision(jetstream_log, leaked, ev.MachineRemovalDecided), what="leak removed"
-        )
-        await wait_until(lambda: replicas_of(store, "c3-8") == 0, what="the leak's replica removed")
-        await wait_until(lambda: decision(jetstream_log, kept, ev.MachineKept), what="a Machine kept")
+        await until(lambda: decision(jetstream_log, leaked, ev.MachineRemovalDecided), what="leak removed")
+        await until(lambda: replicas_of(store, "c3-8") == 0, what="the leak's replica removed")
+        await until(lambda: decision(jetstream_log, kept, ev.MachineKept), what="a Machine kept")
         assert replicas_of(store, "c3-4") == 1
-        await wait_until(lambda: caught_up(runtime), what="second term settled")
+        await until(lambda: caught_up(runtime), what="second term settled")
 
 
 async def test_a_recorded_run_replays_to_the_same_decisions(jetstream_log: JetStreamEventLog) -> None:
@@ -128,7 +122,7 @@ async def test_a_recorded_run_replays_to_the_same_decisions(jetstream_log: JetSt
         store.create(md_rt(store), machine_deployment("c3-8", replicas=1, max_size=1))
         store.create(md_rt(store), machine_deployment("c3-16"))
         store.create(md_rt(store), machine_deployment("c3-4", replicas=1))
-        await wait_until(
+        await until(
             lambda: len(machines_of(store, "c3-8")) == 1 and len(machines_of(store, "c3-4")) == 1,
             what="the Machines the MDs had before tenon",
         )

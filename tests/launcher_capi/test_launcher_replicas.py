@@ -30,8 +30,8 @@ from tests.launcher_capi.launcher_support import (
     publish_nodeclasses,
     replicas_of,
     settled,
-    wait_until,
 )
+from tests.support.waiting import until
 
 REPO = Path(__file__).resolve().parents[2]
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
@@ -104,29 +104,23 @@ async def test_two_replicas_act_once_and_the_standby_takes_over(
         first = await start("launcher-first", nats_server, sb, logs["first"])
         second = None
         try:
-            await wait_until(
-                lambda: catalog_events(jetstream_log), timeout=20, what="the first replica's catalog"
-            )
+            await until(lambda: catalog_events(jetstream_log), timeout=20, what="the first replica's catalog")
             second = await start("launcher-second", nats_server, sb, logs["second"])
-            await wait_until(
-                lambda: "starting" in messages(logs["second"]), timeout=20, what="second replica up"
-            )
+            await until(lambda: "starting" in messages(logs["second"]), timeout=20, what="second replica up")
             await append_claim_event(jetstream_log, planned("claim-1", "c3-8"))
-            await wait_until(lambda: launched(jetstream_log, "claim-1"), timeout=20, what="claim-1 Launched")
+            await until(lambda: launched(jetstream_log, "claim-1"), timeout=20, what="claim-1 Launched")
             assert "became leader" in messages(logs["first"])
             assert "became leader" not in messages(logs["second"])
 
             await stop(first)  # a clean stop releases the lease: the standby need not wait for it to expire
-            await wait_until(
+            await until(
                 lambda: "became leader" in messages(logs["second"]),
                 timeout=20,
                 what="the second replica leads",
             )
             await append_claim_event(jetstream_log, planned("claim-2", "c3-8"))
-            await wait_until(lambda: launched(jetstream_log, "claim-2"), timeout=20, what="claim-2 Launched")
-            await wait_until(
-                lambda: settled(jetstream_log), timeout=20, what="the standby handled the whole log"
-            )
+            await until(lambda: launched(jetstream_log, "claim-2"), timeout=20, what="claim-2 Launched")
+            await until(lambda: settled(jetstream_log), timeout=20, what="the standby handled the whole log")
             assert (await launched(jetstream_log, "claim-1"), await launched(jetstream_log, "claim-2")) == (
                 1,
                 1,

@@ -14,6 +14,7 @@ from tenon.runtime.eventlog.interface import EventLog
 from tenon.runtime.kube.client import load_kube
 from tenon.runtime.kube.resources import Kube
 from tenon.services.pod_watcher.service import PodWatcher, PodWatcherSettings
+from tests.support.waiting import until
 
 E = TypeVar("E", bound=Event)
 
@@ -55,18 +56,14 @@ async def wait_for_events(
     timeout: float = 10.0,
     what: str = "events",
 ) -> list[E]:
-    """Poll the log until the events of ``event_type`` satisfy ``check``."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
+    """Wait until the events of ``event_type`` in the log satisfy ``check``."""
+
+    async def satisfied() -> list[E] | None:
         events = await logged(event_log, event_type)
-        if check(events):
-            return events
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(
-                f"timed out after {timeout}s waiting for {what}; have {len(events)}: "
-                f"{[summary(e) for e in events]}"
-            )
-        await asyncio.sleep(0.1)
+        return events if check(events) else None
+
+    found: list[E] = await until(satisfied, timeout, interval=0.1, what=what)
+    return found
 
 
 def summary(event: Event) -> str:

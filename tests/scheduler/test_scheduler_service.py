@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import copy
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -52,17 +51,6 @@ def observed(event_type: type[ev.Event], key: tuple[object, ...], **fields: Any)
     return make_event(event_type, producer="pod-watcher", key=key, **fields)
 
 
-async def wait_for(predicate: Callable[[], Any], timeout: float = 15.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
-
-
 async def events_of(event_log: JetStreamEventLog, event_type: type[ev.Event]) -> list[Any]:
     return [r.event async for r in event_log.read() if isinstance(r.event, event_type)]
 
@@ -108,7 +96,15 @@ async def seed(event_log: JetStreamEventLog, kube: Kube, nodepools: list[dict[st
 
 
 @pytest.fixture
-async def running(jetstream_log: JetStreamEventLog, kube: Kube) -> AsyncIterator[DeciderRuntime[Any]]:
+def launch_timeout() -> timedelta:
+    """Long enough that no claim is abandoned while a test looks at it (one test overrides it)."""
+    return timedelta(minutes=5)
+
+
+@pytest.fixture
+async def running(
+    jetstream_log: JetStreamEventLog, kube: Kube, launch_timeout: timedelta
+) -> AsyncIterator[DeciderRuntime[Any]]:
     nodepools = [d for d in demo_objects("nodepool.yaml") if d["kind"] == "NodePool"]
     broken = copy.deepcopy(nodepools[0])
     broken["metadata"]["name"] = "broken"
@@ -116,7 +112,7 @@ async def running(jetstream_log: JetStreamEventLog, kube: Kube) -> AsyncIterator
         {"key": "karpenter.sh/capacity-type", "operator": "Sideways"}
     ]
     await seed(jetstream_log, kube, [*nodepools, broken])
-    decider = SchedulerDecider(launch_timeout=timedelta(seconds=3))
+    decider = SchedulerDecider(launch_timeout=launch_timeout)
     async with running_service(decider, SchedulerExecutor(kube), jetstream_log) as runtime:
         yield runtime
 
@@ -133,7 +129,7 @@ async def test_a_3_vcpu_pod_gets_one_c3_8_and_a_nodeclaim_object(
         window_closed_by="idle",
     )
     await jetstream_log.publish(subjects.PENDING, batch)
-    planned = await wait_for(lambda: [c.planned for c in running.state.claims.values() if c.planned])
+    planned = await until(lambda: [c.planned for c in running.state.claims.values() if c.planned])
     [claim] = planned
     assert claim.choice.instance_type == "c3-8"
     assert claim.pods == ("default/big-0",)
@@ -144,10 +140,7 @@ async def test_a_3_vcpu_pod_gets_one_c3_8_and_a_nodeclaim_object(
         kube_events, _ = await kube.list(EVENTS, "default")
         return [e for e in kube_events if e["involvedObject"]["name"] == claim.nodeclaim]
 
-    deadline = asyncio.get_running_loop().time() + 5
-    while not await planned_events():  # the object, its status, then its Event
-        assert asyncio.get_running_loop().time() < deadline
-        await asyncio.sleep(0.05)
+    await until(planned_events, what="the NodeClaim object, its status, then its Event")
     obj = await kube.get(NODECLAIMS, claim.nodeclaim)
     assert obj["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "c3-8"
     assert {c["type"]: c["status"] for c in obj["status"]["conditions"]}["Launched"] == "Unknown"
@@ -174,10 +167,10 @@ async def test_invalid_nodepool_gets_a_condition_and_the_others_still_work(
         pool = await kube.get(NODEPOOLS, "broken")
         return {c["type"]: c for c in (pool.get("status") or {}).get("conditions", [])}
 
-    deadline = asyncio.get_running_loop().time() + 10
-    while "ValidationSucceeded" not in await validation():
-        assert asyncio.get_running_loop().time() < deadline
-        await asyncio.sleep(0.1)
+    async def validated() -> bool:
+        return "ValidationSucceeded" in await validation()
+
+    await until(validated, what="the NodePool's ValidationSucceeded condition")
     condition = (await validation())["ValidationSucceeded"]
     assert condition["status"] == "False"
     assert "broken" in condition["message"] and "operator" in condition["message"]
@@ -216,7 +209,7 @@ async def test_registration_and_initialization_sync_the_node(
             window_closed_by="idle",
         ),
     )
-    [claim] = await wait_for(lambda: [c for c in running.state.claims.values() if c.planned])
+    [claim] = await until(lambda: [c for c in running.state.claims.values() if c.planned])
     name = claim.name
     await append_to_claim(
         jetstream_log,
@@ -247,7 +240,7 @@ async def test_registration_and_initialization_sync_the_node(
     await jetstream_log.publish(
         subjects.node("c3-8-abc"), observed(ev.NodeObserved, ("n", 1), change="added", node=created)
     )
-    await wait_for(lambda: running.state.claims[name].registered)
+    await until(lambda: running.state.claims[name].registered)
     patched = await kube.get(NODES, "c3-8-abc")
     assert patched["metadata"]["labels"]["karpenter.sh/nodepool"] == "default"
     assert not any(t["key"] == "karpenter.sh/unregistered" for t in patched["spec"].get("taints", []))
@@ -256,16 +249,16 @@ async def test_registration_and_initialization_sync_the_node(
     await jetstream_log.publish(
         subjects.node("c3-8-abc"), observed(ev.NodeObserved, ("n", 2), change="changed", node=patched)
     )
-    await wait_for(lambda: running.state.claims[name].initialized)
+    await until(lambda: running.state.claims[name].initialized)
 
     async def conditions() -> dict[str, str]:
         obj = await kube.get(NODECLAIMS, name)
         return {c["type"]: c["status"] for c in obj["status"]["conditions"]}
 
-    deadline = asyncio.get_running_loop().time() + 5
-    while (await conditions()).get("Initialized") != "True":
-        assert asyncio.get_running_loop().time() < deadline
-        await asyncio.sleep(0.05)
+    async def initialized() -> bool:
+        return (await conditions()).get("Initialized") == "True"
+
+    await until(initialized, what="the NodeClaim object Initialized")
     obj = await kube.get(NODECLAIMS, name)
     assert obj["status"]["nodeName"] == "c3-8-abc" and obj["status"]["providerID"] == "openstack:///abc"
 
@@ -275,6 +268,7 @@ async def test_registration_and_initialization_sync_the_node(
     assert report.comparisons and not report.differing, [c.differences() for c in report.differing]
 
 
+@pytest.mark.parametrize("launch_timeout", [timedelta(seconds=3)])
 async def test_a_claim_never_launched_is_abandoned_and_its_pods_planned_again(
     running: DeciderRuntime[Any], jetstream_log: JetStreamEventLog, kube: Kube
 ) -> None:
@@ -289,17 +283,18 @@ async def test_a_claim_never_launched_is_abandoned_and_its_pods_planned_again(
             window_closed_by="idle",
         ),
     )
-    [first] = await wait_for(lambda: [c for c in running.state.claims.values() if c.planned])
-    abandoned = await wait_for(lambda: running.state.claims[first.name].abandoned, timeout=20)
+    [first] = await until(lambda: [c for c in running.state.claims.values() if c.planned])
+    abandoned = await until(lambda: running.state.claims[first.name].abandoned, timeout=20)
     assert "not launched within" in abandoned.reason
-    second = await wait_for(
+    second = await until(
         lambda: [c for c in running.state.claims.values() if c.planned and c.name != first.name]
     )
     assert second[0].planned.pods == ("default/big-0",)
-    deadline = asyncio.get_running_loop().time() + 5
-    while await kube.get_or_none(NODECLAIMS, first.name) is not None:  # the abandoned claim's object goes
-        assert asyncio.get_running_loop().time() < deadline
-        await asyncio.sleep(0.05)
+
+    async def object_gone() -> bool:
+        return await kube.get_or_none(NODECLAIMS, first.name) is None
+
+    await until(object_gone, what="the abandoned claim's NodeClaim object gone")
 
 
 async def test_a_restarted_scheduler_answers_what_came_while_it_was_down_and_nothing_twice(
@@ -323,7 +318,7 @@ async def test_a_restarted_scheduler_answers_what_came_while_it_was_down_and_not
                 window_closed_by="idle",
             ),
         )
-        await wait_for(lambda: [c for c in first.state.claims.values() if c.planned])
+        await until(lambda: [c for c in first.state.claims.values() if c.planned])
 
     # while no scheduler runs, another batch arrives
     await jetstream_log.publish(
@@ -338,7 +333,7 @@ async def test_a_restarted_scheduler_answers_what_came_while_it_was_down_and_not
         ),
     )
     async with start() as second:
-        await wait_for(lambda: len([c for c in second.state.claims.values() if c.planned]) == 2)
+        await until(lambda: len([c for c in second.state.claims.values() if c.planned]) == 2)
         # the second batch was answered once the first answer was in the log behind it: all caught up
         await until(lambda: caught_up(second))
     planned = await events_of(jetstream_log, ev.NodeClaimPlanned)
