@@ -65,8 +65,8 @@ def register(subparsers: Any) -> None:
 
 
 def load_decider(service: str) -> Any:
-    """The service's decider, with the settings its decisions depend on read from the environment; or a decider
-    given as ``module:attribute`` (an instance, or a class or function that makes one)."""
+    """The service's decider, with the settings its decisions depend on read from the environment; or a
+    decider given as ``module:attribute`` (an instance, or a class or function that makes one)."""
     if service not in SERVICES and ":" in service:
         module_name, attribute = service.split(":", 1)
         try:
@@ -171,9 +171,8 @@ def print_report(report: replaying.ReplayReport, args: argparse.Namespace) -> No
             )
             continue
         mark = ("=" if comparison.same else "≠") if args.diff else "→"
-        print(
-            f"{mark} #{comparison.input_sequence} {comparison.input_type}: {len(comparison.replayed)} decision(s)"
-        )
+        decided = len(comparison.replayed)
+        print(f"{mark} #{comparison.input_sequence} {comparison.input_type}: {decided} decision(s)")
         for event in comparison.replayed:
             print(f"    {type(event).__name__}: {render.summary(event)}")
         if args.diff and not comparison.same:
@@ -186,6 +185,5 @@ def print_report(report: replaying.ReplayReport, args: argparse.Namespace) -> No
             undecodable += f", {report.external} external decision(s) not replayable"
         if report.ticks_outside:
             undecodable += f", {report.ticks_outside} tick(s) decided on state before the range"
-        print(
-            f"{report.records_read} record(s) read, {len(report.comparisons)} input(s) decided{tail}{undecodable}"
-        )
+        decided = len(report.comparisons)
+        print(f"{report.records_read} record(s) read, {decided} input(s) decided{tail}{undecodable}")

@@ -36,7 +36,8 @@ def build_event(
 
 
 async def append_to_claim(event_log: Any, event: ev.NodeClaimEvent) -> int:
-    """Append ``event`` to its claim's history after whatever is there (what its owner would do); its sequence."""
+    """Append ``event`` to its claim's history after whatever is there (what its owner would do); its
+    sequence."""
     from proto import subjects
     from tenon.runtime.claims import append_claim_event
 

@@ -38,7 +38,8 @@ def pending_pod(name: str, cpu: str, namespace: str = "default", **labels: str) 
 
 
 def demo_facts() -> list[ev.Event]:
-    """What the pod-watcher and launcher-capi publish for the demo: NodePools, NodeClasses, DaemonSets, catalog."""
+    """What the pod-watcher and launcher-capi publish for the demo: NodePools, NodeClasses, DaemonSets,
+    catalog."""
     pools = demo_documents("nodepool.yaml")
     return [
         build_event(ev.NodePoolsSnapshot, "np", nodepools=tuple(o for o in pools if o["kind"] == "NodePool")),

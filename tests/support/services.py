@@ -1,4 +1,5 @@
-"""Running a decider service in the test's own event loop (the runtime a process would run, minus the election)."""
+"""Running a decider service in the test's own event loop (the runtime a process would run, minus the
+election)."""
 
 from __future__ import annotations
 

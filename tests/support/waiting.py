@@ -18,7 +18,8 @@ async def until(
     interval: float = 0.05,
     what: str = "condition",
 ) -> T:
-    """The first truthy value of ``predicate()`` (sync or async); AssertionError naming ``what`` on timeout."""
+    """The first truthy value of ``predicate()`` (sync or async); AssertionError naming ``what`` on
+    timeout."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         value = predicate()
