@@ -308,8 +308,32 @@ class BlockedCandidate(msgspec.Struct, frozen=True, rename="camel"):
     blocked_by: str
 
 
+class ReplacementClaim(msgspec.Struct, frozen=True, rename="camel"):
+    """A node a disruption command launches (and waits to be Initialized) before its candidates are drained:
+    the claim exactly as the scheduler is to plan it (its ``NodeClaimPlanned`` copies these fields)."""
+
+    nodeclaim: str
+    nodepool: str
+    node_class: str
+    choice: InstanceChoice
+    fallbacks: tuple[InstanceChoice, ...] = ()
+    pods: tuple[str, ...] = ()
+    """The candidates' pods it is for (they are bound elsewhere until the drain: nothing is held for them)."""
+    requirements: tuple[KubeObject, ...] = ()
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    taints: tuple[KubeObject, ...] = ()
+    startup_taints: tuple[KubeObject, ...] = ()
+    requests: dict[str, str] = msgspec.field(default_factory=dict)
+
+
 class DisruptionDecision(Event, frozen=True, kw_only=True, tag=True):
-    """The disruption service chose nodes to remove or replace, and says why and under which budget."""
+    """The disruption service chose nodes to remove or replace, and says why and under which budget.
+
+    A command goes through stages, each its own decision: ``proposed`` (consolidation and emptiness: judged
+    again after a settle period before anything is done), ``confirmed`` (its candidates are tainted; its
+    replacements are requested, and its candidates' termination is requested once they are Initialized, or
+    at once when it has none) or ``abandoned`` (the judgement changed, or a replacement failed: candidates
+    untainted). ``command`` names the proposal a later stage continues."""
 
     schema: Literal[1] = 1
     method: Literal["emptiness", "consolidation", "drift", "expiration", "interruption"]
@@ -318,6 +342,24 @@ class DisruptionDecision(Event, frozen=True, kw_only=True, tag=True):
     budget: str
     blocked: tuple[BlockedCandidate, ...] = ()
     replacements: tuple[str, ...] = ()
+    stage: Literal["proposed", "confirmed", "abandoned"] = "confirmed"
+    command: str | None = None
+    replacement_claims: tuple[ReplacementClaim, ...] = ()
+    savings_per_hour: float = 0.0
+    pods_moved: tuple[str, ...] = ()
+
+
+class ReplacementsRequested(Event, frozen=True, kw_only=True, tag=True):
+    """Disruption asks the scheduler to plan exactly these claims for a confirmed command (``command``: its
+    decision id). The scheduler answers with one ``NodeClaimPlanned`` per replacement not yet planned
+    (``causationId`` this event, the claim name and fields as given); disruption drains the candidates once
+    every replacement is Initialized, and abandons the command if one ends before."""
+
+    schema: Literal[1] = 1
+    command: str
+    candidates: tuple[str, ...]
+    replacements: tuple[ReplacementClaim, ...]
+    reason: str
 
 
 # --- Cluster API, as the Cluster API launcher sees it and acts on it (tenon.capi.*) -----------------------
@@ -476,6 +518,7 @@ AnyEvent = (
     | NodeClaimTerminated
     | InterruptionNotice
     | DisruptionDecision
+    | ReplacementsRequested
     | DeadLetter
     | MachineDeploymentObserved
     | MachineObserved

@@ -60,6 +60,8 @@ def _claim_step(
 
 
 _EVERYONE_DECIDING = (SCHEDULER, DISRUPTION)
+_NODECLASS_READERS = (SCHEDULER, LAUNCHERS, DISRUPTION)
+"""Disruption reads NodeClasses for drift (a changed NodeClass drifts its claims)."""
 
 
 def _capi(*event_types: type[ev.Event], subject: str) -> tuple[EventSpec, ...]:
@@ -72,10 +74,10 @@ SPECS: tuple[EventSpec, ...] = (
     EventSpec(ev.NodeObserved, "tenon.cluster.node.*", (POD_WATCHER,), _EVERYONE_DECIDING),
     EventSpec(ev.BoundPodObserved, "tenon.cluster.pod.*.*", (POD_WATCHER,), _EVERYONE_DECIDING),
     EventSpec(ev.NodePoolsSnapshot, "tenon.cluster.nodepools", (POD_WATCHER,), _EVERYONE_DECIDING),
-    EventSpec(ev.NodeClassesSnapshot, "tenon.cluster.nodeclasses", (POD_WATCHER,), (SCHEDULER, LAUNCHERS)),
+    EventSpec(ev.NodeClassesSnapshot, "tenon.cluster.nodeclasses", (POD_WATCHER,), _NODECLASS_READERS),
     EventSpec(ev.DaemonSetsSnapshot, "tenon.cluster.daemonsets", (POD_WATCHER,), _EVERYONE_DECIDING),
     EventSpec(ev.CatalogSnapshot, "tenon.catalog.*", (LAUNCHERS,), (SCHEDULER, DISRUPTION, LAUNCHER_CAPI)),
-    EventSpec(ev.PendingBatch, "tenon.pending", (POD_WATCHER,), (SCHEDULER,)),
+    EventSpec(ev.PendingBatch, "tenon.pending", (POD_WATCHER,), _EVERYONE_DECIDING),
     EventSpec(ev.BatchPlanned, "tenon.scheduling.batch", (SCHEDULER,), ()),
     _claim_step(ev.NodeClaimPlanned, (SCHEDULER,), (SCHEDULER, LAUNCHERS, DISRUPTION)),
     _claim_step(ev.NodeClaimLaunched, (LAUNCHERS,), (SCHEDULER, LAUNCHERS, DISRUPTION)),
@@ -86,7 +88,10 @@ SPECS: tuple[EventSpec, ...] = (
     _claim_step(ev.DisruptionRequested, (DISRUPTION,), (SCHEDULER, LAUNCHERS, DISRUPTION)),
     _claim_step(ev.NodeClaimDrained, (DISRUPTION,), (SCHEDULER, LAUNCHERS, DISRUPTION)),
     _claim_step(ev.NodeClaimTerminated, (LAUNCHERS,), (SCHEDULER, LAUNCHERS, DISRUPTION)),
-    EventSpec(ev.DisruptionDecision, "tenon.disruption.decision", (DISRUPTION,), ()),
+    EventSpec(ev.DisruptionDecision, "tenon.disruption.decision", (DISRUPTION,), (DISRUPTION,)),
+    EventSpec(
+        ev.ReplacementsRequested, subjects.DISRUPTION_REPLACEMENTS, (DISRUPTION,), (SCHEDULER, DISRUPTION)
+    ),
     EventSpec(ev.InterruptionNotice, "tenon.interruption.*", (INTERRUPTION_HANDLER,), (DISRUPTION,)),
     EventSpec(ev.DeadLetter, "tenon.deadletter.*.*", (ANY_CONSUMER,), ()),
     *_capi(
@@ -133,6 +138,7 @@ _SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = {
     ev.PendingBatch: lambda e: subjects.PENDING,
     ev.BatchPlanned: lambda e: subjects.BATCH_DECISIONS,
     ev.DisruptionDecision: lambda e: subjects.DISRUPTION_DECISIONS,
+    ev.ReplacementsRequested: lambda e: subjects.DISRUPTION_REPLACEMENTS,
     ev.InterruptionNotice: lambda e: subjects.interruption(e.provider_id.split(":", 1)[0] or "unknown"),
     ev.DeadLetter: lambda e: subjects.deadletter(e.stream, e.consumer),
     ev.MachineDeploymentObserved: lambda e: subjects.capi_machinedeployment(

@@ -14,6 +14,7 @@ Subjects partition it so that consumers filter cheaply:
     tenon.scheduling.batch                        BatchPlanned (the scheduler's answer to a batch)
     tenon.nodeclaim.<nodeclaim>.<step>            the NodeClaim lifecycle (the aggregate is tenon.nodeclaim.<nodeclaim>.*)
     tenon.disruption.decision                     DisruptionDecision
+    tenon.disruption.replacements                 ReplacementsRequested (disruption asks the scheduler)
     tenon.interruption.<provider>                 InterruptionNotice
     tenon.capi.machinedeployment.<ns>.<name>      MachineDeploymentObserved, MachineDeploymentScaled
     tenon.capi.machine.<ns>.<name>                MachineObserved, MachineBound, MachineLeakChecked,
@@ -44,6 +45,7 @@ PENDING = "tenon.pending"
 BATCH_DECISIONS = "tenon.scheduling.batch"
 NODECLAIMS = "tenon.nodeclaim.>"
 DISRUPTION_DECISIONS = "tenon.disruption.decision"
+DISRUPTION_REPLACEMENTS = "tenon.disruption.replacements"
 INTERRUPTIONS = "tenon.interruption.*"
 CAPI = "tenon.capi.>"
 CAPI_MACHINEDEPLOYMENTS = "tenon.capi.machinedeployment.*.*"
