@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -9,13 +10,14 @@ import pytest
 
 from proto import events as ev
 from proto import registry
-from tenon.domain.projection import ClusterProjection
+from tenon.domain.disruption.budgets import allowance, disruption_problems
+from tenon.domain.disruption.durations import DurationError, parse_duration
+from tenon.domain.disruption.rounds import decide_round
 from tenon.runtime.decider import BaseExecutor
 from tenon.runtime.eventlog.memory import InMemoryEventLog
 from tenon.runtime.replay import replay
-from tenon.services.disruption import emptiness
-from tenon.services.disruption.budgets import BudgetError, allowance, cron_matches, parse_duration
 from tenon.services.disruption.decider import DisruptionDecider
+from tenon.services.disruption.projection_view import DisruptionState, build_view
 from tests.support.events import build_event
 from tests.support.services import running
 from tests.support.waiting import until
@@ -45,11 +47,11 @@ def cluster(
     *,
     pods: dict[int, list[dict[str, Any]]] | None = None,
     node_annotations: dict[int, dict[str, str]] | None = None,
-) -> ClusterProjection:
-    projection = ClusterProjection()
+) -> DisruptionState:
+    decider, state = DisruptionDecider(), DisruptionState()
     for event in cluster_events(nodes, pool, pods=pods, node_annotations=node_annotations):
-        projection.apply(event)
-    return projection
+        state = decider.evolve(state, event)
+    return state
 
 
 def cluster_events(
@@ -122,9 +124,12 @@ def app_pod(name: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": "default"}, "status": {"phase": "Running"}}
 
 
-def decided(events: list[ev.Event]) -> tuple[list[str], dict[str, str]]:
-    [decision] = [e for e in events if isinstance(e, ev.DisruptionDecision)]
-    return [c.nodeclaim for c in decision.candidates], {b.nodeclaim: b.blocked_by for b in decision.blocked}
+def empty_round(state: DisruptionState, now: datetime) -> tuple[list[str], dict[str, str]]:
+    """(claims emptiness would remove now, claim -> why it is kept)."""
+    played = decide_round(build_view(state, now))
+    command = played.command
+    chosen = [c.name for c in command.candidates] if command and command.method == "emptiness" else []
+    return chosen, {b.claim: b.why for b in played.blocked}
 
 
 def test_percentage_budgets_round_up_and_count_what_is_in_progress() -> None:
@@ -135,82 +140,112 @@ def test_percentage_budgets_round_up_and_count_what_is_in_progress() -> None:
     assert allowance(mixed, "Empty", total_nodes=100, disrupting=0, now=T0).allowed == 5
 
 
-def test_scheduled_budget_applies_only_inside_its_window() -> None:
-    pool = nodepool([{"nodes": "0", "schedule": "0 9 * * *", "duration": "8h"}, {"nodes": "100%"}])
-    inside = allowance(
-        pool, "Empty", total_nodes=4, disrupting=0, now=datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-    )
-    outside = allowance(
-        pool, "Empty", total_nodes=4, disrupting=0, now=datetime(2026, 11, 29, 18, 0, tzinfo=UTC)
-    )
-    assert inside.allowed == 0 and "schedule" in inside.budget
-    assert outside.allowed == 4
+def test_karpenters_own_example_schedule_is_read_and_applies_only_inside_its_window() -> None:
+    pool = nodepool([{"nodes": "0", "schedule": "0 9 * * mon-fri", "duration": "8h"}, {"nodes": "100%"}])
+    monday_noon = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    inside = allowance(pool, "Empty", total_nodes=4, disrupting=0, now=monday_noon)
+    evening = allowance(pool, "Empty", total_nodes=4, disrupting=0, now=monday_noon + timedelta(hours=6))
+    sunday = allowance(pool, "Empty", total_nodes=4, disrupting=0, now=monday_noon - timedelta(days=1))
+    assert inside.allowed == 0 and "mon-fri" in inside.budget and not inside.invalid
+    assert evening.allowed == 4 and sunday.allowed == 4
+    assert disruption_problems(pool) == []
 
 
-def test_invalid_budget_allows_nothing_and_says_why() -> None:
-    result = allowance(nodepool([{"nodes": "lots"}]), "Empty", total_nodes=4, disrupting=0, now=T0)
-    assert result.allowed == 0 and "invalid" in result.budget and "lots" in result.budget
+@pytest.mark.parametrize(
+    ("budgets", "field"),
+    [
+        ([5], "spec.disruption.budgets[0]"),
+        ([{"nodes": "abc%"}], "budgets[0].nodes"),
+        ([{"nodes": "lots"}], "budgets[0].nodes"),
+        ([{"nodes": "1", "schedule": "61 * * * *", "duration": "1h"}], "budgets[0].schedule"),
+        ([{"nodes": "1", "schedule": "@sometimes", "duration": "1h"}], "budgets[0].schedule"),
+        ([{"nodes": "1", "schedule": "0 9 * * *"}], "'schedule' must be set with 'duration'"),
+        ([{"nodes": "1", "schedule": "0 9 * * *", "duration": "10s"}], "budgets[0].duration"),
+        ([{"nodes": "1", "reasons": ["Sometimes"]}], "budgets[0].reasons"),
+        ("10%", "spec.disruption.budgets"),
+    ],
+)
+def test_an_invalid_budget_allows_nothing_and_names_its_field(budgets: Any, field: str) -> None:
+    pool = nodepool(budgets)
+    result = allowance(pool, "Empty", total_nodes=4, disrupting=0, now=T0)
+    assert result.allowed == 0 and result.invalid and field in result.budget
+    problems = disruption_problems(pool)
+    assert len(problems) == 1 and field in problems[0] and "\n" not in problems[0]
 
 
-def test_cron_and_durations() -> None:
-    assert cron_matches("*/15 9-17 * * 1-5", datetime(2026, 11, 30, 9, 45, tzinfo=UTC))  # a Monday
-    assert not cron_matches("*/15 9-17 * * 1-5", datetime(2026, 11, 29, 9, 45, tzinfo=UTC))  # a Sunday
-    assert cron_matches("@daily", datetime(2026, 11, 29, 0, 0, tzinfo=UTC))
+def test_a_huge_duration_costs_what_a_small_one_costs() -> None:
+    pool = nodepool([{"nodes": "0", "schedule": "0 9 * * mon-fri", "duration": "100000h"}])
+    started = time.perf_counter()
+    for _ in range(200):
+        result = allowance(pool, "Empty", total_nodes=4, disrupting=0, now=T0)
+    assert result.allowed == 0 and not result.invalid  # active: the window is longer than any gap
+    assert time.perf_counter() - started < 5  # 200 evaluations; a minute-by-minute walk would take hours
+
+
+def test_durations_and_other_disruption_fields() -> None:
     assert parse_duration("1h30m") == timedelta(minutes=90)
-    with pytest.raises(BudgetError):
-        cron_matches("* * *", T0)
+    assert parse_duration("Never", allow_never=True) is None
+    with pytest.raises(DurationError):
+        parse_duration("99999999999999999999h")
+    bad = nodepool(consolidateAfter="soon", consolidationPolicy="Sometimes")
+    assert [p.split(":")[0] for p in disruption_problems(bad)] == [
+        "spec.disruption.consolidationPolicy",
+        "spec.disruption.consolidateAfter",
+    ]
 
 
 def test_only_nodes_empty_long_enough_are_candidates() -> None:
-    projection = cluster(
-        3, nodepool([{"nodes": "100%"}]), pods={0: [daemon_pod("agent-0")], 1: [app_pod("web")]}
-    )
-    assert emptiness.decide(projection, T0 + timedelta(seconds=10)) == []  # consolidateAfter 30s not reached
-    candidates, blocked = decided(emptiness.decide(projection, T0 + timedelta(seconds=31)))
-    assert candidates == ["default-0", "default-2"] and blocked == {}  # node-1 runs an application pod
+    state = cluster(3, nodepool([{"nodes": "100%"}]), pods={0: [daemon_pod("agent-0")], 1: [app_pod("web")]})
+    assert empty_round(state, T0 + timedelta(seconds=10))[0] == []  # consolidateAfter 30s not reached
+    chosen, _ = empty_round(state, T0 + timedelta(seconds=31))
+    assert chosen == ["default-0", "default-2"]  # node-1 runs an application pod
 
 
 def test_budget_caps_how_many_go_at_once_and_names_the_budget() -> None:
-    projection = cluster(10, nodepool([{"nodes": "20%"}]))
-    events = emptiness.decide(projection, T0 + timedelta(minutes=1))
-    candidates, blocked = decided(events)
-    assert len(candidates) == 2 and len(blocked) == 8
+    state = cluster(10, nodepool([{"nodes": "20%"}]))
+    chosen, blocked = empty_round(state, T0 + timedelta(minutes=1))
+    assert len(chosen) == 2 and len(blocked) == 8
     assert all("budget" in why and "nodes=20%" in why for why in blocked.values())
-    requested = [e for e in events if isinstance(e, ev.DisruptionRequested)]
-    assert [r.nodeclaim for r in requested] == candidates
 
 
-def test_do_not_disrupt_on_a_pod_or_the_node_keeps_it() -> None:
-    projection = cluster(
+def test_do_not_disrupt_on_a_pod_the_node_or_the_nodepool_template_keeps_it() -> None:
+    state = cluster(
         3,
         nodepool([{"nodes": "100%"}]),
         pods={0: [daemon_pod("agent-0", {"karpenter.sh/do-not-disrupt": "true"})]},
         node_annotations={1: {"karpenter.sh/do-not-disrupt": "true"}},
     )
-    candidates, blocked = decided(emptiness.decide(projection, T0 + timedelta(minutes=1)))
-    assert candidates == ["default-2"]
+    chosen, blocked = empty_round(state, T0 + timedelta(minutes=1))
+    assert chosen == ["default-2"]
     assert "pod kube-system/agent-0 has karpenter.sh/do-not-disrupt" in blocked["default-0"]
     assert "node node-1 has karpenter.sh/do-not-disrupt" in blocked["default-1"]
+    guarded = nodepool([{"nodes": "100%"}])
+    guarded["spec"]["template"]["metadata"] = {"annotations": {"karpenter.sh/do-not-disrupt": "2h"}}
+    state = cluster(1, guarded)
+    assert (
+        "template has karpenter.sh/do-not-disrupt"
+        in empty_round(state, T0 + timedelta(hours=1))[1]["default-0"]
+    )
+    assert empty_round(state, T0 + timedelta(hours=3))[0] == ["default-0"]  # the duration has passed
 
 
 def test_zero_budget_in_a_schedule_window_blocks_everything_inside_and_nothing_outside() -> None:
     pool = nodepool([{"nodes": "0", "schedule": "0 9 * * *", "duration": "8h"}, {"nodes": "100%"}])
-    projection = cluster(2, pool)
-    inside = emptiness.decide(projection, datetime(2026, 11, 29, 12, 0, tzinfo=UTC))
-    candidates, blocked = decided(inside)
-    assert candidates == [] and set(blocked) == {"default-0", "default-1"}
-    outside = emptiness.decide(projection, datetime(2026, 11, 29, 18, 0, tzinfo=UTC))
-    assert decided(outside)[0] == ["default-0", "default-1"]
+    state = cluster(2, pool)
+    chosen, blocked = empty_round(state, datetime(2026, 11, 29, 12, 0, tzinfo=UTC))
+    assert chosen == [] and set(blocked) == {"default-0", "default-1"}
+    assert empty_round(state, datetime(2026, 11, 29, 18, 0, tzinfo=UTC))[0] == ["default-0", "default-1"]
 
 
 def test_policy_and_never_opt_out() -> None:
-    assert emptiness.decide(cluster(1, nodepool(consolidateAfter="Never")), T0 + timedelta(days=1)) == []
+    assert empty_round(cluster(1, nodepool(consolidateAfter="Never")), T0 + timedelta(days=1))[0] == []
     underused_only = nodepool(consolidationPolicy="WhenUnderutilized")
-    assert emptiness.decide(cluster(1, underused_only), T0 + timedelta(days=1)) == []
+    assert empty_round(cluster(1, underused_only), T0 + timedelta(days=1))[0] == []
 
 
 def test_a_new_node_waiting_for_its_pods_is_not_empty() -> None:
-    projection = cluster(1, nodepool([{"nodes": "100%"}], consolidateAfter="0s"))
+    state = cluster(1, nodepool([{"nodes": "100%"}], consolidateAfter="0s"))
+    projection = state.projection
     pod = app_pod("on-its-way")
     projection.claims["default-0"].planned = build_event(
         ev.NodeClaimPlanned,
@@ -229,19 +264,21 @@ def test_a_new_node_waiting_for_its_pods_is_not_empty() -> None:
             **envelope("batch"), batch_id="b", pods=(pod,), window_opened_at=T0, window_closed_by="idle"
         )
     )
-    assert emptiness.decide(projection, T0 + timedelta(seconds=5)) == []
-    assert decided(emptiness.decide(projection, T0 + timedelta(minutes=2)))[0] == [
-        "default-0"
-    ]  # they never came
+    assert empty_round(state, T0 + timedelta(seconds=5))[0] == []
+    assert empty_round(state, T0 + timedelta(minutes=2))[0] == ["default-0"]  # they never came
 
 
 async def test_the_disruption_service_s_decisions_replay_to_the_same() -> None:
     event_log = InMemoryEventLog()
     for event in cluster_events(3, nodepool([{"nodes": "1"}], consolidateAfter="0s")):
         await event_log.publish(registry.subject_of(event), event)
-    async with running(DisruptionDecider(), BaseExecutor(), event_log, tick_seconds=0.05) as runtime:
+    settle = timedelta(seconds=0.3)
+    async with running(
+        DisruptionDecider(settle=settle), BaseExecutor(), event_log, tick_seconds=0.05
+    ) as runtime:
         requested = await until(
-            lambda: [c for c in runtime.state.claims.values() if c.disruption], what="a disruption requested"
+            lambda: [c for c in runtime.state.projection.claims.values() if c.disruption],
+            what="a disruption requested",
         )
         assert len(requested) == 1  # the budget allows one node at a time
         # the next ticks: nothing to remove, two held back by the budget while the first drains
@@ -249,7 +286,9 @@ async def test_the_disruption_service_s_decisions_replay_to_the_same() -> None:
             lambda: [e for e in event_log.events() if isinstance(e, ev.DisruptionDecision)][1:],
             what="a second decision",
         )
-    assert all(d.basis is not None and len(d.blocked) == 2 for d in decisions)
-    report = replay(DisruptionDecider(), event_log.records())
+    stages = [d.stage for d in event_log.events() if isinstance(d, ev.DisruptionDecision)]
+    assert stages[:2] == ["proposed", "confirmed"]  # judged again after settling, then acted on
+    assert all(d.basis is not None for d in decisions)
+    report = replay(DisruptionDecider(settle=settle), event_log.records())
     assert report.differing == [], [c.differences() for c in report.differing]
     assert [c.input_type for c in report.comparisons].count("tick") >= 2

@@ -49,9 +49,9 @@ def decide(
         left[candidate.pool] -= 1
         chosen.append(candidate)
     if not chosen:
-        return None
+        return None, blocked
     pools = sorted({c.pool for c in chosen})
-    return Command(
+    command = Command(
         method="emptiness",
         reason=REASON,
         candidates=tuple(chosen),
@@ -62,3 +62,4 @@ def decide(
         detail=f"{len(chosen)} empty node(s) removed",
         blocked=tuple(blocked),
     )
+    return command, blocked

@@ -110,9 +110,12 @@ def _consolidate(
 def decide_round(view: ClusterView, rules: Rules = TENON) -> Round:
     lazy = _Lazy(view)
     found, blocked = candidates(view)
-    command = emptiness.decide(view, pdb_safe(found, PdbLedger(view), view), budget_mapping(view, "Empty"))
+    command, empty_blocked = emptiness.decide(
+        view, pdb_safe(found, PdbLedger(view), view), budget_mapping(view, "Empty")
+    )
+    blocked += empty_blocked
     if command is not None:
-        return Round(command, tuple(blocked) + command.blocked)
+        return Round(command, tuple(blocked))
     reasons = drift.drifted(view)
     if reasons:
         eventual, _ = candidates(view, eventual=True)

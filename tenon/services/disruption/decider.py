@@ -1,9 +1,13 @@
 """The disruption service's decision function (pure), as the live service and ``tenon replay disruption`` run
 it.
 
-* ``tick``: what the disruption methods decide now (emptiness, for now: :mod:`.emptiness`): one
-  ``DisruptionDecision`` per NodePool with candidates or blocked candidates, and ``DisruptionRequested`` for
-  each chosen claim.
+* ``evolve`` folds the projection, the service's own commands (:mod:`.orchestration`) and, per claim, the
+  hashes its NodePool template and NodeClass had when it was planned (drift).
+* ``tick``: expiration (forceful, every tick); the commands under way move on (replacements Initialized ->
+  terminations; a replacement lost -> abandoned); a settled proposal is judged again; and when nothing is
+  settling, one round of :func:`tenon.domain.disruption.rounds.decide_round` (emptiness, drift,
+  consolidation in Karpenter's order) may start a new command. A round whose inputs have not changed since
+  the last one that found nothing is not computed again (its answer would be the same).
 * ``decide``: a Node deleted by a user (a deletion timestamp held by tenon's finalizer) becomes
   ``DisruptionRequested`` with method ``delete``, so it takes the same graceful path as every other removal.
 """
@@ -11,44 +15,38 @@ it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
+
+import msgspec
 
 from proto import events as ev
 from proto import registry
 from proto.ids import derive_id
+from tenon.domain.disruption import consolidation, emptiness, expiration
+from tenon.domain.disruption.candidates import budget_mapping, candidates, consolidatable
+from tenon.domain.disruption.commands import EPSILON, Command
+from tenon.domain.disruption.rounds import Round, decide_round
+from tenon.domain.disruption.simulation import Repacker
+from tenon.domain.disruption.view import ClusterView
 from tenon.domain.nodeclaim import ClaimBook
-from tenon.domain.projection import ClusterProjection, decode_projection, encode_projection
-from tenon.services.disruption import emptiness
+from tenon.services.disruption import orchestration
+from tenon.services.disruption.orchestration import REPLACEMENT_TIMEOUT, SETTLE, request
+from tenon.services.disruption.projection_view import (
+    Command as Underway,
+)
+from tenon.services.disruption.projection_view import (
+    DisruptionState,
+    build_view,
+    decode_state,
+    encode_state,
+    hashes_at_plan,
+)
 
 PRODUCER = registry.DISRUPTION
+__all__ = ["DisruptionDecider", "request"]
 
 
-def request(
-    claim_name: str,
-    *,
-    method: str,
-    reason: str,
-    at: datetime,
-    node: str | None,
-    decision_id: str | None = None,
-    cause: str | None = None,
-) -> ev.DisruptionRequested:
-    """The request that starts a claim's termination (one per claim: its id is the claim's)."""
-    return ev.DisruptionRequested(
-        id=derive_id(PRODUCER, "DisruptionRequested", claim_name),
-        decided_at=at,
-        producer=PRODUCER,
-        causation_id=cause or decision_id,
-        correlation_id=claim_name,
-        nodeclaim=claim_name,
-        method=method,
-        reason=reason,
-        node=node,
-        decision_id=decision_id,
-    )
-
-
-def node_deleted_by_user(state: ClusterProjection, event: ev.NodeObserved) -> list[ev.Event]:
+def node_deleted_by_user(state: DisruptionState, event: ev.NodeObserved) -> list[ev.Event]:
     meta = event.node.get("metadata") or {}
     if event.change == "removed" or not meta.get("deletionTimestamp"):
         return []
@@ -62,7 +60,7 @@ def node_deleted_by_user(state: ClusterProjection, event: ev.NodeObserved) -> li
             node=name,
             cause=event.id,
         )
-        for claim in state.claims.values()
+        for claim in state.projection.claims.values()
         if claim.registered is not None
         and claim.registered.node == name
         and claim.disruption is None
@@ -70,32 +68,231 @@ def node_deleted_by_user(state: ClusterProjection, event: ev.NodeObserved) -> li
     ]
 
 
+def _underway(decision: ev.DisruptionDecision) -> Underway:
+    return Underway(
+        id=decision.command or decision.id,
+        method=decision.method,
+        stage=decision.stage,
+        candidates=tuple(c.nodeclaim for c in decision.candidates),
+        replacements=decision.replacement_claims,
+        decided_at=decision.decided_at,
+        savings=decision.savings_per_hour,
+        reason=decision.reason,
+        budget=decision.budget,
+    )
+
+
+def fold_decision(state: DisruptionState, decision: ev.DisruptionDecision) -> None:
+    key = decision.command or decision.id
+    if decision.stage == "abandoned":
+        state.commands.pop(key, None)
+        return
+    if decision.method == "expiration":
+        return  # its terminations are requested with it
+    underway = state.commands.get(key)
+    if underway is None or decision.stage == "proposed":
+        state.commands[key] = _underway(decision)
+    else:
+        underway.stage, underway.decided_at = "confirmed", decision.decided_at
+
+
+def fold_request(state: DisruptionState, event: ev.DisruptionRequested) -> None:
+    underway = state.commands.get(event.decision_id or "")
+    if underway is None:
+        return
+    claims = state.projection.claims
+    if all(
+        claims.get(n) is None or claims[n].disruption is not None or claims[n].ended
+        for n in underway.candidates
+    ):
+        del state.commands[underway.id]
+
+
 class DisruptionDecider:
     name = PRODUCER
     inputs = registry.inputs_of(PRODUCER)
-    state_format = "disruption/1"
-    observations = (ev.NodeClaimDrained,)
-    """What it writes about the world rather than decides: a drain finished (the executor's termination)."""
+    state_format = "disruption/2"
 
-    def initial_state(self) -> ClusterProjection:
-        return ClusterProjection()
+    def __init__(self, *, settle: timedelta = SETTLE) -> None:
+        self.settle = settle
+        """How long a proposal settles before it is judged again (Karpenter: 15 s)."""
+        self._quiet: tuple[object, ...] | None = None
+        """The inputs of the last round that found nothing (memo: the same inputs find nothing again)."""
 
-    def evolve(self, state: ClusterProjection, event: ev.Event, sequence: int = 0) -> ClusterProjection:
-        return state.apply(event, sequence)
+    def initial_state(self) -> DisruptionState:
+        return DisruptionState()
 
-    def decide(self, state: ClusterProjection, event: ev.Event) -> Sequence[ev.Event]:
+    def evolve(self, state: DisruptionState, event: ev.Event, sequence: int = 0) -> DisruptionState:
+        state.projection.apply(event, sequence)
+        state.version += 1
+        if isinstance(event, ev.NodeClaimPlanned) and event.nodeclaim not in state.hashes:
+            state.hashes[event.nodeclaim] = hashes_at_plan(state.projection, event)
+        elif isinstance(event, ev.DisruptionDecision) and event.producer == PRODUCER:
+            fold_decision(state, event)
+        elif isinstance(event, ev.DisruptionRequested):
+            fold_request(state, event)
+        for name in [n for n in state.hashes if n not in state.projection.claims]:
+            del state.hashes[name]  # forgotten with its claim
+        return state
+
+    def decide(self, state: DisruptionState, event: ev.Event) -> Sequence[ev.Event]:
         if isinstance(event, ev.NodeObserved):
             return node_deleted_by_user(state, event)
         return ()
 
-    def tick(self, state: ClusterProjection, now: datetime) -> Sequence[ev.Event]:
-        return emptiness.decide(state, now)
+    def tick(self, state: DisruptionState, now: datetime) -> Sequence[ev.Event]:
+        view = build_view(state, now)
+        events: list[ev.Event] = self._expire(view, now)
+        for underway in sorted(state.commands.values(), key=lambda u: u.id):
+            if underway.stage == "confirmed":
+                events += self._progress(state, underway, now)
+        settling = [u for u in state.commands.values() if u.stage == "proposed"]
+        for underway in sorted(settling, key=lambda u: u.id):
+            if now - underway.decided_at >= self.settle:
+                events += self._validate(state, underway, now)
+        if settling or events:
+            return events
+        played = self._round(state, view)
+        return self._start(state, view, played.command, now) if played.command is not None else []
 
-    def claims(self, state: ClusterProjection) -> ClaimBook:
-        return state.claims
+    # --- steps ----------------------------------------------------------------------------------------------
 
-    def encode(self, state: ClusterProjection) -> bytes:
-        return encode_projection(state)
+    def _expire(self, view: ClusterView, now: datetime) -> list[ev.Event]:
+        command = expiration.decide(view)
+        if command is None:
+            return []
+        decision = orchestration.decision(command, now, stage="confirmed")
+        return [decision] + [
+            request(
+                c.name,
+                method="expiration",
+                reason=command.why[c.name],
+                at=now,
+                node=c.claim.node,
+                decision_id=decision.id,
+            )
+            for c in command.candidates
+        ]
 
-    def decode(self, data: bytes) -> ClusterProjection:
-        return decode_projection(data)
+    def _round(self, state: DisruptionState, view: ClusterView) -> Round:
+        found, _ = candidates(view)
+        key = (
+            state.version,
+            tuple((c.name, consolidatable(view, c)) for c in found),
+            tuple(
+                (pool, a.allowed)
+                for r in ("Empty", "Drifted", "Underutilized")
+                for pool, a in budget_mapping(view, r).items()
+            ),
+            len(view.pending_pods),
+        )
+        if key == self._quiet:
+            return Round(None)
+        played = decide_round(view)
+        self._quiet = key if played.command is None else None
+        return played
+
+    def _start(
+        self, state: DisruptionState, view: ClusterView, command: Command, now: datetime
+    ) -> list[ev.Event]:
+        stage = "confirmed" if command.method == "drift" else "proposed"
+        first = orchestration.decision(command, now, stage=stage)
+        claims = orchestration.replacement_claims(view, command.replacements, first.id)
+        decision = msgspec.structs.replace(
+            first, replacement_claims=claims, replacements=tuple(c.nodeclaim for c in claims)
+        )
+        if stage == "proposed":
+            return [decision]
+        return [decision, *orchestration.confirm(state, _underway(decision), decision.id, now)]
+
+    def _validate(self, state: DisruptionState, underway: Underway, now: datetime) -> list[ev.Event]:
+        view = build_view(state, now, settling=frozenset(underway.candidates))
+        why = judge_again(view, underway)
+        if why is not None:
+            return [self._stage(underway, view, now, "abandoned", f"abandoned after settling: {why}")]
+        confirmed = self._stage(underway, view, now, "confirmed", underway.reason)
+        return [confirmed, *orchestration.confirm(state, underway, underway.id, now)]
+
+    def _progress(self, state: DisruptionState, underway: Underway, now: datetime) -> list[ev.Event]:
+        if not underway.replacements:
+            return orchestration.terminations(state, underway, underway.id, now)
+        claims = [state.projection.claims.get(r.nodeclaim) for r in underway.replacements]
+        if all(c is not None and c.initialized is not None for c in claims):
+            return orchestration.terminations(state, underway, underway.id, now)
+        lost = [
+            c for c in claims if c is not None and (c.ended or c.finally_failed or c.disruption is not None)
+        ]
+        if lost:
+            why = f"replacement {lost[0].name} ended ({lost[0].phase}) before it was Initialized"
+        elif now - underway.decided_at > REPLACEMENT_TIMEOUT:
+            why = f"replacements not Initialized within {REPLACEMENT_TIMEOUT}"
+        else:
+            return []
+        view = build_view(state, now)
+        return [self._stage(underway, view, now, "abandoned", why)]
+
+    def _stage(
+        self, underway: Underway, view: ClusterView, now: datetime, stage: str, reason: str
+    ) -> ev.DisruptionDecision:
+        decision_id = derive_id(PRODUCER, "DisruptionDecision", stage, underway.id)
+        return ev.DisruptionDecision(
+            id=decision_id,
+            decided_at=now,
+            producer=PRODUCER,
+            correlation_id=underway.id,
+            method=underway.method,  # type: ignore[arg-type]
+            candidates=tuple(
+                ev.DisruptionCandidate(
+                    nodeclaim=name,
+                    node=view.claims[name].node if name in view.claims else None,
+                    nodepool=view.claims[name].nodepool if name in view.claims else "",
+                    reason=underway.reason,
+                )
+                for name in underway.candidates
+            ),
+            reason=reason,
+            budget=underway.budget,
+            replacements=tuple(r.nodeclaim for r in underway.replacements),
+            stage=stage,  # type: ignore[arg-type]
+            command=underway.id,
+            replacement_claims=underway.replacements,
+            savings_per_hour=underway.savings,
+        )
+
+    def claims(self, state: DisruptionState) -> ClaimBook:
+        return state.projection.claims
+
+    def encode(self, state: DisruptionState) -> bytes:
+        return encode_state(state)
+
+    def decode(self, data: bytes) -> DisruptionState:
+        return decode_state(data)
+
+
+def judge_again(view: ClusterView, underway: Underway) -> str | None:
+    """Why a settled proposal no longer holds (None: it does), as Karpenter's validation judges it."""
+    found, _ = candidates(view)
+    by_name = {c.name: c for c in found}
+    missing = [n for n in underway.candidates if n not in by_name]
+    if missing:
+        return f"{missing[0]} is no longer a candidate"
+    chosen = [by_name[n] for n in underway.candidates]
+    reason = "Empty" if underway.method == "emptiness" else consolidation.REASON
+    budgets = budget_mapping(view, reason)
+    for pool in {c.pool for c in chosen}:
+        wanted = sum(1 for c in chosen if c.pool == pool)
+        if budgets.get(pool) is None or budgets[pool].allowed < wanted:
+            return f"the budget of NodePool {pool} no longer allows {wanted}"
+    if underway.method == "emptiness":
+        if len(emptiness.empty_candidates(view, chosen)) != len(chosen):
+            return "a candidate is no longer empty"
+        return None
+    if len(consolidation.eligible(view, chosen)) != len(chosen) or view.core is None:
+        return "a candidate is no longer consolidatable"
+    command, why = consolidation.judge(chosen, Repacker(view).simulate(chosen), consolidation.TENON)
+    if command is None:
+        return why
+    before = sum(r.choice.price_per_hour for r in underway.replacements)
+    if len(command.replacements) != len(underway.replacements) or command.price_after > before + EPSILON:
+        return "the simulation now gives a different move"
+    return None

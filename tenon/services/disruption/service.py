@@ -23,9 +23,9 @@ from typing import Any
 
 from proto import events as ev
 from proto import registry
-from tenon.domain.projection import ClusterProjection
+from tenon.domain.disruption import drift
 from tenon.runtime.decider import BaseExecutor, Decider, DeciderRuntime, Executor
-from tenon.runtime.kube import NODECLAIMS, Kube, Relisted, WatchChange, list_and_watch
+from tenon.runtime.kube import NODECLAIMS, Kube, KubeApiError, Relisted, WatchChange, list_and_watch
 from tenon.runtime.kube.client import load_kube
 from tenon.runtime.kube.events import post_event
 from tenon.runtime.service import (
@@ -37,6 +37,7 @@ from tenon.runtime.service import (
 )
 from tenon.runtime.settings import setting
 from tenon.services.disruption.decider import DisruptionDecider, request
+from tenon.services.disruption.projection_view import DisruptionState, build_view
 from tenon.services.disruption.termination import Terminator, remove_stale_taints
 
 log = logging.getLogger("tenon.disruption")
@@ -63,15 +64,16 @@ def make_decider(settings: DisruptionSettings) -> DisruptionDecider:
 class DisruptionExecutor(BaseExecutor):
     def __init__(self, kube: Kube, *, poll_seconds: float = 0.2, max_backoff: float = 5.0) -> None:
         self.kube = kube
-        self.runtime: DeciderRuntime[ClusterProjection] | None = None
+        self.runtime: DeciderRuntime[DisruptionState] | None = None
         self.terminator: Terminator | None = None
         self.poll_seconds = poll_seconds
         self.max_backoff = max_backoff
         self.terminations: dict[str, asyncio.Task[None]] = {}
         self._watch: asyncio.Task[None] | None = None
+        self.drift_marked: dict[str, str] = {}
 
     @property
-    def state(self) -> ClusterProjection:
+    def state(self) -> DisruptionState:
         assert self.runtime is not None, "the executor is used before the runtime started it"
         return self.runtime.state
 
@@ -80,14 +82,14 @@ class DisruptionExecutor(BaseExecutor):
         self.terminator = Terminator(
             self.kube,
             runtime.event_log,
-            lambda: self.state,
+            lambda: self.state.projection,
             poll_seconds=self.poll_seconds,
             max_backoff=self.max_backoff,
         )
-        cleaned = await remove_stale_taints(self.kube, self.state)
+        cleaned = await remove_stale_taints(self.kube, self.state.projection, self.state.busy())
         if cleaned:
             log.info("removed stale disrupted taints", extra={"nodes": cleaned})
-        for name, claim in self.state.claims.items():
+        for name, claim in self.state.projection.claims.items():
             if claim.disruption is not None and claim.terminated is None:
                 self._ensure_termination(name)
         self._watch = asyncio.create_task(self._watch_user_deletes(), name="disruption:user-deletes")
@@ -109,6 +111,8 @@ class DisruptionExecutor(BaseExecutor):
                     "budget": decision.budget,
                 },
             )
+        if isinstance(decision, ev.DisruptionDecision):
+            await self._command_moved(decision)
         if isinstance(decision, ev.DisruptionRequested):
             self._ensure_termination(decision.nodeclaim)
             obj = await self.kube.get_or_none(NODECLAIMS, decision.nodeclaim)
@@ -116,6 +120,38 @@ class DisruptionExecutor(BaseExecutor):
                 suffix = f" (decision {decision.decision_id})" if decision.decision_id else ""
                 message = f"{decision.method}: {decision.reason}{suffix}"
                 await post_event(self.kube, obj, reason="DisruptionRequested", message=message)
+
+    async def _command_moved(self, decision: ev.DisruptionDecision) -> None:
+        """Confirmed: the candidates are tainted before anything is launched or drained (Karpenter's queue);
+        abandoned: the taint goes (unless the node is being disrupted anyway)."""
+        assert self.terminator is not None
+        try:
+            if decision.stage == "confirmed":
+                for candidate in decision.candidates:
+                    if candidate.node:
+                        await self.terminator.taint(candidate.node)
+            elif decision.stage == "abandoned":
+                await remove_stale_taints(self.kube, self.state.projection, self.state.busy())
+        except KubeApiError as exc:  # level-triggered: the tick's stale-taint pass and the drain taint again
+            log.warning(
+                "could not update the disrupted taint", extra={"command": decision.command, "error": str(exc)}
+            )
+
+    async def ticked(self, now: datetime) -> None:
+        """Keep the Drifted condition on drifted claims' NodeClaim objects (once per claim and reason)."""
+        try:
+            drifted = drift.drifted(build_view(self.state, now))
+        except Exception as exc:  # the condition is a view for people; decisions do not depend on it
+            log.warning("could not judge drift for the Drifted condition", extra={"error": str(exc)})
+            return
+        for name, (reason, detail) in drifted.items():
+            if self.drift_marked.get(name) == reason:
+                continue
+            try:
+                await mark_drifted(self.kube, name, reason, detail, now)
+                self.drift_marked[name] = reason
+            except KubeApiError as exc:
+                log.warning("could not set Drifted", extra={"nodeclaim": name, "error": str(exc)})
 
     async def observed(self, event: ev.Event) -> None:
         if isinstance(event, ev.DisruptionRequested):
@@ -125,7 +161,7 @@ class DisruptionExecutor(BaseExecutor):
         task = self.terminations.get(name)
         if task is not None and not task.done():
             return
-        claim = self.state.claims.get(name)
+        claim = self.state.projection.claims.get(name)
         if claim is None or claim.terminated is not None or claim.disruption is None:
             return
         self.terminations[name] = asyncio.create_task(self._terminate(name), name=f"terminate:{name}")
@@ -154,7 +190,7 @@ class DisruptionExecutor(BaseExecutor):
 
     async def _nodeclaim_deleted(self, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
-        claim = self.state.claims.get(str(meta.get("name")))
+        claim = self.state.projection.claims.get(str(meta.get("name")))
         if not meta.get("deletionTimestamp") or claim is None or claim.disruption is not None or claim.ended:
             return
         assert self.runtime is not None
@@ -176,6 +212,29 @@ class DisruptionExecutor(BaseExecutor):
         log.info("NodeClaim deleted by a user: terminating it", extra={"nodeclaim": claim.name})
 
 
+async def mark_drifted(kube: Kube, name: str, reason: str, detail: str, now: datetime) -> None:
+    """``Drifted=True`` with the reason on the NodeClaim object, other conditions kept (read, then written on
+    the version read)."""
+    obj = await kube.get_or_none(NODECLAIMS, name)
+    if obj is None:
+        return
+    conditions = [c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") != "Drifted"]
+    conditions.append(
+        {
+            "type": "Drifted",
+            "status": "True",
+            "reason": reason,
+            "message": detail,
+            "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+    )
+    patch = {
+        "metadata": {"resourceVersion": obj["metadata"].get("resourceVersion")},
+        "status": {"conditions": conditions},
+    }
+    await kube.patch(NODECLAIMS, name, patch, subresource="status")
+
+
 async def make_executor(
     ctx: ServiceContext, settings: DisruptionSettings, decider: Decider[Any]
 ) -> tuple[Executor, Callable[[], Awaitable[None]]]:
@@ -185,7 +244,10 @@ async def make_executor(
 
 SERVICE = ServiceDefinition(
     name=registry.DISRUPTION,
-    description="Remove empty nodes within budgets; drain every node that goes, respecting PDBs.",
+    description=(
+        "Remove, replace and consolidate nodes within budgets (emptiness, drift, expiration, consolidation);"
+        " drain every node that goes, respecting PDBs."
+    ),
     settings=DisruptionSettings,
     work=decider_work(make_decider, make_executor, lambda s: s.tick),
     decider=make_decider,

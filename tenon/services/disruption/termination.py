@@ -26,18 +26,21 @@ from typing import Any
 from proto import events as ev
 from proto.ids import derive_id
 from tenon.core.wellknown import DISRUPTED_TAINT, TERMINATION_FINALIZER
+from tenon.domain.disruption.candidates import termination_grace_period
+from tenon.domain.disruption.view import is_mirror, pod_do_not_disrupt
 from tenon.domain.nodeclaim import NodeClaim
 from tenon.domain.projection import ClusterProjection, KubeObject
 from tenon.runtime import claims
 from tenon.runtime.eventlog import EventLog
 from tenon.runtime.kube import NODES, PODS, Kube, KubeApiError
-from tenon.services.disruption.budgets import BudgetError, parse_duration
+from tenon.runtime.kube.resources import ResourceRef
 
 log = logging.getLogger("tenon.disruption.termination")
 
 PRODUCER = "disruption"
 DISRUPTED_NO_SCHEDULE = {"key": DISRUPTED_TAINT, "effect": "NoSchedule"}
 CRITICAL = ("system-cluster-critical", "system-node-critical")
+VOLUME_ATTACHMENTS = ResourceRef("storage.k8s.io/v1", "volumeattachments", False)
 
 
 def _is_daemon(pod: KubeObject) -> bool:
@@ -67,7 +70,9 @@ def pods_to_drain(pods: list[KubeObject]) -> list[KubeObject]:
     remaining = [
         p
         for p in pods
-        if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed") and not _tolerates_disrupted(p)
+        if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        and not _tolerates_disrupted(p)
+        and not is_mirror(p)  # a static pod's mirror: the kubelet owns it, it goes with the node
     ]
     if not remaining:
         return []
@@ -78,16 +83,7 @@ def pods_to_drain(pods: list[KubeObject]) -> list[KubeObject]:
 def grace_period(projection: ClusterProjection, claim: NodeClaim) -> timedelta | None:
     if claim.planned is None:
         return None
-    nodepool = projection.nodepools.get(claim.planned.nodepool) or {}
-    raw = (((nodepool.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
-        "terminationGracePeriod"
-    )
-    if not raw:
-        return None
-    try:
-        return parse_duration(str(raw))
-    except BudgetError:
-        return None
+    return termination_grace_period(projection.nodepools.get(claim.planned.nodepool) or {})
 
 
 class Terminator:
@@ -123,6 +119,7 @@ class Terminator:
                 evicted, expired = await self._drain(claim, node_name)
             await self._append_drained(claim, node_name, evicted, expired)
         if node_name:
+            await self._wait_for_volumes(claim, node_name)
             await self._delete_node(node_name)
         log.info("node terminated", extra={"nodeclaim": name, "node": node_name, "evicted": len(evicted)})
 
@@ -154,27 +151,58 @@ class Terminator:
                     extra={"nodeclaim": claim.name, "node": node_name},
                 )
                 return evicted, True
-            refused = 0
-            for pod in tier:
-                meta = pod["metadata"]
-                if meta.get("deletionTimestamp"):
-                    continue  # already on its way out
-                key = f"{meta.get('namespace')}/{meta['name']}"
-                try:
-                    await self.kube.evict(meta["name"], meta.get("namespace", "default"))
-                    evicted.append(key)
-                except KubeApiError as exc:
-                    if exc.status == 429:
-                        refused += 1
-                        self.evictions_refused += 1
-                        log.info(
-                            "eviction refused by a PodDisruptionBudget, will retry",
-                            extra={"pod": key, "node": node_name, "error": exc.message},
-                        )
-                    elif exc.status != 404:
-                        log.warning("eviction failed", extra={"pod": key, "error": str(exc)})
+            refused = await self._evict(tier, node_name, evicted)
             backoff = min(backoff * 2, self.max_backoff) if refused else self.poll_seconds
             await asyncio.sleep(backoff)
+
+    async def _evict(self, tier: list[KubeObject], node_name: str, evicted: list[str]) -> int:
+        """Evict the tier's pods (appending to ``evicted``); how many a PodDisruptionBudget refused."""
+        refused = 0
+        for pod in tier:
+            meta = pod["metadata"]
+            if meta.get("deletionTimestamp"):
+                continue  # already on its way out
+            if pod_do_not_disrupt(pod, datetime.now(UTC)):
+                continue  # not evicted: waited on until it finishes or the grace period ends
+            key = f"{meta.get('namespace')}/{meta['name']}"
+            try:
+                await self.kube.evict(meta["name"], meta.get("namespace", "default"))
+                evicted.append(key)
+            except KubeApiError as exc:
+                if exc.status == 429:
+                    refused += 1
+                    self.evictions_refused += 1
+                    log.info(
+                        "eviction refused by a PodDisruptionBudget, will retry",
+                        extra={"pod": key, "node": node_name, "error": exc.message},
+                    )
+                elif exc.status != 404:
+                    log.warning("eviction failed", extra={"pod": key, "error": str(exc)})
+        return refused
+
+    async def _wait_for_volumes(self, claim: NodeClaim, node_name: str) -> None:
+        """Karpenter's ``VolumesDetached``: the Node is deleted once no VolumeAttachment names it (pods of
+        StatefulSets find their volumes free elsewhere), or once the termination grace period is over."""
+        grace = grace_period(self.projection, claim)
+        started = claim.disruption.decided_at if claim.disruption else datetime.now(UTC)
+        while grace is None or datetime.now(UTC) < started + grace:
+            try:
+                attachments, _ = await self.kube.list(VOLUME_ATTACHMENTS)
+            except KubeApiError as exc:
+                if exc.status == 404:
+                    return  # the API has no VolumeAttachments: nothing to wait for
+                log.warning("listing VolumeAttachments failed", extra={"node": node_name, "error": str(exc)})
+                await asyncio.sleep(self.poll_seconds)
+                continue
+            holding = [a for a in attachments if (a.get("spec") or {}).get("nodeName") == node_name]
+            if not holding:
+                return
+            log.info("waiting for volumes to detach", extra={"node": node_name, "attachments": len(holding)})
+            await asyncio.sleep(self.max_backoff)
+
+    async def taint(self, node_name: str) -> None:
+        """The disrupted taint, before anything leaves (a command's candidates get it once confirmed)."""
+        await self._taint(node_name)
 
     async def _taint(self, node_name: str) -> None:
         for _ in range(20):  # conflicts: the kubelet and others write the Node too
@@ -229,13 +257,16 @@ class Terminator:
                 raise
 
 
-async def remove_stale_taints(kube: Kube, projection: ClusterProjection) -> list[str]:
-    """Nodes left with the disrupted taint by a termination that will not finish (its claim is not being
-    disrupted any more): untaint them so they are usable again."""
+async def remove_stale_taints(
+    kube: Kube, projection: ClusterProjection, busy: set[str] | frozenset[str] = frozenset()
+) -> list[str]:
+    """Nodes left with the disrupted taint by a termination that will not finish, or by a command that was
+    abandoned (its claim is neither being disrupted nor a candidate of a command under way, ``busy``):
+    untaint them so they are usable again."""
     disrupting = {
         c.registered.node
         for c in projection.claims.values()
-        if c.registered and c.disruption and not c.terminated
+        if c.registered and (c.disruption or c.name in busy) and not c.terminated
     }
     cleaned = []
     for name, node in projection.nodes.items():
