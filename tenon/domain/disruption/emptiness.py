@@ -36,7 +36,8 @@ def empty_candidates(view: ClusterView, candidates: list[Candidate]) -> list[Can
 
 def decide(
     view: ClusterView, candidates: list[Candidate], budgets: Mapping[str, Allowance]
-) -> Command | None:
+) -> tuple[Command | None, list[Blocked]]:
+    """The empty candidates the budgets let go, and those they hold back."""
     chosen: list[Candidate] = []
     blocked: list[Blocked] = []
     left = {pool: allowance.allowed for pool, allowance in budgets.items()}
