@@ -4,6 +4,10 @@ Writes two kubeconfigs (workload and management cluster) and serves until SIGINT
 tenon's services at them: ``kubectl --kubeconfig ~/.tenon/sandbox/workload.kubeconfig get nodes``. The
 ``fast`` profile makes everything happen in under a second (tests); ``field`` replays the timeline measured in
 the field (machine at +64 s, node registered +72 s, Ready +139 s), optionally sped up with ``--time-scale``.
+The workload cluster starts with tenon's CustomResourceDefinitions installed (``deploy/crds``: NodePool,
+NodeClaim, EC2NodeClass, ClusterAPINodeClass, InstanceCatalog), so objects of those kinds are validated,
+pruned and defaulted as a real cluster would; ``--crds`` installs others instead, ``--no-crds`` none (the
+kinds are then served without a schema). A CRD that would be refused stops the start (exit 2).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from devtools.sandbox.profiles import PROFILES
-from devtools.sandbox.runtime import DEFAULT_DIR, Sandbox, SandboxConfig
+from devtools.sandbox.runtime import DEFAULT_DIR, DEPLOY_CRDS, Sandbox, SandboxConfig
 from devtools.sandbox.runtime import run as run_sandbox
 
 
@@ -91,6 +95,19 @@ def register(subparsers: Any) -> None:
         default=300.0,
         help="end watches without timeoutSeconds after at most this long (default: %(default)s)",
     )
+    parser.add_argument(
+        "--crds",
+        type=Path,
+        action="append",
+        metavar="PATH",
+        help="install the CustomResourceDefinitions in this file or directory in the workload cluster "
+        f"(repeatable; default: {DEPLOY_CRDS})",
+    )
+    parser.add_argument(
+        "--no-crds",
+        action="store_true",
+        help="install no CRDs: Karpenter's kinds are served without a schema, accepting any body",
+    )
     parser.set_defaults(func=run)
 
 
@@ -106,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
         time_scale=args.time_scale,
         controllers=not args.no_controllers,
         watch_max_seconds=args.watch_max_seconds,
+        crds=() if args.no_crds else tuple(args.crds or (DEPLOY_CRDS,)),
     )
 
     def announce(sandbox: Sandbox) -> None:
@@ -115,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
             f"tenon sandbox: management cluster {sandbox.management_url} "
             f"(kubeconfig {sandbox.management_kubeconfig})\n"
             f"tenon sandbox: profile {sandbox.profile.name} x{args.time_scale}, controllers "
-            f"{'on' if sandbox.controllers_running else 'off'}; Ctrl-C stops it",
+            f"{'on' if sandbox.controllers_running else 'off'}, "
+            f"{len(sandbox.installed_crds)} CRDs installed; Ctrl-C stops it",
             flush=True,
         )
 

@@ -9,6 +9,12 @@ instead of storing something that would later break a watcher far from the cause
 kube-apiserver checks them, by :mod:`devtools.sandbox.resource_validation`, every problem of an object
 reported in one answer.
 
+Custom resources (kinds a CustomResourceDefinition defines) are checked against their CRD's structural
+schema and CEL rules (:mod:`devtools.sandbox.structural`, :mod:`devtools.sandbox.cel_validation`), every
+problem in one 422 worded as the API server words it; the CEL rules run once the schema holds (a rule over
+a mistyped value would only add noise). A CRD itself is checked by :func:`devtools.sandbox.crds.crd_errors`
+and gets the API server's defaults and status.
+
 Defaulting copies the handful of defaults the rest of the system relies on: pods get ``schedulerName``,
 ``restartPolicy``, ``terminationGracePeriodSeconds`` and the DefaultTolerationSeconds admission's
 ``not-ready``/``unreachable`` NoExecute tolerations, and a container's limit stands for its missing request
@@ -24,10 +30,12 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from devtools.sandbox import resource_validation
+from devtools.sandbox import crds, resource_validation
+from devtools.sandbox.cel_validation import rule_errors
 from devtools.sandbox.errors import Invalid
 from devtools.sandbox.resource_validation import FieldError
 from devtools.sandbox.resources import ResourceType
+from devtools.sandbox.structural import ABSENT
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _NS_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -135,6 +143,8 @@ def apply_defaults(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
         obj = {**obj, "spec": resource_validation.default_requests_from_limits(spec)}
     elif rt.plural in _REPLICATED and isinstance(obj.get("spec"), dict) and "replicas" not in obj["spec"]:
         obj = {**obj, "spec": {**obj["spec"], "replicas": 1}}
+    elif (rt.group, rt.plural) == (crds.GROUP, "customresourcedefinitions"):
+        obj = crds.with_defaults(obj)
     return obj
 
 
@@ -159,6 +169,26 @@ def validate(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None =
     if rt.group and rt.plural in _REPLICATED:
         _validate_replicas(rt, obj)
     _validate_resources(rt, obj, old)
+    if rt.custom is not None:
+        _validate_custom(rt, obj, old)
+
+
+def _validate_custom(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+    """A custom resource against its CRD's schema, then its CEL rules (ratcheting what ``old`` had)."""
+    schema = rt.custom.schema if rt.custom is not None else None
+    if schema is None:
+        return
+    errors = schema.validate(obj, old)
+    if not errors and schema.root.has_rules:
+        errors = rule_errors(schema.root, obj, "", old if old is not None else ABSENT)
+    if errors:
+        raise _invalid_all(rt, obj, errors)
+
+
+def _validate_crd(rt: ResourceType, obj: dict[str, Any]) -> None:
+    errors = crds.crd_errors(obj)
+    if errors:
+        raise _invalid_all(rt, obj, errors)
 
 
 def _validate_name(rt: ResourceType, obj: dict[str, Any]) -> None:
@@ -335,6 +365,7 @@ _KIND_RULES: dict[tuple[str, str], Callable[[ResourceType, dict[str, Any]], None
     ("", "pods"): _validate_pod,
     ("", "nodes"): _validate_node,
     ("", "events"): _validate_event,
+    (crds.GROUP, "customresourcedefinitions"): _validate_crd,
 }
 
 

@@ -13,6 +13,16 @@ conversion between versions; callers that care use one version consistently.
 ``selectable_fields`` lists the field-selector paths a kind accepts, as the real server's
 ``ToSelectableFields`` does (``metadata.name`` and ``metadata.namespace`` are always allowed); an unknown
 field is a 400.
+
+Kinds also come from CustomResourceDefinitions (``apiextensions.k8s.io/v1``, served here as a built-in kind):
+each store owns a :meth:`Registry.copy`, which defines a CRD's kinds when it is created
+(:meth:`Registry.define`) and forgets them when it is deleted (:meth:`Registry.undefine`). Such a
+ResourceType carries its :class:`~devtools.sandbox.crds.CustomKind` (schema, CEL rules, printer columns,
+scale paths) in ``custom``.
+The custom kinds listed below (Karpenter's, Cluster API's) are *stand-ins*: schema-less, accepting any body,
+so a bare store serves them as it always did. A CRD for the same group and plural replaces the stand-in
+(``tenon sandbox`` installs ``deploy/crds`` at start), and deleting that CRD stops serving the kind, as on a
+real cluster.
 """
 
 from __future__ import annotations
@@ -20,8 +30,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from devtools.sandbox.errors import NotFound
+
+if TYPE_CHECKING:
+    from devtools.sandbox.crds import CustomKind
 
 ALWAYS_SELECTABLE: frozenset[str] = frozenset({"metadata.name", "metadata.namespace"})
 MAIN_VERBS: tuple[str, ...] = (
@@ -48,6 +62,7 @@ class ResourceType:
     selectable_fields: frozenset[str] = field(default=frozenset(), compare=False)
     categories: tuple[str, ...] = field(default=(), compare=False)
     verbs: tuple[str, ...] = field(default=MAIN_VERBS, compare=False)
+    custom: CustomKind | None = field(default=None, compare=False)  # set for kinds a CRD defines
 
     @property
     def api_version(self) -> str:
@@ -79,7 +94,7 @@ class ResourceType:
 
 
 BUILTIN_GROUPS: frozenset[str] = frozenset(
-    {"", "apps", "policy", "coordination.k8s.io", "autoscaling", "events.k8s.io"}
+    {"", "apps", "policy", "coordination.k8s.io", "autoscaling", "events.k8s.io", "apiextensions.k8s.io"}
 )
 
 _STATUS = frozenset({"status"})
@@ -172,6 +187,16 @@ RESOURCES: tuple[ResourceType, ...] = (
     # policy, coordination
     ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, _STATUS, ("pdb",)),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, frozenset()),
+    ResourceType(
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        False,
+        _STATUS,
+        ("crd", "crds"),
+        categories=("api-extensions",),
+    ),
     # Karpenter
     ResourceType(
         "karpenter.sh", "v1", "nodepools", "NodePool", False, _STATUS_SCALE, (), categories=("karpenter",)
@@ -246,13 +271,55 @@ RESOURCES: tuple[ResourceType, ...] = (
 PREFERRED_VERSION: dict[str, str] = {"cluster.x-k8s.io": "v1beta2"}
 
 
+CRD_STORAGE_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
+
+
 class Registry:
-    """Look-ups over a set of resource types: by path segments, by kind, by short name."""
+    """Look-ups over the served kinds (by path segments, kind, short name); CRDs add and remove kinds."""
 
     def __init__(self, resources: Iterable[ResourceType] = RESOURCES) -> None:
-        self.resources: tuple[ResourceType, ...] = tuple(resources)
+        self._builtin: tuple[ResourceType, ...] = tuple(resources)
+        self._defined: dict[str, tuple[ResourceType, ...]] = {}
+        self.generation = 0  # bumped by every change, so caches (OpenAPI, discovery) know to rebuild
+        self._index()
+
+    def copy(self) -> Registry:
+        """A registry of its own for one store (CRDs change one cluster, not every store)."""
+        twin = Registry(self._builtin)
+        for name, types in self._defined.items():
+            twin.define(name, types)
+        return twin
+
+    def define(self, crd_name: str, types: Iterable[ResourceType]) -> None:
+        """Serve a CRD's kinds (replacing the CRD's earlier definition, and any stand-in of the same kind)."""
+        self._defined[crd_name] = tuple(types)
+        self._index()
+
+    def undefine(self, crd_name: str) -> tuple[ResourceType, ...]:
+        """Stop serving a CRD's kinds; returns them (empty when the CRD defined nothing)."""
+        removed = self._defined.pop(crd_name, ())
+        if removed:
+            self._index()
+        return removed
+
+    def defined(self, crd_name: str) -> tuple[ResourceType, ...]:
+        return self._defined.get(crd_name, ())
+
+    def crd_of(self, storage_key: tuple[str, str]) -> str | None:
+        """The name of the CRD serving this group and plural, if a CRD does."""
+        return next((n for n, ts in self._defined.items() if ts and ts[0].storage_key == storage_key), None)
+
+    def _index(self) -> None:
+        defined_keys = {rt.storage_key for types in self._defined.values() for rt in types}
+        self.resources: tuple[ResourceType, ...] = (
+            *(rt for rt in self._builtin if not (rt.is_custom and rt.storage_key in defined_keys)),
+            *(rt for types in self._defined.values() for rt in types),
+        )
+        self.generation += 1
         self._by_plural: dict[tuple[str, str, str], ResourceType] = {}
         self._by_kind: dict[tuple[str, str], ResourceType] = {}
+        self._by_group_version: dict[tuple[str, str], list[ResourceType]] = {}
+        self._groups: dict[str, list[str]] = {}
         for rt in self.resources:
             self._by_plural[(rt.group, rt.version, rt.plural)] = rt
             self._by_kind[(rt.api_version, rt.kind.lower())] = rt
@@ -260,6 +327,9 @@ class Registry:
             self._by_kind.setdefault((rt.api_version, rt.singular), rt)
             for short in rt.short_names:
                 self._by_kind.setdefault((rt.api_version, short), rt)
+            self._by_group_version.setdefault((rt.group, rt.version), []).append(rt)
+            if rt.group and rt.version not in self._groups.setdefault(rt.group, []):
+                self._groups[rt.group].append(rt.version)
 
     def lookup(self, group: str, version: str, plural: str) -> ResourceType | None:
         return self._by_plural.get((group, version, plural))
@@ -275,17 +345,13 @@ class Registry:
 
     def groups(self) -> dict[str, list[str]]:
         """Group name -> served versions (core group excluded), in registry order."""
-        out: dict[str, list[str]] = {}
-        for rt in self.resources:
-            if rt.group and rt.version not in out.setdefault(rt.group, []):
-                out[rt.group].append(rt.version)
-        return out
+        return self._groups
 
     def in_group_version(self, group: str, version: str) -> list[ResourceType]:
-        return [rt for rt in self.resources if rt.group == group and rt.version == version]
+        return self._by_group_version.get((group, version), [])
 
     def preferred_version(self, group: str) -> str:
-        versions = self.groups().get(group, [])
+        versions = self._groups.get(group, [])
         return PREFERRED_VERSION.get(group, versions[0] if versions else "")
 
 

@@ -9,6 +9,13 @@ each a :class:`~devtools.sandbox.store.Store` served by its own aiohttp server o
 tenon's services see them in the field (two kubeconfigs). Both stores serve every registered kind; which
 cluster holds what is the controllers' convention, not a restriction.
 
+Before anything is served, the CustomResourceDefinitions of ``SandboxConfig.crds`` are created in the
+workload cluster, as installing tenon does: by default every CRD under ``deploy/crds`` (NodePool, NodeClaim,
+EC2NodeClass, ClusterAPINodeClass, InstanceCatalog), so those kinds are validated, pruned and defaulted by
+the schemas tenon ships. A CRD the API server would refuse stops the start with :class:`CrdInstallError`,
+naming the file and the field. With ``crds=()`` (the default of ``running_sandbox``) the workload cluster
+serves the store's schema-less stand-ins for Karpenter's kinds instead.
+
 The controllers (``devtools.sandbox.controllers.run_controllers``: Deployment/ReplicaSet/DaemonSet/PDB
 controllers, the simulated kube-scheduler, kubelet, node lifecycle and Cluster API) run as one background task
 against both stores, in-process, with the chosen :class:`~devtools.sandbox.profiles.TimingProfile`. If that
@@ -30,8 +37,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from aiohttp import web
 
+from devtools.sandbox.crds import crd_files, load_crd_documents
+from devtools.sandbox.errors import ApiError
 from devtools.sandbox.kubeconfig import write_kubeconfig
 from devtools.sandbox.profiles import TimingProfile, get_profile
 from devtools.sandbox.server import ServerConfig, build_app
@@ -40,6 +50,8 @@ from devtools.sandbox.store import Store
 log = logging.getLogger(__name__)
 
 DEFAULT_DIR = Path("~/.tenon/sandbox")
+DEPLOY_CRDS = Path(__file__).resolve().parents[2] / "deploy" / "crds"
+"""The CRDs tenon ships (``deploy/crds``), which the sandbox installs in its workload cluster by default."""
 ControllersEntry = Callable[[Store, Store, TimingProfile], Awaitable[None]]
 
 
@@ -56,6 +68,36 @@ class SandboxConfig:
     history_size: int = 10_000
     watch_max_seconds: float = 300.0  # the real server uses 1800-3600 s; shorter so reconnect paths run
     bookmark_interval: float = 10.0
+    crds: tuple[Path, ...] = (DEPLOY_CRDS,)  # files or directories of CRDs created in the workload cluster
+
+
+class CrdInstallError(Exception):
+    """A CRD given to the sandbox could not be installed (the message names the file and the field)."""
+
+
+def install_crds(store: Store, paths: tuple[Path, ...]) -> list[str]:
+    """Create every CRD found in ``paths`` (files, or directories searched recursively) in ``store``;
+    returns their names. An existing CRD of the same name is left as it is."""
+    crd_rt = store.resource("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+    names: list[str] = []
+    for root in paths:
+        if not root.exists():
+            raise CrdInstallError(f"sandbox: CRDs: {root}: no such file or directory")
+        for path in crd_files(root):
+            try:
+                documents = load_crd_documents([path])
+            except (OSError, yaml.YAMLError) as err:
+                raise CrdInstallError(f"sandbox: CRDs: {path}: {str(err).splitlines()[0]}") from err
+            for doc in documents:
+                name = str((doc.get("metadata") or {}).get("name") or "")
+                try:
+                    store.create(crd_rt, doc)
+                except ApiError as err:
+                    if err.code == 409:
+                        continue
+                    raise CrdInstallError(f"sandbox: CRDs: {path}: {err.message}") from err
+                names.append(name)
+    return names
 
 
 def load_controllers() -> ControllersEntry | None:
@@ -83,6 +125,7 @@ class Sandbox:
         self.management_store = Store(
             history_size=config.history_size, bookmark_interval=config.bookmark_interval, name="management"
         )
+        self.installed_crds = install_crds(self.workload_store, tuple(Path(p) for p in config.crds))
         self.workload_url = ""
         self.management_url = ""
         self.workload_kubeconfig = Path(config.kubeconfig).expanduser()
@@ -167,7 +210,8 @@ async def serve_until_stopped(
 
 
 def run(config: SandboxConfig, on_ready: Callable[[Sandbox], None] | None = None) -> int:
-    """Serve until SIGINT or SIGTERM; returns the process exit code (0 on a clean stop, 1 if start failed)."""
+    """Serve until SIGINT or SIGTERM; returns the process exit code (0 on a clean stop, 1 if start failed,
+    2 if a CRD it was given is invalid)."""
 
     async def main() -> int:
         stop = asyncio.Event()
@@ -176,6 +220,9 @@ def run(config: SandboxConfig, on_ready: Callable[[Sandbox], None] | None = None
             loop.add_signal_handler(signum, stop.set)
         try:
             await serve_until_stopped(config, stop, on_ready)
+        except CrdInstallError as exc:
+            log.error("%s", exc)
+            return 2
         except OSError as exc:
             log.error("sandbox: cannot start: %s", exc)
             return 1

@@ -31,6 +31,13 @@ with its ``x-kubernetes-group-version-kind`` and the ``fieldValidation`` paramet
 apply`` needs to validate server-side. When the client prefers ``as=Table`` (kubectl get, also with ``-w``),
 lists, single objects and watch events are rendered by :mod:`devtools.sandbox.tables`.
 
+Kinds come and go with CustomResourceDefinitions: discovery and OpenAPI are read from the store's registry
+on each request (the OpenAPI index is cached per registry generation), and a custom kind's document carries
+its CRD's schema under ``components.schemas`` with its ``x-kubernetes-group-version-kind``, which is what
+``kubectl explain`` reads. ``fieldValidation`` (``Strict``, ``Warn``, the default for HTTP clients as on a
+real server, or ``Ignore``) decides what a write of a custom resource does with fields its schema does not
+know; warnings come back as ``Warning: 299`` headers, which kubectl prints.
+
 Errors are always ``kind: Status`` JSON with the right code; unexpected exceptions become a 500 Status with
 the exception type and message, never a stack trace (the trace goes to the log).
 """
@@ -119,6 +126,10 @@ def parse_int(value: str | None, param: str) -> int | None:
         raise BadRequest(f'{param}: Invalid value: "{value}": must be an integer') from exc
 
 
+def _quoted(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
 def json_response(data: Any, status: int = 200) -> web.Response:
     return web.Response(body=_encode(data), status=status, content_type="application/json")
 
@@ -204,7 +215,7 @@ class ApiServer:
         self.store = store
         self.config = config
         self.registry = store.registry
-        self._openapi_index: dict[str, Any] | None = None
+        self._openapi_index: tuple[int, dict[str, Any]] | None = None  # (registry generation, index)
 
     # ------------------------------------------------------------------ routing
 
@@ -270,13 +281,17 @@ class ApiServer:
 
     async def handle(self, request: web.Request, target: Target) -> web.StreamResponse:
         dry_run = request.query.get("dryRun")
-        if not dry_run or request.method == "GET":
-            return await self.handle_request(request, target)
-        if dry_run != "All":
+        if request.method == "GET" or (not dry_run and target.rt.custom is None):
+            return await self.handle_request(request, target)  # no flags to set: the common case
+        if dry_run and dry_run != "All":
             raise BadRequest(f'dryRun: Unsupported value: "{dry_run}": supported values: "All"')
-        await request.read()  # the body is read before the flag is set: nothing awaits inside the dry run
-        with self.store.dry_run():
-            return await self.handle_request(request, target)
+        await request.read()  # the body is read before the flags are set: nothing awaits inside them
+        dry = self.store.dry_run() if dry_run else contextlib.nullcontext()
+        with self.store.field_validation(request.query.get("fieldValidation") or "Warn") as warnings, dry:
+            response = await self.handle_request(request, target)
+        for warning in dict.fromkeys(warnings):
+            response.headers.add("Warning", f'299 - "{_quoted(warning)}"')
+        return response
 
     async def handle_request(self, request: web.Request, target: Target) -> web.StreamResponse:
         rt, sub = target.rt, target.subresource
@@ -650,14 +665,16 @@ class ApiServer:
             raise NotFound("the server serves OpenAPI v3 only (/openapi/v3)")
         prefixes = self._openapi_prefixes()
         if len(parts) == 2:
-            if self._openapi_index is None:
-                self._openapi_index = {
+            generation = self.registry.generation
+            if self._openapi_index is None or self._openapi_index[0] != generation:
+                index = {
                     "paths": {
                         prefix: {"serverRelativeURL": f"/openapi/v3/{prefix}?hash={self._hash(prefix)}"}
                         for prefix in prefixes
                     }
                 }
-            return json_response(self._openapi_index)
+                self._openapi_index = (generation, index)
+            return json_response(self._openapi_index[1])
         prefix = "/".join(parts[2:])
         if prefix not in prefixes:
             raise NotFound(f"no OpenAPI document for {prefix}")
@@ -665,12 +682,24 @@ class ApiServer:
         return json_response(self._openapi_document(group, version))
 
     def _hash(self, prefix: str) -> str:
+        """Changes with the kinds of the group-version and their CRD schemas (kubectl caches by it)."""
         group, version = self._openapi_prefixes()[prefix]
-        kinds = ",".join(rt.kind for rt in self.registry.in_group_version(group, version))
-        return hashlib.sha256(f"{prefix}:{kinds}".encode()).hexdigest()[:16].upper()
+        kinds = [
+            (rt.kind, rt.custom.schema.raw if rt.custom and rt.custom.schema else None)
+            for rt in self.registry.in_group_version(group, version)
+        ]
+        digest = hashlib.sha256(f"{prefix}:".encode() + _encode(kinds))
+        return digest.hexdigest()[:16].upper()
+
+    @staticmethod
+    def _schema_name(rt: ResourceType) -> str:
+        """The name the API server gives a kind's schema: the group reversed, the version, the kind."""
+        reversed_group = ".".join(reversed(rt.group.split("."))) if rt.group else "io.k8s.api.core"
+        return f"{reversed_group}.{rt.version}.{rt.kind}"
 
     def _openapi_document(self, group: str, version: str) -> dict[str, Any]:
         paths: dict[str, Any] = {}
+        schemas: dict[str, Any] = {}
         base = f"/apis/{group}/{version}" if group else f"/api/{version}"
         for rt in self.registry.in_group_version(group, version):
             item = (
@@ -679,33 +708,34 @@ class ApiServer:
                 else f"{base}/{rt.plural}/{{name}}"
             )
             gvk = {"group": group, "version": version, "kind": rt.kind}
-            paths[item] = {
-                "patch": {
-                    "operationId": f"patch{rt.kind}",
-                    "x-kubernetes-action": "patch",
-                    "x-kubernetes-group-version-kind": gvk,
-                    "parameters": [
-                        {
-                            "name": "fieldValidation",
-                            "in": "query",
-                            "schema": {"type": "string", "uniqueItems": True},
-                        },
-                        {
-                            "name": "fieldManager",
-                            "in": "query",
-                            "schema": {"type": "string", "uniqueItems": True},
-                        },
-                        {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": True}},
-                    ],
-                    "responses": {"200": {"description": "OK"}},
-                },
-            }
+            paths[item] = {"patch": _patch_operation(rt, gvk)}
+            if rt.custom is not None and rt.custom.schema is not None:
+                schemas[self._schema_name(rt)] = {
+                    **rt.custom.schema.raw,
+                    "x-kubernetes-group-version-kind": [gvk],
+                }
         return {
             "openapi": "3.0.0",
             "info": {"title": "Kubernetes (tenon sandbox)", "version": "v1.32.0"},
             "paths": paths,
-            "components": {"schemas": {}},
+            "components": {"schemas": schemas},
         }
+
+
+def _patch_operation(rt: ResourceType, gvk: dict[str, str]) -> dict[str, Any]:
+    """The patch operation kubectl looks for: its GVK and the ``fieldValidation`` parameter (no request
+    body media types, so kubectl computes merge patches for custom kinds, as it must)."""
+    return {
+        "operationId": f"patch{rt.kind}",
+        "x-kubernetes-action": "patch",
+        "x-kubernetes-group-version-kind": gvk,
+        "parameters": [
+            {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": True}},
+            {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": True}},
+            {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": True}},
+        ],
+        "responses": {"200": {"description": "OK"}},
+    }
 
 
 def build_app(store: Store, config: ServerConfig | None = None) -> web.Application:

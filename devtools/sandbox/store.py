@@ -37,6 +37,11 @@ Design
   dependents are gone. Deleting a namespace deletes its contents and removes the namespace once it is empty.
 * **Dry run.** Inside ``with store.dry_run():`` every write runs admission, conflicts and patches as usual
   and returns its would-be result, but the commit step stores and publishes nothing (``?dryRun=All``).
+* **Custom resources.** A CustomResourceDefinition committed to the store makes its kinds served
+  (:mod:`devtools.sandbox.crd_registration`); writes of those kinds are pruned and defaulted by the CRD's
+  schema (``fieldValidation=Strict`` refuses unknown fields, ``Warn`` collects warnings the HTTP layer
+  returns, see :meth:`Store.field_validation`), then validated by :mod:`devtools.sandbox.admission`. Their
+  ``scale`` subresource follows the CRD's replica paths (a NodePool's ``status.nodes``).
 * **Subresources.** ``status`` writes touch only ``.status``; main-resource writes keep the old ``.status``
   for kinds that have the subresource, and bump ``metadata.generation`` only when something outside
   ``metadata``/``status`` changed. ``binding``, ``eviction`` and ``scale`` have their own methods
@@ -62,6 +67,8 @@ from typing import Any
 import msgspec
 
 from devtools.sandbox import admission, patching
+from devtools.sandbox.crd_registration import CustomResources, is_crd
+from devtools.sandbox.crds import CLEANUP_FINALIZER, ScalePaths
 from devtools.sandbox.errors import (
     AlreadyExists,
     ApiError,
@@ -341,7 +348,10 @@ class Store:
         max_pending_events: int = 100_000,
         name: str = "sandbox",
     ) -> None:
-        self.registry = registry
+        self.registry = registry.copy()  # this cluster's own: CRDs change what it serves
+        self.custom_resources = CustomResources(self)
+        self._field_validation = "Ignore"  # what a write does with unknown fields (fieldValidation)
+        self._warnings: list[str] | None = None
         self.max_pending_events = max_pending_events  # per watcher; beyond it the watch is ended
         self.name = name
         self.history_size = history_size
@@ -371,6 +381,24 @@ class Store:
         finally:
             self._dry_run = previous
 
+    @contextlib.contextmanager
+    def field_validation(self, directive: str) -> Iterator[list[str]]:
+        """Within the block, custom-resource writes treat unknown fields as ``fieldValidation`` says:
+        ``Strict`` refuses them (400), ``Warn`` prunes them and lists a warning per field (yielded),
+        ``Ignore`` prunes them silently (in-process callers' default)."""
+        if directive not in ("Strict", "Warn", "Ignore"):
+            raise BadRequest(
+                f'fieldValidation: Unsupported value: "{directive}": supported values: "Ignore", "Strict", '
+                '"Warn"'
+            )
+        warnings: list[str] = []
+        previous = self._field_validation, self._warnings
+        self._field_validation, self._warnings = directive, warnings
+        try:
+            yield warnings
+        finally:
+            self._field_validation, self._warnings = previous
+
     # ---------------------------------------------------------------- look-ups
 
     @property
@@ -386,6 +414,18 @@ class Store:
         if bucket is None:
             bucket = self._buckets[rt.storage_key] = _Bucket(rt, self.history_size)
         return bucket
+
+    def _drop_bucket(self, rt: ResourceType) -> None:
+        """A kind is no longer served: its watches end and what was left of it is forgotten."""
+        bucket = self._buckets.pop(rt.storage_key, None)
+        if bucket is None:
+            return
+        for watcher in list(bucket.watchers):
+            watcher.close()
+        for obj in bucket.objects.values():
+            uid = obj["metadata"].get("uid")
+            if uid:
+                self._uids.pop(uid, None)
 
     def _key(self, rt: ResourceType, name: str, namespace: str | None) -> Key:
         if not isinstance(name, str) or not name:
@@ -436,6 +476,8 @@ class Store:
         self._publish(bucket, _Event(type_, new, rv), old)
         if type_ == "DELETED":
             self._after_removal(rt, key, new["metadata"].get("uid"))
+        if is_crd(rt):
+            self.custom_resources.committed(type_, new)
         while self._foreground_ready:
             self._finish_foreground(self._foreground_ready.pop())
         return new
@@ -476,6 +518,8 @@ class Store:
                 self._queue_gc(uid, "Background")
         if rt.namespaced:
             self._maybe_finish_namespace(key[0])
+        if rt.custom is not None:
+            self.custom_resources.instance_removed(rt.storage_key)
 
     def _finish_foreground(self, owner_uid: str) -> None:
         """The owner's dependents are gone: drop its foregroundDeletion finalizer (which may remove it)."""
@@ -667,6 +711,8 @@ class Store:
         meta["generation"] = 1
         obj = self._reset_status_on_create(rt, obj)
         obj = admission.apply_defaults(rt, obj)
+        if rt.custom is not None:
+            obj = self._custom_admitted(rt, obj)
         admission.validate(rt, obj)
         key = self._key(rt, meta["name"], meta.get("namespace"))
         if key in self._bucket(rt).objects:
@@ -727,8 +773,31 @@ class Store:
                     f'the apiVersion "{api_version}" in the body does not match {rt.api_version}'
                 )
 
+    def _custom_admitted(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        """A custom resource pruned to its CRD's schema (unknown fields handled as ``fieldValidation``
+        says) and defaulted."""
+        schema = rt.custom.schema if rt.custom is not None else None
+        if schema is None:
+            return obj
+        obj, dropped = schema.prune(obj)
+        if dropped:
+            unknown = [f'unknown field "{path}"' for path in dropped]
+            if self._field_validation == "Strict":
+                raise BadRequest(
+                    f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: strict decoding '
+                    f"error: {', '.join(unknown)}"
+                )
+            if self._warnings is not None:
+                self._warnings.extend(unknown)
+        return schema.default(obj)
+
     @staticmethod
     def _reset_status_on_create(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        if is_crd(rt):
+            obj.pop("status", None)
+            meta = obj["metadata"]
+            meta["finalizers"] = list(dict.fromkeys([*(meta.get("finalizers") or ()), CLEANUP_FINALIZER]))
+            return obj
         if rt.group == "" and rt.plural == "pods":
             obj["status"] = {"phase": "Pending"}
         elif rt.group == "" and rt.plural == "namespaces":
@@ -772,6 +841,8 @@ class Store:
         self._check_resource_version(rt, key[1], old, meta.get("resourceVersion"))
         if subresource == "status":
             new = self._with_status_of(rt, old, obj)
+            if rt.custom is not None:
+                new = self._custom_admitted(rt, new)
         elif subresource is None:
             new = self._replacement(rt, old, obj, meta)
         else:
@@ -802,9 +873,8 @@ class Store:
             new["status"] = obj["status"]
         return new
 
-    @staticmethod
     def _replacement(
-        rt: ResourceType, old: dict[str, Any], obj: dict[str, Any], meta: dict[str, Any]
+        self, rt: ResourceType, old: dict[str, Any], obj: dict[str, Any], meta: dict[str, Any]
     ) -> dict[str, Any]:
         """A main-resource write: ``obj`` with the server-owned metadata (and status, where it is a
         subresource) kept from ``old``, defaults applied and ``generation`` bumped when the spec changed."""
@@ -823,6 +893,8 @@ class Store:
             else:
                 new.pop("status", None)
         new = admission.apply_defaults(rt, new)
+        if rt.custom is not None:
+            new = self._custom_admitted(rt, new)
         if rt.group == "" and rt.plural == "pods":
             admission.check_pod_spec_update(rt, old, new)
         if _spec_of(new) != _spec_of(old):
@@ -898,8 +970,10 @@ class Store:
         self._check_scalable(rt)
         obj = self._stored(rt, self._key(rt, name, namespace))
         meta = obj["metadata"]
-        spec, status = obj.get("spec") or {}, obj.get("status") or {}
-        selector = spec.get("selector")
+        paths = _scale_paths(rt)
+        selector: Any = _at(obj, paths.label_selector) if paths.label_selector else None
+        if paths.label_selector is None and rt.custom is None:
+            selector = (obj.get("spec") or {}).get("selector") or (obj.get("status") or {}).get("selector")
         scale_meta = {
             k: meta[k]
             for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
@@ -909,12 +983,12 @@ class Store:
             "kind": "Scale",
             "apiVersion": "autoscaling/v1",
             "metadata": scale_meta,
-            "spec": {"replicas": int(spec.get("replicas", 0) or 0)},
+            "spec": {"replicas": int(_at(obj, paths.spec_replicas) or 0)},
             "status": {
-                "replicas": int(status.get("replicas", 0) or 0),
+                "replicas": int(_at(obj, paths.status_replicas) or 0),
                 "selector": render_label_selector_dict(selector)
                 if isinstance(selector, dict)
-                else (status.get("selector") or ""),
+                else (selector or ""),
             },
         }
 
@@ -939,9 +1013,8 @@ class Store:
                 "has been modified; please apply your changes to the latest version and try again",
                 details=object_details(rt.plural, rt.group, name),
             )
-        new = dict(old)
+        new = _with_value(old, _scale_paths(rt).spec_replicas, replicas)
         new["metadata"] = dict(old["metadata"])
-        new["spec"] = {**(old.get("spec") or {}), "replicas": replicas}
         if new["spec"] != old.get("spec"):
             new["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1
         self._commit_update(rt, key, new, old)
@@ -1355,6 +1428,29 @@ class Store:
         for bucket in self._buckets.values():
             for watcher in list(bucket.watchers):
                 watcher.close()
+
+
+_DEFAULT_SCALE = ScalePaths(("spec", "replicas"), ("status", "replicas"), None)
+
+
+def _scale_paths(rt: ResourceType) -> ScalePaths:
+    """Where a kind keeps its replicas: its CRD's scale paths, else spec.replicas and status.replicas."""
+    custom = rt.custom.scale if rt.custom is not None else None
+    return custom or _DEFAULT_SCALE
+
+
+def _at(obj: Any, path: tuple[str, ...]) -> Any:
+    for part in path:
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return obj
+
+
+def _with_value(obj: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    """A copy of ``obj`` with ``value`` at ``path`` (the dicts on the way copied, the rest shared)."""
+    if len(path) == 1:
+        return {**obj, path[0]: value}
+    inner = obj.get(path[0])
+    return {**obj, path[0]: _with_value(inner if isinstance(inner, dict) else {}, path[1:], value)}
 
 
 def _node_of(obj: dict[str, Any] | None) -> str:

@@ -7,6 +7,11 @@ Pending, nodes NotReady, NodeClaims without a node. So the sandbox renders table
 with the upstream column sets (kube's printers for built-in kinds, the CRDs' ``additionalPrinterColumns`` for
 Karpenter and Cluster API). Columns with ``priority: 1`` appear with ``-o wide``.
 
+A kind a CustomResourceDefinition defines is printed as the API server prints it: ``NAME``, then the CRD's
+``additionalPrinterColumns`` read with their JSONPath (a ``date`` column as an age, a missing value as
+``null``), or ``NAME`` and ``AGE`` when the CRD lists none. The hand-written Karpenter and Cluster API
+printers below serve the store's stand-ins for those kinds, used when their CRDs are not installed.
+
 Cells are computed from plain object dicts; ages use the real ``HumanDuration`` format (``45s``, ``3m12s``,
 ``5h``, ``2d3h``). Each row carries the object's metadata as ``PartialObjectMetadata`` (the default
 ``includeObject=Metadata``), the full object for ``includeObject=Object``, or nothing for ``None``.
@@ -20,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from devtools.sandbox.crds import PrinterColumn
 from devtools.sandbox.resources import ResourceType
 
 Obj = dict[str, Any]
@@ -306,6 +312,33 @@ def _default_cells(obj: Obj, now: float) -> list[Any]:
     return [obj["metadata"]["name"], _age(obj, now)]
 
 
+def _crd_cells(obj: Obj, now: float) -> list[Any]:
+    return [obj["metadata"]["name"], _get(obj, "metadata", "creationTimestamp", default="")]
+
+
+def _cell(column: PrinterColumn, obj: Obj, now: float) -> Any:
+    found = [v for v in column.path.find(obj) if v is not None]
+    if not found:
+        return None
+    if column.type == "date":
+        return _age({"metadata": {"creationTimestamp": found[0]}}, now)
+    if len(found) == 1:
+        return found[0]
+    return ",".join(str(v) for v in found)
+
+
+def _custom_printer(columns: tuple[PrinterColumn, ...]) -> Printer:
+    definitions = (
+        Column("Name", format="name"),
+        *(Column(c.name, c.priority, c.type if c.type != "date" else "string", c.format) for c in columns),
+    )
+
+    def cells(obj: Obj, now: float) -> list[Any]:
+        return [obj["metadata"]["name"], *(_cell(c, obj, now) for c in columns)]
+
+    return definitions, cells
+
+
 def _cols(*names: str, wide: Iterable[str] = ()) -> tuple[Column, ...]:
     first = [Column(n, format="name" if n == "Name" else "") for n in names]
     return (*first, *(Column(n, priority=1) for n in wide))
@@ -349,6 +382,7 @@ PRINTERS: dict[tuple[str, str], Printer] = {
         _pdb_cells,
     ),
     ("coordination.k8s.io", "leases"): (_cols("Name", "Holder", "Age"), _lease_cells),
+    ("apiextensions.k8s.io", "customresourcedefinitions"): (_cols("Name", "Created At"), _crd_cells),
     ("karpenter.sh", "nodeclaims"): (
         _cols(
             "Name", "Type", "Capacity", "Zone", "Node", "Ready", "Age", wide=("ID", "NodePool", "NodeClass")
@@ -416,13 +450,21 @@ def render_table(
     now: float | None = None,
 ) -> dict[str, Any]:
     """A ``meta.k8s.io/v1 Table`` of ``objects``; ``with_columns=False`` for watch events after the first."""
-    columns, cells = PRINTERS.get(rt.storage_key, DEFAULT_PRINTER)
+    columns, cells = _printer(rt)
     moment = time.time() if now is None else now
     table: dict[str, Any] = {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_metadata or {}}
     if with_columns:
         table["columnDefinitions"] = [c.definition() for c in columns]
     table["rows"] = [_row(rt, obj, _fit(cells(obj, moment), len(columns)), include_object) for obj in objects]
     return table
+
+
+def _printer(rt: ResourceType) -> Printer:
+    if rt.custom is None:
+        return PRINTERS.get(rt.storage_key, DEFAULT_PRINTER)
+    if rt.custom.columns is None:
+        return DEFAULT_PRINTER
+    return _custom_printer(rt.custom.columns)
 
 
 def _fit(cells: list[Any], width: int) -> list[Any]:

@@ -5,6 +5,10 @@ removed afterwards. Tests can drive the clusters through HTTP (kubernetes-asynci
 :meth:`SandboxHandle.api_client`, or ``kubectl --kubeconfig``) and inspect or arrange state directly through
 the stores (``sandbox.workload_store.create(...)``), which share semantics with the HTTP API.
 
+The workload cluster serves the store's schema-less stand-ins for Karpenter's kinds unless ``crds`` names
+CRDs to install (``crds=(DEPLOY_CRDS,)`` installs the ones tenon ships, as ``tenon sandbox`` does), so a
+test sees exactly the validation it asks for.
+
 The controllers run by default when their package is importable; ``controllers=False`` gives a bare API
 server whose state changes only when the test changes it. Short watch lifetimes and bookmark intervals can be
 set to exercise clients' reconnect paths quickly.
@@ -54,7 +58,12 @@ class SandboxHandle:
 
 @contextlib.asynccontextmanager
 async def running_sandbox(
-    profile: str = "fast", *, controllers: bool = True, time_scale: float = 1.0, **overrides: Any
+    profile: str = "fast",
+    *,
+    controllers: bool = True,
+    time_scale: float = 1.0,
+    crds: tuple[Path, ...] = (),
+    **overrides: Any,
 ) -> AsyncIterator[SandboxHandle]:
     """Serve a workload and a management cluster on free loopback ports for the duration of the block.
 
@@ -71,6 +80,7 @@ async def running_sandbox(
             profile=profile,
             time_scale=time_scale,
             controllers=controllers,
+            crds=crds,
             **overrides,
         )
         async with Sandbox(config) as sandbox:
