@@ -477,6 +477,130 @@ class MachineKept(Event, frozen=True, kw_only=True, tag=True):
     reason: str
 
 
+# --- EC2, as launcher-ec2 sees it and acts on it (tenon.ec2.*) ----------------------------------------------
+
+
+class Ec2Override(msgspec.Struct, frozen=True, rename="camel"):
+    """One (instance type, zone) a fleet may launch, with the subnet and image it launches from."""
+
+    instance_type: str
+    zone: str
+    subnet_id: str
+    image_id: str
+    price_per_hour: float
+    choice: int
+    """The index of the claim's choice this override stands for (0: the choice, 1: the first fallback...)."""
+
+
+class Ec2FleetRequested(Event, frozen=True, kw_only=True, tag=True):
+    """launcher-ec2 asked EC2 for one instance for a claim: one CreateFleet (type instant) over ``overrides``
+    (the claim's choices from its current one, of one capacity type, x the zones of the NodeClass's subnets),
+    after looking for an instance already tagged with the claim (so a retry after a crash never launches two).
+    ``client_token`` is derived from the claim and the attempt (AWS's own idempotency)."""
+
+    schema: Literal[1] = 1
+    nodeclaim: str
+    node_class: str
+    nodepool: str
+    capacity_type: str
+    allocation_strategy: str
+    overrides: tuple[Ec2Override, ...]
+    launch_template: str
+    client_token: str
+    attempt: int
+    """How many launch failures the claim had when this was requested."""
+    tags: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class Ec2FleetError(msgspec.Struct, frozen=True, rename="camel"):
+    """An override EC2 refused (``InsufficientInstanceCapacity``, ``MaxSpotInstanceCountExceeded``, ...)."""
+
+    instance_type: str
+    zone: str | None
+    code: str
+    message: str = ""
+
+
+class Ec2FleetAnswered(Event, frozen=True, kw_only=True, tag=True):
+    """What EC2 answered a ``Ec2FleetRequested`` (``after`` names it): the instance launched (or found already
+    tagged with the claim), the overrides refused, or the error of the call itself."""
+
+    schema: Literal[1] = 1
+    nodeclaim: str
+    after: str
+    instance_id: str | None = None
+    instance_type: str | None = None
+    zone: str | None = None
+    capacity_type: str | None = None
+    found_by_tag: bool = False
+    errors: tuple[Ec2FleetError, ...] = ()
+    error_code: str | None = None
+    error_message: str = ""
+
+
+class Ec2InstanceObserved(Event, frozen=True, kw_only=True, tag=True):
+    """An instance tagged for this cluster by tenon was added, changed state, or is gone. ``instance`` is
+    trimmed to: ``instanceId``, ``instanceType``, ``zone``, ``state``, ``lifecycle`` (spot or on-demand),
+    ``launchTime``, ``privateDnsName`` and the tags tenon reads (nodeclaim, nodepool, nodeclass, cluster)."""
+
+    schema: Literal[1] = 1
+    change: ObservedChange
+    instance: KubeObject
+    after: str | None = None
+    """As ``MachineObserved.after``: the launcher's own action this observation was published after."""
+
+
+class Ec2InstanceLeakChecked(Event, frozen=True, kw_only=True, tag=True):
+    """The evidence about an instance tagged with a claim launcher-ec2 does not know, past the leak grace:
+    whether a NodeClaim object of that name exists, whether the log reaches back past the instance's launch
+    minus the launch timeout. As ``MachineLeakChecked``."""
+
+    schema: Literal[1] = 1
+    instance_id: str
+    nodeclaim: str
+    launched_at: datetime | None = None
+    leak_grace: float
+    nodeclaim_object: Literal["absent", "present", "unknown"]
+    log_first_sequence: int
+    log_starts_at: datetime | None = None
+    log_needed_since: datetime | None = None
+    log_reaches_back: bool
+    detail: str = ""
+
+
+class Ec2InstanceTerminationDecided(Event, frozen=True, kw_only=True, tag=True):
+    """launcher-ec2 terminated an instance (TerminateInstances), on positive evidence only (``evidence``)."""
+
+    schema: Literal[1] = 1
+    instance_id: str
+    nodeclaim: str
+    reason: str
+    evidence: tuple[str, ...] = ()
+
+
+class Ec2InstanceKept(Event, frozen=True, kw_only=True, tag=True):
+    """launcher-ec2 kept an instance it could not prove unwanted, and says why (once per instance and reason);
+    ``code`` as ``MachineKept``."""
+
+    schema: Literal[1] = 1
+    instance_id: str
+    nodeclaim: str
+    code: str
+    reason: str
+
+
+class InterruptionMessageReceived(Event, frozen=True, kw_only=True, tag=True):
+    """A message the interruption-handler received from its SQS queue, as it was (so the notice it becomes,
+    or the dead letter, replays from the log). Deleted from the queue once what it decided is in the log."""
+
+    schema: Literal[1] = 1
+    queue: str
+    message_id: str
+    body: str
+    sent_at: datetime | None = None
+    receive_count: int = 1
+
+
 # --- faults -------------------------------------------------------------------------------------------------------
 
 
@@ -527,6 +651,13 @@ AnyEvent = (
     | MachineBound
     | MachineRemovalDecided
     | MachineKept
+    | Ec2FleetRequested
+    | Ec2FleetAnswered
+    | Ec2InstanceObserved
+    | Ec2InstanceLeakChecked
+    | Ec2InstanceTerminationDecided
+    | Ec2InstanceKept
+    | InterruptionMessageReceived
 )
 """The tagged union every consumer decodes."""
 

@@ -70,29 +70,54 @@ def _capi(*event_types: type[ev.Event], subject: str) -> tuple[EventSpec, ...]:
     return tuple(EventSpec(t, subject, (LAUNCHER_CAPI,), (LAUNCHER_CAPI,)) for t in event_types)
 
 
+def _ec2(*event_types: type[ev.Event], subject: str) -> tuple[EventSpec, ...]:
+    """The EC2 launcher's own story of EC2 (fleets asked and answered, instances observed, checked,
+    terminated, kept): written and read by it, so its decisions replay from the log."""
+    return tuple(EventSpec(t, subject, (LAUNCHER_EC2,), (LAUNCHER_EC2,)) for t in event_types)
+
+
+_CLAIM_READERS = (SCHEDULER, LAUNCHERS, DISRUPTION)
+_CLAIM_READERS_AND_INTERRUPTIONS = (*_CLAIM_READERS, INTERRUPTION_HANDLER)
+"""Launched and Terminated are read by the interruption-handler too: which instances tenon runs (a notice for
+any other is counted and dropped)."""
+
+
 SPECS: tuple[EventSpec, ...] = (
     EventSpec(ev.NodeObserved, "tenon.cluster.node.*", (POD_WATCHER,), _EVERYONE_DECIDING),
     EventSpec(ev.BoundPodObserved, "tenon.cluster.pod.*.*", (POD_WATCHER,), _EVERYONE_DECIDING),
     EventSpec(ev.NodePoolsSnapshot, "tenon.cluster.nodepools", (POD_WATCHER,), _EVERYONE_DECIDING),
     EventSpec(ev.NodeClassesSnapshot, "tenon.cluster.nodeclasses", (POD_WATCHER,), _NODECLASS_READERS),
     EventSpec(ev.DaemonSetsSnapshot, "tenon.cluster.daemonsets", (POD_WATCHER,), _EVERYONE_DECIDING),
-    EventSpec(ev.CatalogSnapshot, "tenon.catalog.*", (LAUNCHERS,), (SCHEDULER, DISRUPTION, LAUNCHER_CAPI)),
+    EventSpec(
+        ev.CatalogSnapshot,
+        "tenon.catalog.*",
+        (LAUNCHERS,),
+        (SCHEDULER, DISRUPTION, LAUNCHER_CAPI, LAUNCHER_EC2),
+    ),
     EventSpec(ev.PendingBatch, "tenon.pending", (POD_WATCHER,), _EVERYONE_DECIDING),
     EventSpec(ev.BatchPlanned, "tenon.scheduling.batch", (SCHEDULER,), ()),
     _claim_step(ev.NodeClaimPlanned, (SCHEDULER,), (SCHEDULER, LAUNCHERS, DISRUPTION)),
-    _claim_step(ev.NodeClaimLaunched, (LAUNCHERS,), (SCHEDULER, LAUNCHERS, DISRUPTION)),
+    _claim_step(ev.NodeClaimLaunched, (LAUNCHERS,), _CLAIM_READERS_AND_INTERRUPTIONS),
     _claim_step(ev.NodeClaimLaunchFailed, (LAUNCHERS,), (SCHEDULER, LAUNCHERS, DISRUPTION)),
     _claim_step(ev.NodeClaimRegistered, (SCHEDULER,), (SCHEDULER, LAUNCHERS, DISRUPTION)),
     _claim_step(ev.NodeClaimInitialized, (SCHEDULER,), (SCHEDULER, LAUNCHERS, DISRUPTION)),
     _claim_step(ev.NodeClaimAbandoned, (SCHEDULER,), (SCHEDULER, LAUNCHERS, DISRUPTION)),
     _claim_step(ev.DisruptionRequested, (DISRUPTION,), (SCHEDULER, LAUNCHERS, DISRUPTION)),
     _claim_step(ev.NodeClaimDrained, (DISRUPTION,), (SCHEDULER, LAUNCHERS, DISRUPTION)),
-    _claim_step(ev.NodeClaimTerminated, (LAUNCHERS,), (SCHEDULER, LAUNCHERS, DISRUPTION)),
+    _claim_step(ev.NodeClaimTerminated, (LAUNCHERS,), _CLAIM_READERS_AND_INTERRUPTIONS),
     EventSpec(ev.DisruptionDecision, "tenon.disruption.decision", (DISRUPTION,), (DISRUPTION,)),
     EventSpec(
         ev.ReplacementsRequested, subjects.DISRUPTION_REPLACEMENTS, (DISRUPTION,), (SCHEDULER, DISRUPTION)
     ),
-    EventSpec(ev.InterruptionNotice, "tenon.interruption.*", (INTERRUPTION_HANDLER,), (DISRUPTION,)),
+    EventSpec(
+        ev.InterruptionNotice, "tenon.interruption.*", (INTERRUPTION_HANDLER,), (DISRUPTION, LAUNCHER_EC2)
+    ),
+    EventSpec(
+        ev.InterruptionMessageReceived,
+        subjects.INTERRUPTION_MESSAGES,
+        (INTERRUPTION_HANDLER,),
+        (INTERRUPTION_HANDLER,),
+    ),
     EventSpec(ev.DeadLetter, "tenon.deadletter.*.*", (ANY_CONSUMER,), ()),
     *_capi(
         ev.MachineDeploymentObserved, ev.MachineDeploymentScaled, subject=subjects.CAPI_MACHINEDEPLOYMENTS
@@ -104,6 +129,14 @@ SPECS: tuple[EventSpec, ...] = (
         ev.MachineRemovalDecided,
         ev.MachineKept,
         subject=subjects.CAPI_MACHINES,
+    ),
+    *_ec2(ev.Ec2FleetRequested, ev.Ec2FleetAnswered, subject=subjects.EC2_FLEETS),
+    *_ec2(
+        ev.Ec2InstanceObserved,
+        ev.Ec2InstanceLeakChecked,
+        ev.Ec2InstanceTerminationDecided,
+        ev.Ec2InstanceKept,
+        subject=subjects.EC2_INSTANCES,
     ),
 )
 
@@ -152,6 +185,13 @@ _SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = {
     ev.MachineBound: lambda e: subjects.capi_machine(e.namespace, e.machine),
     ev.MachineRemovalDecided: lambda e: subjects.capi_machine(e.namespace, e.machine),
     ev.MachineKept: lambda e: subjects.capi_machine(e.namespace, e.machine),
+    ev.InterruptionMessageReceived: lambda e: subjects.interruption_message(e.queue),
+    ev.Ec2FleetRequested: lambda e: subjects.ec2_fleet(e.nodeclaim),
+    ev.Ec2FleetAnswered: lambda e: subjects.ec2_fleet(e.nodeclaim),
+    ev.Ec2InstanceObserved: lambda e: subjects.ec2_instance(str(e.instance.get("instanceId") or "unknown")),
+    ev.Ec2InstanceLeakChecked: lambda e: subjects.ec2_instance(e.instance_id),
+    ev.Ec2InstanceTerminationDecided: lambda e: subjects.ec2_instance(e.instance_id),
+    ev.Ec2InstanceKept: lambda e: subjects.ec2_instance(e.instance_id),
 }
 
 

@@ -12,13 +12,17 @@ Subjects partition it so that consumers filter cheaply:
     tenon.catalog.<nodeclass>                     CatalogSnapshot
     tenon.pending                                 PendingBatch
     tenon.scheduling.batch                        BatchPlanned (the scheduler's answer to a batch)
-    tenon.nodeclaim.<nodeclaim>.<step>            the NodeClaim lifecycle (the aggregate is tenon.nodeclaim.<nodeclaim>.*)
+    tenon.nodeclaim.<nodeclaim>.<step>            the NodeClaim lifecycle (aggregate: tenon.nodeclaim.<n>.*)
     tenon.disruption.decision                     DisruptionDecision
     tenon.disruption.replacements                 ReplacementsRequested (disruption asks the scheduler)
     tenon.interruption.<provider>                 InterruptionNotice
+    tenon.interruption.message.<queue>            InterruptionMessageReceived (the SQS message as received)
     tenon.capi.machinedeployment.<ns>.<name>      MachineDeploymentObserved, MachineDeploymentScaled
     tenon.capi.machine.<ns>.<name>                MachineObserved, MachineBound, MachineLeakChecked,
                                                   MachineRemovalDecided, MachineKept (the CAPI launcher's)
+    tenon.ec2.fleet.<nodeclaim>                   Ec2FleetRequested, Ec2FleetAnswered (launcher-ec2's)
+    tenon.ec2.instance.<instance-id>              Ec2InstanceObserved, Ec2InstanceLeakChecked,
+                                                  Ec2InstanceTerminationDecided, Ec2InstanceKept
 
 Dead letters go to their own stream, ``TENON_DEADLETTER``, on ``tenon.deadletter.<stream>.<consumer>``, so a
 poison message never shares retention (or consumers) with the healthy log.
@@ -47,6 +51,10 @@ NODECLAIMS = "tenon.nodeclaim.>"
 DISRUPTION_DECISIONS = "tenon.disruption.decision"
 DISRUPTION_REPLACEMENTS = "tenon.disruption.replacements"
 INTERRUPTIONS = "tenon.interruption.*"
+INTERRUPTION_MESSAGES = "tenon.interruption.message.*"
+EC2 = "tenon.ec2.>"
+EC2_FLEETS = "tenon.ec2.fleet.*"
+EC2_INSTANCES = "tenon.ec2.instance.*"
 CAPI = "tenon.capi.>"
 CAPI_MACHINEDEPLOYMENTS = "tenon.capi.machinedeployment.*.*"
 CAPI_MACHINES = "tenon.capi.machine.*.*"
@@ -61,6 +69,7 @@ EVENT_SUBJECTS: tuple[str, ...] = (
     "tenon.disruption.>",
     "tenon.interruption.>",
     "tenon.capi.>",
+    "tenon.ec2.>",
 )
 """The subjects the events stream captures (``tenon.deadletter.>`` is deliberately not among them)."""
 
@@ -126,6 +135,21 @@ def capi_machine(namespace: str, name: str) -> str:
 
 def interruption(provider: str) -> str:
     return f"tenon.interruption.{token(provider)}"
+
+
+def interruption_message(queue: str) -> str:
+    """An SQS message as the interruption-handler received it (one subject per queue)."""
+    return f"tenon.interruption.message.{token(queue)}"
+
+
+def ec2_fleet(nodeclaim_name: str) -> str:
+    """launcher-ec2's fleet requests for one claim and EC2's answers."""
+    return f"tenon.ec2.fleet.{token(nodeclaim_name)}"
+
+
+def ec2_instance(instance_id: str) -> str:
+    """An EC2 instance's story as launcher-ec2 tells it: observed, checked, terminated, kept."""
+    return f"tenon.ec2.instance.{token(instance_id)}"
 
 
 def deadletter(stream: str, consumer: str) -> str:
