@@ -345,6 +345,15 @@ class LocalAws:
             self._thread.join(timeout=10)
             self._thread = None
 
+    def reset(self) -> None:
+        """Forget every resource and refusal (moto keeps its accounts per process, not per server: a test
+        starts from a clean account this way)."""
+        request = urllib.request.Request(self.url + "/moto-api/reset", data=b"", method="POST")
+        with urllib.request.urlopen(request, timeout=10):
+            pass
+        if self.seam is not None:
+            self.seam.clear()
+
     def refuse(self, *refusals: Refusal) -> None:
         assert self.seam is not None, "start the local AWS first"
         self.seam.refuse(refusals)

@@ -1,0 +1,299 @@
+"""launcher-ec2's calls to AWS (boto3; blocking, so the executor runs them in threads).
+
+Clients are built from the launcher's settings: the region, and an endpoint URL when one is set (the local
+AWS in tests and ``tenon up``; unset in the field, where boto3's endpoint for the region is used).
+Credentials come from boto3's usual chain; the retry mode is ``standard`` with few attempts (a decision that
+fails is decided again by the runtime, it does not need the SDK to wait long). Nothing here decides: each
+function asks one question of EC2, SSM or IAM and returns the answer as plain data, or raises
+:class:`AwsError` with the call and the error code.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tenon.services.launcher_ec2.nodeclass import Image, NodeClassSpec, Term
+
+ALIAS_PARAMETERS = {
+    "al2023": (
+        "/aws/service/eks/optimized-ami/{version}/amazon-linux-2023/{arch}/standard/recommended/image_id",
+        "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-{arch}",
+    ),
+    "al2": (
+        "/aws/service/eks/optimized-ami/{version}/amazon-linux-2{suffix}/recommended/image_id",
+        "/aws/service/ami-amazon-linux-latest/amzn2-ami-hvm-{arch}-gp2",
+    ),
+    "bottlerocket": ("/aws/service/bottlerocket/aws-k8s-{version}/{arch}/latest/image_id",),
+}
+"""SSM public parameters an AMI alias resolves through, in order: the EKS-optimized image first (what
+Karpenter reads), then the plain Amazon Linux image where the local AWS has no EKS parameters."""
+
+
+class AwsError(RuntimeError):
+    """A call that failed; ``code`` is AWS's error code (``InsufficientInstanceCapacity``...) or the
+    exception's name for a connection problem."""
+
+    def __init__(self, call: str, code: str, message: str) -> None:
+        super().__init__(f"{call}: {code}: {message}")
+        self.call = call
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class AwsSettings:
+    region: str
+    endpoint_url: str | None = None
+    kubernetes_version: str = "1.31"
+
+
+class Aws:
+    """The EC2, SSM and IAM clients of one launcher."""
+
+    def __init__(self, settings: AwsSettings) -> None:
+        import boto3
+        from botocore.config import Config
+
+        self.settings = settings
+        config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=30)
+        session = boto3.session.Session(region_name=settings.region)
+        self.ec2 = session.client("ec2", endpoint_url=settings.endpoint_url, config=config)
+        self.ssm = session.client("ssm", endpoint_url=settings.endpoint_url, config=config)
+        self.iam = session.client("iam", endpoint_url=settings.endpoint_url, config=config)
+
+    def call(self, client: Any, operation: str, **kwargs: Any) -> Any:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return getattr(client, operation)(**kwargs)
+        except ClientError as exc:
+            error = exc.response.get("Error") or {}
+            raise AwsError(
+                operation, str(error.get("Code") or "Unknown"), str(error.get("Message") or "")
+            ) from None
+        except (BotoCoreError, OSError) as exc:
+            raise AwsError(operation, type(exc).__name__, str(exc)) from None
+
+    def pages(self, client: Any, operation: str, key: str, **kwargs: Any) -> list[Any]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        out: list[Any] = []
+        try:
+            for page in client.get_paginator(operation).paginate(**kwargs):
+                out.extend(page.get(key) or [])
+        except ClientError as exc:
+            error = exc.response.get("Error") or {}
+            raise AwsError(
+                operation, str(error.get("Code") or "Unknown"), str(error.get("Message") or "")
+            ) from None
+        except (BotoCoreError, OSError) as exc:
+            raise AwsError(operation, type(exc).__name__, str(exc)) from None
+        return out
+
+    # --- what EC2 offers ----------------------------------------------------------------------------------
+
+    def instance_types(self) -> list[dict[str, Any]]:
+        return self.pages(
+            self.ec2,
+            "describe_instance_types",
+            "InstanceTypes",
+            Filters=[
+                {"Name": "supported-virtualization-type", "Values": ["hvm"]},
+                {"Name": "processor-info.supported-architecture", "Values": ["x86_64", "arm64"]},
+            ],
+        )
+
+    def zones_of_types(self) -> dict[str, set[str]]:
+        offerings = self.pages(
+            self.ec2,
+            "describe_instance_type_offerings",
+            "InstanceTypeOfferings",
+            LocationType="availability-zone",
+        )
+        zones: dict[str, set[str]] = {}
+        for offering in offerings:
+            zones.setdefault(str(offering["InstanceType"]), set()).add(str(offering["Location"]))
+        return zones
+
+    def spot_price_history(self, instance_types: Sequence[str]) -> list[dict[str, Any]]:
+        from datetime import UTC, datetime
+
+        return self.pages(
+            self.ec2,
+            "describe_spot_price_history",
+            "SpotPriceHistory",
+            ProductDescriptions=["Linux/UNIX", "Linux/UNIX (Amazon VPC)"],
+            StartTime=datetime.now(UTC),
+            InstanceTypes=list(instance_types),
+        )
+
+    # --- a NodeClass's resources -----------------------------------------------------------------------
+
+    def subnets(self) -> list[dict[str, Any]]:
+        return self.pages(self.ec2, "describe_subnets", "Subnets")
+
+    def security_groups(self) -> list[dict[str, Any]]:
+        return self.pages(self.ec2, "describe_security_groups", "SecurityGroups")
+
+    def images(self, spec: NodeClassSpec) -> tuple[list[Image], list[str]]:
+        """The images the NodeClass's AMI terms select, and why a term found none."""
+        found: list[Image] = []
+        problems: list[str] = []
+        for index, term in enumerate(spec.ami_terms):
+            try:
+                images = self._images_of(term)
+            except AwsError as exc:
+                problems.append(f"spec.amiSelectorTerms[{index}]: {exc}")
+                continue
+            if not images:
+                problems.append(f"spec.amiSelectorTerms[{index}]: no image found")
+            found.extend(images)
+        return found, problems
+
+    def _images_of(self, term: Term) -> list[Image]:
+        if term.alias:
+            return self._alias_images(term.alias)
+        if term.id:
+            described = self.call(self.ec2, "describe_images", ImageIds=[term.id])["Images"]
+            return [_image(i, f"id {term.id}") for i in described]
+        filters = [
+            {"Name": f"tag:{k}", "Values": [v]} if v != "*" else {"Name": "tag-key", "Values": [k]}
+            for k, v in term.tags
+        ]
+        if term.name:
+            filters.append({"Name": "name", "Values": [term.name]})
+        owners = [term.owner] if term.owner else ["self", "amazon"]
+        described = self.call(self.ec2, "describe_images", Filters=filters, Owners=owners)["Images"]
+        return [_image(i, "selector term") for i in described]
+
+    def _alias_images(self, alias: str) -> list[Image]:
+        family, _, _version = alias.partition("@")
+        images = []
+        for arch, short in (("x86_64", "x86_64"), ("arm64", "arm64")):
+            for template in ALIAS_PARAMETERS.get(family, ()):
+                name = template.format(
+                    version=self.settings.kubernetes_version,
+                    arch=short,
+                    suffix="-arm64" if arch == "arm64" else "",
+                )
+                try:
+                    value = self.call(self.ssm, "get_parameter", Name=name)["Parameter"]["Value"]
+                except AwsError as exc:
+                    if exc.code == "ParameterNotFound":
+                        continue
+                    raise
+                described = self.call(self.ec2, "describe_images", ImageIds=[value])["Images"]
+                images += [_image(i, f"SSM {name}", architecture=arch) for i in described]
+                break
+        return images
+
+    def instance_profile(self, spec: NodeClassSpec, cluster: str) -> tuple[str | None, str | None]:
+        """The instance profile the nodes launch with, and why there is none. A ``role`` gets a profile
+        named after the cluster and the NodeClass, created if missing (as Karpenter manages it)."""
+        if spec.instance_profile:
+            try:
+                self.call(self.iam, "get_instance_profile", InstanceProfileName=spec.instance_profile)
+            except AwsError as exc:
+                return None, f"spec.instanceProfile {spec.instance_profile}: {exc.code}"
+            return spec.instance_profile, None
+        name = f"{cluster}_{spec.name}"[:128]
+        try:
+            self.call(self.iam, "get_instance_profile", InstanceProfileName=name)
+            return name, None
+        except AwsError as exc:
+            if exc.code != "NoSuchEntity":
+                return None, f"instance profile {name}: {exc.code}"
+        try:
+            self.call(self.iam, "create_instance_profile", InstanceProfileName=name)
+            self.call(self.iam, "add_role_to_instance_profile", InstanceProfileName=name, RoleName=spec.role)
+        except AwsError as exc:
+            if exc.code not in ("EntityAlreadyExists", "LimitExceeded"):
+                return None, f"instance profile {name} for role {spec.role}: {exc.code}: {exc.message}"
+        return name, None
+
+    # --- launching and removing -------------------------------------------------------------------------
+
+    def ensure_launch_template(self, name: str, data: Mapping[str, Any], tags: Mapping[str, str]) -> None:
+        """Create the launch template unless one of that name exists (names are content hashes)."""
+        try:
+            self.call(self.ec2, "describe_launch_templates", LaunchTemplateNames=[name])
+            return
+        except AwsError as exc:
+            if "NotFound" not in exc.code and exc.code != "InvalidLaunchTemplateName.NotFoundException":
+                raise
+        try:
+            self.call(
+                self.ec2,
+                "create_launch_template",
+                LaunchTemplateName=name,
+                LaunchTemplateData=dict(data),
+                TagSpecifications=[{"ResourceType": "launch-template", "Tags": _tag_list(tags)}],
+            )
+        except AwsError as exc:
+            if "AlreadyExists" not in exc.code:
+                raise
+
+    def instances_tagged(self, key: str, value: str) -> list[dict[str, Any]]:
+        """Instances tagged ``key=value`` that are not terminated."""
+        reservations = self.pages(
+            self.ec2,
+            "describe_instances",
+            "Reservations",
+            Filters=[
+                {"Name": f"tag:{key}", "Values": [value]},
+                {
+                    "Name": "instance-state-name",
+                    "Values": ["pending", "running", "stopping", "stopped", "shutting-down"],
+                },
+            ],
+        )
+        return [i for r in reservations for i in r.get("Instances") or []]
+
+    def cluster_instances(self, cluster_tag: str) -> list[dict[str, Any]]:
+        """Every instance tagged for this cluster by tenon (any state: terminated ones say they are gone)."""
+        reservations = self.pages(
+            self.ec2,
+            "describe_instances",
+            "Reservations",
+            Filters=[{"Name": "tag-key", "Values": [cluster_tag]}],
+        )
+        return [i for r in reservations for i in r.get("Instances") or []]
+
+    def create_fleet(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        answer: dict[str, Any] = self.call(self.ec2, "create_fleet", **request)
+        return answer
+
+    def terminate(self, instance_id: str) -> str | None:
+        """TerminateInstances; the instance's new state (None: EC2 does not know it)."""
+        try:
+            answer = self.call(self.ec2, "terminate_instances", InstanceIds=[instance_id])
+        except AwsError as exc:
+            if exc.code == "InvalidInstanceID.NotFound":
+                return None
+            raise
+        changes = answer.get("TerminatingInstances") or []
+        return str(changes[0]["CurrentState"]["Name"]) if changes else None
+
+
+def _image(described: Mapping[str, Any], source: str, architecture: str | None = None) -> Image:
+    return Image(
+        id=str(described["ImageId"]),
+        name=str(described.get("Name") or ""),
+        architecture=architecture or str(described.get("Architecture") or "x86_64"),
+        source=source,
+    )
+
+
+def _tag_list(tags: Mapping[str, str]) -> list[dict[str, str]]:
+    return [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
+
+
+def tag_specifications(tags: Mapping[str, str], kinds: Iterable[str]) -> list[dict[str, Any]]:
+    return [{"ResourceType": kind, "Tags": _tag_list(tags)} for kind in kinds]
+
+
+def user_data_base64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
