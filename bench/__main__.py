@@ -28,6 +28,7 @@ SUITES: tuple[str, ...] = (
     "sandbox_controllers",
     "launcher_capi",
     "rebuild",
+    "disruption",
     "e2e",
 )
 
