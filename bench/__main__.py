@@ -29,6 +29,7 @@ SUITES: tuple[str, ...] = (
     "launcher_capi",
     "rebuild",
     "disruption",
+    "failover",
     "e2e",
 )
 

@@ -1,8 +1,9 @@
 """One contract, two implementations: every test here runs against the in-memory log and a real JetStream.
 
-What services rely on the log for, stated once: deduplication by event id, the optimistic append on an aggregate
-(a claim's whole history, across its step subjects), the newest record per subject, how far back the log
-reaches, the broker's message size, compare-and-swap keys that expire, and snapshots kept apart from the log.
+What services rely on the log for, stated once: deduplication by event id, the optimistic append on an
+aggregate (a claim's whole history, across its step subjects), the newest record per subject, how far back
+the log reaches, the broker's message size, compare-and-swap keys that expire, and snapshots kept apart from
+the log.
 """
 
 from __future__ import annotations
