@@ -398,6 +398,7 @@ class Packer:
         self.failed: dict[int, str] = {}
         self._classes: dict[int, PackClass] = {}
         self._candidate_cache: dict[tuple[frozenset[int], tuple[float, ...]], list[Template]] = {}
+        self._intersections: dict[frozenset[int], tuple[frozenset[int], list[frozenset[int]]]] = {}
 
     # -- small helpers -------------------------------------------------------------------------------------
     def value_of(self, used: Sequence[int], weights: Sequence[float] | None = None) -> float:
@@ -563,15 +564,17 @@ class Packer:
         return down, contents, used, okeys, counts, limits
 
     def _templates_for_all(self, contents: dict[int, int]) -> frozenset[int] | None:
-        """The templates every class in ``contents`` may use."""
-        allowed: frozenset[int] | None = None
-        for ci in contents:
-            cls = self._classes[ci]
-            if allowed is None:
-                allowed = cls.templates
-            elif cls.templates is not allowed:
-                allowed = allowed & cls.templates
-        return allowed
+        """The templates every class in ``contents`` may use (classes share a few interned sets: each
+        intersection of them is made once)."""
+        sets = {id(self._classes[ci].templates): self._classes[ci].templates for ci in contents}
+        if len(sets) <= 1:
+            return next(iter(sets.values()), None)
+        key = frozenset(sets)
+        found = self._intersections.get(key)
+        if found is None:
+            # the sets are kept with their intersection, so their ids are never reused for other sets
+            found = self._intersections[key] = (frozenset.intersection(*sets.values()), list(sets.values()))
+        return found[0]
 
     def _commit(self, bins: list[Bin], chosen: _Node, once: bool = False) -> int:
         (tpl, price, offer), contents, used, okeys, counts, limits = chosen
