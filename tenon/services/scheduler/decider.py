@@ -15,7 +15,7 @@ from proto import events as ev
 from proto import registry
 from tenon.domain.nodeclaim import ClaimBook
 from tenon.domain.projection import ClusterProjection, decode_projection, encode_projection
-from tenon.services.scheduler import lifecycle, planner
+from tenon.services.scheduler import lifecycle, planner, replacements
 
 
 class SchedulerDecider:
@@ -41,6 +41,8 @@ class SchedulerDecider:
     def decide(self, state: ClusterProjection, event: ev.Event) -> Sequence[ev.Event]:
         if isinstance(event, ev.PendingBatch):
             return planner.plan_batch(state, event).events
+        if isinstance(event, ev.ReplacementsRequested):
+            return replacements.plan_replacements(state, event)
         decisions: list[ev.Event] = []
         if isinstance(event, ev.NodeClaimAbandoned):
             decisions += planner.replan_abandoned(state, event).events

@@ -2,7 +2,9 @@
 
 ``status.resources`` sums the capacity of the pool's Nodes (label ``karpenter.sh/nodepool``), plus ``nodes``;
 ``status.conditions`` carries ``ValidationSucceeded`` (False with the parser's message, which names the field,
-when the spec is invalid: that pool is left out of every plan while the others keep working) and ``Ready``.
+when the spec is invalid: that pool is left out of every plan while the others keep working; False too when a
+disruption field is invalid, budgets and schedules included, naming it: its disruptions stop, never silently)
+and ``Ready``.
 """
 
 from __future__ import annotations
@@ -13,14 +15,20 @@ from typing import Any
 from tenon.core import InputError, parse_objects
 from tenon.core.quantities import QuantityError, format_quantity, to_canonical
 from tenon.core.wellknown import NODEPOOL
+from tenon.domain.disruption.budgets import disruption_problems
 from tenon.domain.projection import ClusterProjection
 
 
 def validation_problem(nodepool: dict[str, Any]) -> str | None:
+    """The first problem of the spec: what scheduling cannot read, then the disruption fields (budgets,
+    schedules, durations: an invalid budget stops the pool's disruptions, which must not be silent)."""
     try:
         parse_objects([("NodePool", 0, nodepool)])
     except InputError as exc:
         return str(exc)
+    problems = disruption_problems(nodepool)
+    if problems:
+        return f"NodePool {(nodepool.get('metadata') or {}).get('name')}: {problems[0]}"
     return None
 
 
