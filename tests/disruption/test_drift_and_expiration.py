@@ -1,0 +1,98 @@
+"""Drift and expiration, on files (``tenon simulate --disruption``'s engine) and in the service's decider."""
+
+from __future__ import annotations
+
+import copy
+from datetime import timedelta
+
+from proto import events as ev
+from tenon.domain.disruption.drift import template_hash
+from tenon.domain.disruption.whatif import run
+from tenon.services.disruption.decider import DisruptionDecider
+from tests.disruption.clusters import NOW, SIZES, catalog, node, nodepool, pod
+from tests.support.events import T0, build_event
+
+
+def test_a_node_whose_type_the_requirements_no_longer_allow_is_replaced_first() -> None:
+    pool = nodepool(budgets=[{"nodes": "100%"}], consolidationPolicy="WhenEmpty")
+    pool["spec"]["template"]["spec"]["requirements"] = [
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c-4", "c-8"]}
+    ]
+    objects = [pool, catalog(SIZES), node("old", "c-16", 16, 32), pod("web-0", "old", "3", "1Gi")]
+    result = run(objects, NOW, rounds=None)
+    [played] = result["rounds"]
+    assert (played["method"], played["candidates"]) == ("drift", ["old"])
+    assert [r["instanceType"] for r in played["replacements"]] == ["c-4"]
+    assert result["finalNodes"][0]["pods"] == ["default/web-0"]
+
+
+def test_the_template_hash_covers_what_drifts_and_nothing_else() -> None:
+    pool = nodepool()
+    changed_labels = copy.deepcopy(pool)
+    changed_labels["spec"]["template"]["metadata"] = {"labels": {"team": "b"}}
+    changed_budget = nodepool(budgets=[{"nodes": "0"}])
+    tainted = copy.deepcopy(pool)
+    tainted["spec"]["template"]["spec"]["taints"] = [{"key": "gpu", "effect": "NoSchedule"}]
+    assert template_hash(pool) != template_hash(changed_labels)
+    assert template_hash(pool) != template_hash(tainted)
+    assert template_hash(pool) == template_hash(changed_budget)  # budgets are not the template
+
+
+def test_expiration_is_forceful_whatever_the_budget() -> None:
+    pool = nodepool(budgets=[{"nodes": "0"}])
+    pool["spec"]["template"]["spec"]["expireAfter"] = "24h"  # the nodes were made two days ago
+    objects = [pool, catalog(SIZES), node("aged", "c-4", 4, 8), pod("web-0", "aged", "1", "1Gi")]
+    played = run(objects, NOW, rounds=1)["rounds"]
+    assert [(p["method"], p["candidates"]) for p in played] == [("expiration", ["aged"])]
+
+
+def test_the_service_notices_a_template_change_and_replaces_the_node_before_draining_it() -> None:
+    pool = nodepool(budgets=[{"nodes": "100%"}], consolidationPolicy="WhenEmpty")
+    decider = DisruptionDecider()
+    state = decider.initial_state()
+    facts: list[ev.Event] = [
+        build_event(ev.NodePoolsSnapshot, "np1", nodepools=(pool,)),
+        build_event(
+            ev.CatalogSnapshot,
+            "cat",
+            provider="static",
+            node_class="default",
+            instance_types=tuple(catalog(SIZES)["spec"]["instanceTypes"]),
+        ),
+        build_event(ev.NodeObserved, "n", change="added", node=node("n1", "c-4", 4, 8)),
+        build_event(ev.BoundPodObserved, "p", change="added", pod=pod("web-0", "n1", "1", "1Gi")),
+        build_event(
+            ev.NodeClaimPlanned,
+            "pl",
+            nodeclaim="c1",
+            nodepool="default",
+            node_class="default",
+            choice=ev.InstanceChoice("c-4", "z1", "on-demand", 0.2),
+            fallbacks=(),
+            pods=(),
+            requirements=(),
+            labels={},
+        ),
+        build_event(ev.NodeClaimLaunched, "la", nodeclaim="c1", provider_id="p://1", instance_type="c-4"),
+        build_event(ev.NodeClaimRegistered, "re", nodeclaim="c1", node="n1", provider_id="p://1"),
+        build_event(ev.NodeClaimInitialized, "in", nodeclaim="c1", node="n1"),
+    ]
+    for event in facts:
+        state = decider.evolve(state, event)
+    later = T0 + timedelta(minutes=5)
+    assert decider.tick(state, later) == []  # nothing drifted
+    relabelled = copy.deepcopy(pool)
+    relabelled["spec"]["template"]["metadata"] = {"labels": {"team": "b"}}
+    state = decider.evolve(state, build_event(ev.NodePoolsSnapshot, "np2", nodepools=(relabelled,)))
+    decisions = decider.tick(state, later)
+    assert [type(d).__name__ for d in decisions] == ["DisruptionDecision", "ReplacementsRequested"]
+    decision = decisions[0]
+    assert isinstance(decision, ev.DisruptionDecision)
+    assert (decision.method, decision.stage) == ("drift", "confirmed")
+    assert "NodePoolDrifted" in decision.candidates[0].reason
+    request = decisions[1]
+    assert isinstance(request, ev.ReplacementsRequested)
+    assert request.replacements[0].labels == {"team": "b"}  # the replacement is what the template says now
+    for event in decisions:
+        state = decider.evolve(state, event)
+    assert decider.tick(state, later + timedelta(seconds=1)) == []  # nothing drained before it is Initialized
