@@ -30,7 +30,6 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tenon.core.model import SPOT
 from tenon.domain.disruption.budgets import Allowance
 from tenon.domain.disruption.candidates import (
     Candidate,
@@ -42,6 +41,7 @@ from tenon.domain.disruption.simulation import Outcome, Repacker
 from tenon.domain.disruption.view import ClusterView
 
 REASON = "Underutilized"
+SPOT = "spot"
 POLICY = "WhenEmptyOrUnderutilized"
 MULTI_MAX_CANDIDATES = 100
 SPOT_TO_SPOT_MIN_TYPES = 15
