@@ -1,4 +1,4 @@
-"""``tenon simulate --disruption``: the rounds as JSON (the contract's keys); bad input is one line, exit 2."""
+"""``tenon simulate --disruption``: the JSON contract's keys; bad input is one line, exit 2."""
 
 from __future__ import annotations
 
