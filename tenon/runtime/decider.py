@@ -35,10 +35,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, Protocol, TypeVar
@@ -147,6 +148,17 @@ class RuntimeSettings:
     max_deliver: int = 8
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 class _SnapshotEnvelope(msgspec.Struct, frozen=True):
     handled: int
     prefolded: list[str]
@@ -218,6 +230,7 @@ class DeciderRuntime(Generic[S]):
                 own += own_here
         self.handled = max(self.handled, min(floor, bounds.last_sequence))
         self.folded = self.handled
+        gc.freeze()  # the rebuilt state lives as long as the term: later collections need not walk it again
         self._snapshot_handled = self.handled
         self.rebuilt.set()
         log.info(
@@ -284,8 +297,10 @@ class DeciderRuntime(Generic[S]):
             )
             return "log"
         try:
-            envelope = msgspec.msgpack.decode(stored.data, type=_SnapshotEnvelope)
-            state = self.decider.decode(envelope.state)
+            # millions of new objects: a collection pass every thousand of them would cost seconds
+            with _collector_paused():
+                envelope = msgspec.msgpack.decode(stored.data, type=_SnapshotEnvelope)
+                state = self.decider.decode(envelope.state)
         except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError) as exc:
             log.warning(
                 "unreadable snapshot ignored; rebuilding from the log",
