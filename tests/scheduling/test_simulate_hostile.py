@@ -207,6 +207,15 @@ def test_a_full_width_digit_is_not_a_number(tmp_path, capsys):
     assert "spec.replicas: must be an integer" in line
 
 
+@pytest.mark.parametrize("cpu", ["1e999999999", "1e1000000", "1e5000", "9" * 99])
+def test_huge_quantities_are_refused_at_once(tmp_path, capsys, cpu):
+    line = refused(tmp_path, docs(node_pool(), pod("p", cpu)), capsys)
+    assert "spec.containers[0].resources.requests.cpu" in line and "too large" in line
+    md = machine_deployment("c3-8", cpu, "8Gi", "0.1")
+    line = refused(tmp_path, docs(node_pool(), md, pod("q")), capsys)
+    assert "annotation capacity.cluster-autoscaler.kubernetes.io/cpu" in line
+
+
 def test_a_machine_deployment_without_cpu_is_never_bought(tmp_path, capsys):
     line = refused(
         tmp_path, docs(node_pool(), machine_deployment("zero", "0", "8Gi", "0.01"), pod("p", "0")), capsys
