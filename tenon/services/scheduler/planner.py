@@ -41,6 +41,7 @@ from tenon.core.wellknown import (
     UNREGISTERED_TAINT,
     ZONE,
 )
+from tenon.domain.explain import replan_batch_id
 from tenon.domain.nodeclaim import NodeClaim
 from tenon.domain.projection import ClusterProjection, KubeObject, Parsed, object_key, parse_for_core
 
@@ -313,4 +314,4 @@ def replan_abandoned(projection: ClusterProjection, abandoned: ev.NodeClaimAband
     if claim is None or claim.planned is None:
         return BatchOutcome()
     pods = [projection.pending[p] for p in claim.planned.pods if p in projection.pending]
-    return plan_pods(projection, abandoned, pods, f"replan-{abandoned.nodeclaim}")
+    return plan_pods(projection, abandoned, pods, replan_batch_id(abandoned.nodeclaim))
