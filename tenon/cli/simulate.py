@@ -36,7 +36,6 @@ import msgspec
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from tenon.cli import simulate_disruption
 from tenon.core import MAX_PODS, ClusterInput, InputError, Plan, assemble, one_line, parse_object, solve
 
 MAX_BYTES = 256 * 2**20
@@ -68,6 +67,8 @@ def register(subparsers: Any) -> None:
         help="YAML or JSON file of Kubernetes objects (repeatable; - for stdin)",
     )
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table", help="output format")
+    from tenon.cli import simulate_disruption  # here, not at the top: the plan alone does not pay for it
+
     simulate_disruption.add_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -340,6 +341,8 @@ def read_inputs(paths: list[str]) -> ClusterInput:
 
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "disruption", False):
+        from tenon.cli import simulate_disruption
+
         return simulate_disruption.run(args)
     with _no_garbage_collection():
         try:
@@ -413,7 +416,8 @@ def render_table(plan: Plan) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m tenon.cli.simulate``: the command alone, without the rest of ``tenon``'s subcommands."""
+    """``python -m tenon.cli.simulate``: the plan alone, without the rest of ``tenon``'s subcommands (nor
+    ``--disruption``: ``tenon simulate --disruption`` has it)."""
     parser = argparse.ArgumentParser(prog="tenon simulate", description=__doc__)
     parser.add_argument("-f", "--filename", action="append", required=True, metavar="FILE")
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
