@@ -32,6 +32,9 @@ Parsing, once, at the edge
         estimate); unreadable ones are skipped with a reason naming them.
     ``instance_types_from_catalog(doc, source, index) -> tuple[InstanceType, ...]``
         An ``InstanceCatalog`` document to instance types.
+    ``instance_types_for_node_pool(inputs, pool) -> tuple[tuple[InstanceType, ...], str]``
+        The instance types a NodePool may launch (its Cluster API NodeClass's MachineDeployments, else the
+        InstanceCatalog named like its NodeClass, else the only one), or ``()`` and why there are none.
 
 Solving
     ``solve(inputs: ClusterInput) -> Plan``
@@ -62,6 +65,7 @@ and kwok-144 catalogs from their published formulas), :mod:`.wellknown` (label, 
 """
 
 from tenon.core.catalog import (
+    instance_types_for_node_pool,
     instance_types_from_catalog,
     instance_types_from_machine_deployments,
     machine_deployment_types,
@@ -104,6 +108,7 @@ __all__ = [
     "SkippedObject",
     "Unschedulable",
     "assemble",
+    "instance_types_for_node_pool",
     "instance_types_from_catalog",
     "instance_types_from_machine_deployments",
     "machine_deployment_types",
