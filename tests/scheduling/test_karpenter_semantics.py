@@ -129,6 +129,24 @@ def test_other_taints_of_a_starting_node_still_hold():
     assert plan.existing == () and len(plan.node_claims) == 1
 
 
+def test_initialized_nodes_are_used_before_starting_ones():
+    # scheduling/suite_test.go "should order initialized nodes for scheduling uninitialized nodes when all
+    # other nodes are inflight": the starting node sorts first by name, the initialized one is used.
+    plan = plan_for(
+        node_pool(),
+        catalog(itype("t", 4, 8, 0.1)),
+        node("a-starting", "4", "8Gi", labels={"karpenter.sh/nodepool": "default"}),
+        node(
+            "b-ready",
+            "4",
+            "8Gi",
+            labels={"karpenter.sh/nodepool": "default", "karpenter.sh/initialized": "true"},
+        ),
+        pod("p"),
+    )
+    assert [e.name for e in plan.existing] == ["b-ready"]
+
+
 # -- 4. spreads judged per placement -------------------------------------------------------------------------
 
 
@@ -359,6 +377,31 @@ def test_an_in_flight_claim_whose_type_is_not_in_the_catalog_offers_its_capacity
     ordered = node_claim("ordered", instance_type="gone-from-catalog", capacity={"cpu": "4", "memory": "8Gi"})
     plan = plan_for(node_pool(), catalog(itype("t", 2, 4, 0.1)), ordered, pod("a", "3"))
     assert plan.node_claims == () and [(e.kind, e.name) for e in plan.existing] == [("NodeClaim", "ordered")]
+
+
+def test_an_in_flight_claims_requirements_say_where_its_node_will_be():
+    # scheduling/suite_test.go "should not launch a second node if there is an in-flight node that can
+    # support the pod (node selectors)": a claim in z2 takes a pod that accepts z1 or z2, not one that
+    # accepts z1 or z3.
+    cat = catalog(itype("t", 2, 4, 0.1, zones=ZONES))
+    claim = node_claim("in-z2", zone=None, capacity={"cpu": "2", "memory": "4Gi"})
+    claim["spec"]["requirements"] = [{"key": ZONE, "operator": "In", "values": ["z2"]}]
+
+    def accepting(name: str, *zones: str):
+        aff = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": ZONE, "operator": "In", "values": list(zones)}]}
+                    ]
+                }
+            }
+        }
+        return pod(name, "10m", affinity=aff)
+
+    plan = plan_for(node_pool(), cat, claim, accepting("second", "z1", "z2"), accepting("third", "z1", "z3"))
+    assert [(e.name, e.pods) for e in plan.existing] == [("in-z2", ("default/second",))]
+    assert [nc.pods for nc in plan.node_claims] == [("default/third",)]
 
 
 def test_two_pools_selecting_one_machine_deployment_share_its_max_size():
