@@ -41,6 +41,8 @@ from tenon.runtime.kube.resources import BY_KIND
 from tenon.services import SERVICES
 
 MANAGEMENT_KINDS = {"MachineDeployment", "Machine", "MachineSet", "Cluster"}
+EC2_SERVICES = ("launcher-ec2", "interruption-handler")
+"""Started only with the local AWS (``provider="ec2"``): they need an AWS endpoint and a queue."""
 DEMO_DIR = Path(__file__).resolve().parents[1] / "deploy" / "examples" / "capi-demo"
 
 
@@ -49,7 +51,7 @@ class LocalStack:
     profile: str = "fast"
     time_scale: float = 1.0
     run_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="tenon-run-")))
-    services: tuple[str, ...] = tuple(SERVICES)
+    services: tuple[str, ...] = tuple(s for s in SERVICES if s not in EC2_SERVICES)
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -5,8 +5,9 @@ settings object; :mod:`tenon.runtime` runs them. Each package's ``service`` modu
 :class:`tenon.runtime.service.ServiceDefinition`. A service may import ``proto``, :mod:`tenon.core`,
 :mod:`tenon.domain` and :mod:`tenon.runtime`, never another service (``make lint`` checks it).
 
-:data:`SERVICES` is the one list of them that ``tenon run``, ``tenon replay`` and the local stack read. It names
-modules rather than importing them, so that ``tenon tap --help`` does not pay for every service's imports.
+:data:`SERVICES` is the one list of them that ``tenon run``, ``tenon replay`` and the local stack read. It
+names modules rather than importing them, so that ``tenon tap --help`` does not pay for every service's
+imports.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ SERVICES: dict[str, str] = {
     "scheduler": "tenon.services.scheduler.service",
     "launcher-capi": "tenon.services.launcher_capi.service",
     "disruption": "tenon.services.disruption.service",
+    "launcher-ec2": "tenon.services.launcher_ec2.service",
+    "interruption-handler": "tenon.services.interruption_handler.service",
 }
 """Service name -> the module holding its ``SERVICE`` definition."""
 
