@@ -4,8 +4,9 @@ them with cheaper ones, as Karpenter's multi-node then single-node consolidation
 Candidates are the non-empty nodes consolidatable for ``consolidateAfter`` in pools with that policy, whose
 price is known, ordered as Karpenter orders them (price per reschedule cost, highest first), within the
 ``Underutilized`` budget of each pool. A move is **valid** when every candidate pod finds a place
-(:mod:`.simulation`), the replacements cost strictly less than the candidates, and no replacement is the same
-instance type as a candidate it would replace at no saving (keeping that node is the cheaper move).
+(:mod:`.simulation`) and the replacements cost strictly less than the candidates; with a single replacement
+(Karpenter's limit), also when it is not the same instance type as a candidate at no saving (keeping that
+node is the cheaper move).
 
 * **Multi-node** (Karpenter: at most 100 candidates, one replacement, the largest valid prefix by binary
   search). tenon allows as many replacements as pay (:data:`TENON`), so a round can reach the repacking
@@ -13,8 +14,8 @@ instance type as a candidate it would replace at no saving (keeping that node is
   it is valid), then searches down, keeping the valid prefix that saves most.
 * **Single-node** when multi-node finds nothing: candidates interleaved across NodePools as Karpenter does,
   screened by a resource-only bound (their pods' requests against the free room elsewhere, or against the
-  cheapest instance type of the pool that holds them), then confirmed by the core in screened order, at most
-  :data:`SINGLE_CONFIRMATIONS` of them.
+  cheapest rate per CPU and per byte of the pool's types), then confirmed by the core in screened order,
+  at most :data:`SINGLE_CONFIRMATIONS` of them.
 * **Spot to spot** (Karpenter's ``SpotToSpotConsolidation``, on here, with its rule): replacing spot
   candidates with a spot node needs, for a single node, at least :data:`SPOT_TO_SPOT_MIN_TYPES` instance type
   options cheaper than the candidate, and the launch list is cut to the cheapest 15, so the launched type is
@@ -45,7 +46,10 @@ SPOT = "spot"
 POLICY = "WhenEmptyOrUnderutilized"
 MULTI_MAX_CANDIDATES = 100
 SPOT_TO_SPOT_MIN_TYPES = 15
-SINGLE_CONFIRMATIONS = 6
+SINGLE_CONFIRMATIONS = 3
+MULTI_PROBES = 5
+"""Simulations one multi-node search makes at most (bounded by count, never by time: a replay decides the
+same), and single-node confirmations: together they bound a round to about eight solves."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +127,10 @@ def judge(candidates: Sequence[Candidate], outcome: Outcome, rules: Rules) -> tu
     before = sum(c.price for c in candidates)
     if outcome.replacements and outcome.price >= before - EPSILON:
         return None, f"no cheaper: {outcome.price:.4f}/h of new nodes for {before:.4f}/h"
-    refusal = _same_type_refusal(candidates, outcome) or _spot_refusal(candidates, outcome)
+    refusal = _spot_refusal(candidates, outcome)
+    if rules.max_replacements == 1:  # Karpenter's filterOutSameInstanceType (with many replacements, a
+        # replacement of a candidate's type can be part of a cheaper repacking: the saving decides)
+        refusal = refusal or _same_type_refusal(candidates, outcome)
     if refusal:
         return None, refusal
     budget_for_each = before - outcome.price
@@ -165,7 +172,9 @@ def multi_node(repacker: Repacker, ordered: Sequence[Candidate], rules: Rules) -
         if command is not None:
             return command
         high -= 1
-    while low <= high:
+    probes = 1 if rules.whole_prefix_first else 0
+    while low <= high and probes < MULTI_PROBES:
+        probes += 1
         mid = (low + high) // 2
         prefix = ordered[: mid + 1]
         command, _ = judge(prefix, repacker.simulate(prefix), rules)
@@ -202,14 +211,15 @@ def single_node(
 
 class ResourceScreen:
     """An optimistic bound of what removing one node saves, from requests alone (no placement rules): its
-    price if its pods' requests fit the free room of the other nodes, else its price minus the cheapest
-    type of its pool that holds them (0 when none is cheaper). The core confirms."""
+    price if its pods' requests fit the free room of the other nodes, else its price minus the least new
+    nodes could cost (requests at the pool's cheapest rate per CPU and per byte). The core confirms."""
 
     def __init__(self, view: ClusterView, prices_by_pool: Mapping[str, Sequence[tuple[int, int, float]]]):
         self.view = view
         self.types = prices_by_pool
         self.free = {"cpu": 0, "memory": 0}
         self.node_free: dict[str, tuple[int, int]] = {}
+        self.roomiest = (0, 0)
         core = view.core
         if core is None:
             return
@@ -228,6 +238,15 @@ class ResourceScreen:
             self.free["cpu"] += max(0, cpu)
             self.free["memory"] += max(0, memory)
         self.requests = {p.key: (p.requests.get("cpu", 0), p.requests.get("memory", 0)) for p in core.pods}
+        self.roomiest = (
+            max((f[0] for f in self.node_free.values()), default=0),
+            max((f[1] for f in self.node_free.values()), default=0),
+        )
+
+    def _requests_of(self, candidate: Candidate) -> list[tuple[int, int]]:
+        from tenon.domain.disruption.view import pod_key
+
+        return [self.requests.get(pod_key(p), (0, 0)) for p in candidate.reschedulable]
 
     def bound(self, candidate: Candidate) -> float:
         from tenon.domain.disruption.view import pod_key
@@ -237,9 +256,13 @@ class ResourceScreen:
             c, m = self.requests.get(pod_key(pod), (0, 0))
             cpu, memory = cpu + c, memory + m
         own = self.node_free.get(candidate.node_name, (0, 0))
-        if cpu <= self.free["cpu"] - own[0] and memory <= self.free["memory"] - own[1]:
+        largest = max((pod_request for pod_request in self._requests_of(candidate)), default=(0, 0))
+        fits_somewhere = largest[0] <= self.roomiest[0] and largest[1] <= self.roomiest[1]
+        if fits_somewhere and cpu <= self.free["cpu"] - own[0] and memory <= self.free["memory"] - own[1]:
             return candidate.price
-        cheapest = min(
-            (p for c, m, p in self.types.get(candidate.pool, ()) if c >= cpu and m >= memory), default=None
-        )
-        return 0.0 if cheapest is None else max(0.0, candidate.price - cheapest)
+        types = [(c, m, p) for c, m, p in self.types.get(candidate.pool, ()) if c > 0 and m > 0]
+        if not types:
+            return 0.0
+        # what new nodes must cost at least (fractional: cpu and memory at their cheapest rates), one or many
+        floor = max(cpu * min(p / c for c, _, p in types), memory * min(p / m for _, m, p in types))
+        return max(0.0, candidate.price - floor)

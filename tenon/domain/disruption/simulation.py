@@ -9,7 +9,9 @@ New nodes holding a candidate's pod are the **replacements**; new nodes only for
 anyway are the scheduler's business, not this move's.
 
 The cluster is read once (:class:`Repacker`); each simulation swaps the candidates' Nodes and pods out of it,
-so a round's simulations cost the core's solve, not parsing.
+so a round's simulations cost the core's solve, not parsing. When no pod has a rule that counts other pods
+(topology spread, pod affinity), Nodes without room for even the smallest pod that moves are offered to the
+core as full: they could take none, and the core's placement then looks at the few that could.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tenon.core import ClusterInput, PlannedNodeClaim, Pod, solve
+from tenon.core import ClusterInput, Node, PlannedNodeClaim, Pod, solve
 from tenon.domain.disruption.candidates import Candidate
 from tenon.domain.disruption.view import ClusterView, is_reschedulable, pod_key
 
@@ -60,6 +62,24 @@ class Repacker:
             if p.node_name not in leaving or p.key in moving
         )
         self.solves = 0
+        self.free = _free_room(self.nodes, self.pods)
+        self.placement_free = not any(_placement_rules(p) for p in self.pods)
+        self.waiting = [p for p in self.pods if not p.node_name]
+
+    def _nodes(self, names: set[str], moving: Sequence[Pod]) -> tuple[Node, ...]:
+        """The Nodes that stay; when no pod has a placement rule that counts other pods (spread, pod
+        affinity), those without room for even the smallest moving or waiting pod are offered as full (they
+        could take none of them, and the core's placement then looks at fewer nodes)."""
+        kept = [n for n in self.nodes if n.name not in names]
+        if not self.placement_free or not moving:
+            return tuple(kept)
+        least = [min(p.requests.get(r, 0) for p in [*moving, *self.waiting]) for r in ("cpu", "memory")]
+        out = []
+        for n in kept:
+            free = self.free.get(n.name)
+            full = free is not None and (free[0] < least[0] or free[1] < least[1] or free[2] < 1)
+            out.append(dataclasses.replace(n, unschedulable=True) if full and not n.unschedulable else n)
+        return tuple(out)
 
     def simulate(self, candidates: Sequence[Candidate]) -> Outcome:
         names = {c.node_name for c in candidates}
@@ -69,9 +89,8 @@ class Repacker:
             for p in self.pods
             if p.node_name not in names or p.key in movable
         ]
-        inputs = dataclasses.replace(
-            self.core, nodes=tuple(n for n in self.nodes if n.name not in names), pods=tuple(pods)
-        )
+        moving = [p for p in pods if p.key in movable]
+        inputs = dataclasses.replace(self.core, nodes=self._nodes(names, moving), pods=tuple(pods))
         self.solves += 1
         plan = solve(inputs)
         for unschedulable in plan.unschedulable:
@@ -93,3 +112,34 @@ class Repacker:
                 if pod in movable:
                     destinations[pod] = f"new:{index}"
         return Outcome(True, replacements=replacements, destinations=destinations)
+
+
+def _placement_rules(pod: Pod) -> bool:
+    return bool(
+        pod.topology_spread
+        or pod.pod_affinity
+        or pod.pod_anti_affinity
+        or pod.preferred_pod_affinity
+        or pod.preferred_pod_anti_affinity
+    )
+
+
+def _free_room(nodes: Sequence[Node], pods: Sequence[Pod]) -> dict[str, tuple[int, int, int]]:
+    """Node -> (free cpu, memory, pod slots) after its bound pods' requests."""
+    used: dict[str, list[int]] = {}
+    for pod in pods:
+        if pod.node_name:
+            entry = used.setdefault(pod.node_name, [0, 0, 0])
+            entry[0] += pod.requests.get("cpu", 0)
+            entry[1] += pod.requests.get("memory", 0)
+            entry[2] += 1
+    free = {}
+    for node in nodes:
+        cpu, memory, count = used.get(node.name, [0, 0, 0])
+        slots = node.allocatable.get("pods", 110)
+        free[node.name] = (
+            node.allocatable.get("cpu", 0) - cpu,
+            node.allocatable.get("memory", 0) - memory,
+            slots - count,
+        )
+    return free
