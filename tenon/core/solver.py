@@ -60,6 +60,7 @@ from tenon.core.templates import (
 from tenon.core.topology import DomainRules, HostnameRules, domain_keys, pin_pods, scope_of
 from tenon.core.units import (
     Feasibility,
+    Fitting,
     Item,
     PendingClasses,
     PinnedFeasibility,
@@ -296,7 +297,8 @@ class _Solve:
         A unit that cannot be placed as a whole is cut to what fits one node, the rest unschedulable.
         """
         items = []
-        for members in hostname_affinity_groups(left, lambda group: bool(self._unit(group, pins)[1])):
+        fitting = Fitting(lambda pod: self._unit([pod], pins), self.templates)
+        for members in hostname_affinity_groups(left, fitting):
             members.sort(key=lambda p: p.key)
             item = self._item(members, pins)
             if isinstance(item, str):

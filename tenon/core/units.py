@@ -17,10 +17,10 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tenon.core.model import Pod
+from tenon.core.model import Pod, PodAffinityTerm
 from tenon.core.packing import PackClass
 from tenon.core.templates import OfferKey, Template, fits
-from tenon.core.topology import scope_of
+from tenon.core.topology import ScopedSelector, scope_of
 from tenon.core.wellknown import CAPACITY_TYPE, HOSTNAME, ZONE
 
 Feasibility = dict[int, frozenset[OfferKey]]
@@ -35,10 +35,11 @@ Item = tuple[
 
 
 class _Groups:
-    """Union-find over pod keys."""
+    """Union-find over pods, each group's members kept (the smaller list joins the larger)."""
 
     def __init__(self, pods: Sequence[Pod]):
         self.parent = {p.key: p.key for p in pods}
+        self.members: dict[str, list[Pod]] = {p.key: [p] for p in pods}
 
     def find(self, k: str) -> str:
         while self.parent[k] != k:
@@ -47,22 +48,77 @@ class _Groups:
         return k
 
     def join(self, a: str, b: str) -> None:
-        self.parent[self.find(a)] = self.find(b)
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return
+        if len(self.members[ra]) > len(self.members[rb]):
+            ra, rb = rb, ra
+        self.parent[ra] = rb
+        self.members[rb] += self.members.pop(ra)
 
 
-def hostname_affinity_groups(
-    pods: Sequence[Pod], fits_together: Callable[[list[Pod]], bool] | None = None
-) -> list[list[Pod]]:
-    """Pods bound together by required pod affinity on hostname (transitively), then by preferred hostname
-    affinity, heaviest first, when ``fits_together`` says the merged group still fits a node."""
+class _ByLabels:
+    """Pods by (namespace, labels): a selector is matched once per distinct label set, not once per pod."""
+
+    def __init__(self, pods: Sequence[Pod]):
+        self.buckets: dict[tuple[str, frozenset[tuple[str, str]]], list[Pod]] = {}
+        for pod in pods:
+            self.buckets.setdefault((pod.namespace, frozenset(pod.labels.items())), []).append(pod)
+        self._found: dict[ScopedSelector, list[Pod]] = {}
+
+    def matching(self, sel: ScopedSelector) -> list[Pod]:
+        found = self._found.get(sel)
+        if found is None:
+            found = [p for bucket in self.buckets.values() if sel.matches(bucket[0]) for p in bucket]
+            self._found[sel] = found
+        return found
+
+
+MAX_PREFERRED_TRIES = 8  # groups a preferred hostname affinity term tries to join, at most
+Summary = tuple[tuple[int, ...], Feasibility]
+"""A group's summed requests and the templates (with offerings) all its pods accept and it fits."""
+
+
+class Fitting:
+    """How groups of pods fit nodes: a pod's own summary, and two summaries put together (an empty
+    feasibility: the merged group fits no template)."""
+
+    def __init__(self, of_pod: Callable[[Pod], Summary], templates: Sequence[Template]):
+        self.of_pod = of_pod
+        self.templates = templates
+
+    def merge(self, a: Summary, b: Summary) -> Summary:
+        vec = tuple(x + y for x, y in zip(a[0], b[0], strict=True))
+        small, large = (a[1], b[1]) if len(a[1]) <= len(b[1]) else (b[1], a[1])
+        feasible = {}
+        for i, offers in small.items():
+            other = large.get(i)
+            if other is not None and fits(vec, self.templates[i].alloc):
+                common = offers & other
+                if common:
+                    feasible[i] = common
+        return vec, feasible
+
+
+def hostname_affinity_groups(pods: Sequence[Pod], fitting: Fitting | None = None) -> list[list[Pod]]:
+    """Pods bound together by required pod affinity on hostname (transitively: a pod and every pod its term
+    matches), then by preferred hostname affinity, heaviest first, when the merged group still fits a node
+    (``fitting``)."""
     groups = _Groups(pods)
+    index = _ByLabels(pods)
+    joined: set[ScopedSelector] = set()
     for pod in pods:
         for term in pod.pod_affinity:
-            if term.topology_key == HOSTNAME:
-                sel = scope_of(term)
-                for other in pods:
-                    if other is not pod and sel.matches(other):
-                        groups.join(other.key, pod.key)
+            if term.topology_key != HOSTNAME:
+                continue
+            sel = scope_of(term)
+            matching = index.matching(sel)
+            if sel not in joined:  # every pod a selector matches goes together: once per selector
+                joined.add(sel)
+                for other in matching[1:]:
+                    groups.join(other.key, matching[0].key)
+            if matching:
+                groups.join(pod.key, matching[0].key)
     preferred = sorted(
         (
             (w, pod.key, t)
@@ -72,26 +128,41 @@ def hostname_affinity_groups(
         ),
         key=lambda x: (-x[0], x[1]),
     )
-    if preferred and fits_together is not None:
-        _join_preferred(pods, groups, preferred, fits_together)
-    members: dict[str, list[Pod]] = defaultdict(list)
-    for pod in pods:
-        members[groups.find(pod.key)].append(pod)
-    return list(members.values())
+    if preferred and fitting is not None:
+        _join_preferred(groups, index, preferred, fitting)
+    return [list(members) for members in groups.members.values()]
 
 
 def _join_preferred(
-    pods: Sequence[Pod], groups: _Groups, preferred: Sequence[Any], fits_together: Callable[[list[Pod]], bool]
+    groups: _Groups, index: _ByLabels, preferred: Sequence[tuple[int, str, PodAffinityTerm]], fitting: Fitting
 ) -> None:
-    by_key = {p.key: p for p in pods}
+    """Each preferred term joins its pod's group to the first group of a matching pod that still fits;
+    groups are summarized once and summaries merged, so a try costs the templates, not the pods."""
+    summaries: dict[str, Summary] = {}
+
+    def summary(root: str) -> Summary:
+        found = summaries.get(root)
+        if found is None:
+            members = groups.members[root]
+            found = fitting.of_pod(members[0])
+            for pod in members[1:]:
+                found = fitting.merge(found, fitting.of_pod(pod))
+            summaries[root] = found
+        return found
+
     for _, key, term in preferred:
-        sel = scope_of(term)
-        for other in pods:
-            if other.key == key or not sel.matches(other) or groups.find(other.key) == groups.find(key):
+        tried: set[str] = set()
+        for other in index.matching(scope_of(term)):
+            mine, theirs = groups.find(key), groups.find(other.key)
+            if theirs == mine or theirs in tried:
                 continue
-            merged = [p for p in pods if groups.find(p.key) in (groups.find(key), groups.find(other.key))]
-            if fits_together(merged):
-                groups.join(other.key, by_key[key].key)
+            merged = fitting.merge(summary(mine), summary(theirs))
+            if merged[1]:
+                groups.join(other.key, key)
+                summaries[groups.find(key)] = merged
+                break
+            tried.add(theirs)
+            if len(tried) >= MAX_PREFERRED_TRIES:
                 break
 
 
