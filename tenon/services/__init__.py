@@ -20,8 +20,6 @@ SERVICES: dict[str, str] = {
     "scheduler": "tenon.services.scheduler.service",
     "launcher-capi": "tenon.services.launcher_capi.service",
     "disruption": "tenon.services.disruption.service",
-    "launcher-ec2": "tenon.services.launcher_ec2.service",
-    "interruption-handler": "tenon.services.interruption_handler.service",
 }
 """Service name -> the module holding its ``SERVICE`` definition."""
 
