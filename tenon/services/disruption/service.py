@@ -18,7 +18,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from proto import events as ev
@@ -55,10 +55,17 @@ class DisruptionSettings(CommonSettings):
         kind="duration",
         minimum=0.05,
     )
+    settle: float = setting(
+        "TENON_DISRUPTION_SETTLE",
+        15.0,
+        "how long a proposed consolidation waits before it is judged again and acted on (Karpenter: 15s)",
+        kind="duration",
+        minimum=0,
+    )
 
 
 def make_decider(settings: DisruptionSettings) -> DisruptionDecider:
-    return DisruptionDecider()
+    return DisruptionDecider(settle=timedelta(seconds=settings.settle))
 
 
 class DisruptionExecutor(BaseExecutor):
