@@ -11,6 +11,20 @@ reports ``allNodesRemoved`` (seconds from the delete, when no node and no NodeCl
 MachineDeployments' final replicas (all 0): scale to zero. Its ``metrics`` are the services' own, scraped
 from each one's ``/metrics`` just before the stack stops, by metric name, summed over services and labels
 (``karpenter_nodeclaims_created_total``, ``karpenter_nodes_created_total``, ...).
+
+Two disruption demos (``--demo``; their JSON keys are a contract of the checks on issue 12):
+
+* ``consolidation``: 12 pods x 1 vCPU under a PDB (``maxUnavailable: 1``), then 3: the nodes left
+  underutilized go or are replaced by cheaper ones. ``priceBefore``, ``priceAfter``, ``nodesBefore``,
+  ``nodesAfter``, ``decisions[]`` (``method``, ``candidates``, ``replacements``, ``savingsPerHour``, from the
+  log's confirmed decisions), ``pdbViolations`` (observations with fewer pods running than the PDB allows),
+  ``podsLost``, ``timeline``.
+* ``drift``: 4 pods, then the NodePool's template labels change: ``driftedClaims``, ``replacedClaims``,
+  ``replacements``, ``replacementsInitializedBeforeDrain`` (each replacement's Initialized before its
+  candidate's DisruptionRequested, in the log), ``podsLost``, ``timeline``.
+
+Each ends once nothing has changed for :data:`QUIET_SECONDS` with every pod running on Initialized nodes.
+The fast profile settles proposals in :data:`FAST_SETTLE` (``TENON_DISRUPTION_SETTLE``).
 """
 
 from __future__ import annotations
@@ -18,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import sys
 import time
@@ -33,8 +48,13 @@ if TYPE_CHECKING:  # imported when run, so `tenon --help` and `tenon tap` start 
     from tenon.runtime.kube import Kube
 
 MILESTONES = ("claimsCreated", "launched", "registered", "initialized", "allPodsRunning")
+DEMOS = ("inflate", "consolidation", "drift")
 FAST_CONSOLIDATE_AFTER = "2s"
 """The demo NodePool's consolidateAfter under the fast profile (30s in the field profile, as written)."""
+FAST_SETTLE = "2s"
+"""How long a proposed consolidation settles under the fast profile (Karpenter's 15s in the field profile)."""
+QUIET_SECONDS = 15.0
+"""A consolidation or drift demo is over once nothing has changed for this long."""
 
 
 def register(subparsers: Any) -> None:
@@ -44,7 +64,7 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--demo", default="inflate", choices=["inflate"], help="which demo to apply")
+    parser.add_argument("--demo", default="inflate", choices=DEMOS, help="which demo to play")
     parser.add_argument(
         "--profile",
         choices=["fast", "field"],
@@ -67,6 +87,8 @@ class Observation:
     nodes: int = 0
     replicas: dict[str, int] = field(default_factory=dict)
     price: float = 0.0
+    tainted: int = 0
+    """Nodes carrying karpenter.sh/disrupted (being disrupted)."""
 
     @property
     def running(self) -> int:
@@ -82,6 +104,7 @@ def claim_phase(claim: dict[str, Any]) -> str:
 
 
 async def observe(workload: Kube, management: Kube, app: str, started: float) -> Observation:
+    from tenon.core.wellknown import DISRUPTED_TAINT
     from tenon.runtime.kube import MACHINEDEPLOYMENTS, NODECLAIMS, NODES, PODS
 
     pods, _ = await workload.list(PODS, "default", label_selector=f"app={app}")
@@ -115,6 +138,11 @@ async def observe(workload: Kube, management: Kube, app: str, started: float) ->
             }
         )
     observation.nodes = len(nodes)
+    observation.tainted = sum(
+        1
+        for n in nodes
+        if any(t.get("key") == DISRUPTED_TAINT for t in (n.get("spec") or {}).get("taints") or [])
+    )
     observation.nodes_ready = sum(
         1
         for n in nodes
@@ -148,8 +176,8 @@ class Timeline:
                 self.at[milestone] = round(obs.elapsed, 3)
 
 
-def render(obs: Observation, timeline: Timeline) -> Table:
-    table = Table(title=f"tenon up: inflate demo, {obs.elapsed:5.1f}s since apply")
+def render(obs: Observation, timeline: Timeline, demo: str = "inflate") -> Table:
+    table = Table(title=f"tenon up: {demo} demo, {obs.elapsed:5.1f}s since apply")
     table.add_column("what")
     table.add_column("now")
     pending = sum(1 for phase in obs.pods.values() if phase != "Running")
@@ -164,12 +192,15 @@ def render(obs: Observation, timeline: Timeline) -> Table:
         "MachineDeployment replicas", ", ".join(f"{k}={v}" for k, v in sorted(obs.replicas.items()))
     )
     table.add_row("price per hour", f"{obs.price:.4f}")
+    table.add_row("nodes being disrupted", str(obs.tainted))
     table.add_row("timeline (s)", ", ".join(f"{k} {v}" for k, v in timeline.at.items()) or "-")
+    nexts = {
+        "inflate": "all pods running: the Deployment is deleted, the pool should return to zero",
+        "consolidation": "all pods running: scaled to 3, the underutilized nodes should go or be replaced",
+        "drift": "all pods running: the NodePool's labels change, every node should be replaced",
+    }
     table.add_row(
-        "next",
-        "all pods running: the Deployment is deleted, the pool should return to zero"
-        if "allPodsRunning" in timeline.at
-        else "waiting for every pod to run",
+        "next", nexts.get(demo, "") if "allPodsRunning" in timeline.at else "waiting for every pod to run"
     )
     return table
 
@@ -197,88 +228,326 @@ async def scraped_metrics(stack: LocalStack) -> dict[str, Any]:
     return found
 
 
-async def play(stack: LocalStack, args: argparse.Namespace, console: Console) -> int:
-    from rich.live import Live
+@dataclass
+class Session:
+    """One demo being played: the stack, what the user asked, the two clusters, the live display."""
 
-    from devtools.stack import apply_manifests, connect, demo_manifests
+    stack: LocalStack
+    args: argparse.Namespace
+    console: Console
+    workload: Kube
+    management: Kube
+    started: float = 0.0
+    live: Any = None
+
+
+async def play(stack: LocalStack, args: argparse.Namespace, console: Console) -> int:
+    from devtools.stack import connect
 
     workload, management = await connect(stack)
+    session = Session(stack, args, console, workload, management)
+    plays = {"inflate": play_inflate, "consolidation": play_consolidation, "drift": play_drift}
     try:
-        infrastructure, workloads = demo_manifests(args.demo)
-        if stack.profile == "fast":
-            for doc in infrastructure:
-                if doc["kind"] == "NodePool":
-                    doc["spec"].setdefault("disruption", {})["consolidateAfter"] = FAST_CONSOLIDATE_AFTER
-        await apply_manifests(workload, management, infrastructure)
-        await asyncio.sleep(0.5)  # let the catalog and NodePools reach the log before the pods do
-        expected = sum(int(d["spec"].get("replicas", 1)) for d in workloads)
-        started = time.monotonic()
-        await apply_manifests(workload, management, workloads)
-        timeline = Timeline()
-        deleted_at: float | None = None
-        running_summary: dict[str, Any] | None = None
-        live = Live(console=console, refresh_per_second=4) if not args.json and console.is_terminal else None
-        obs = Observation(0.0)
-        if live:
-            live.start()
-        try:
-            while True:
-                obs = await observe(workload, management, "inflate", started)
-                timeline.update(obs, expected)
-                if live:
-                    live.update(render(obs, timeline))
-                dead = stack.dead_services()
-                if dead:
-                    raise RuntimeError(f"service(s) exited: {dead}; logs in {stack.run_dir}")
-                if "allPodsRunning" in timeline.at and "initialized" in timeline.at and deleted_at is None:
-                    from tenon.runtime.kube.resources import DEPLOYMENTS
-
-                    running_summary = summary(obs, timeline)
-                    for doc in workloads:
-                        await workload.delete(
-                            DEPLOYMENTS, doc["metadata"]["name"], doc["metadata"].get("namespace")
-                        )
-                    deleted_at = time.monotonic()
-                if (
-                    deleted_at is not None
-                    and not obs.claims
-                    and obs.nodes == 0
-                    and not any(obs.replicas.values())
-                ):
-                    timeline.at["allNodesRemoved"] = round(time.monotonic() - deleted_at, 3)
-                    break
-                if obs.elapsed > args.timeout:
-                    if args.json:
-                        metrics = await scraped_metrics(stack)
-                        print(json.dumps({**summary(obs, timeline), "error": "timed out", **metrics}))
-                    else:
-                        console.print(f"[red]timed out after {args.timeout:.0f}s[/]; logs in {stack.run_dir}")
-                    return 1
-                await asyncio.sleep(0.25)
-        finally:
-            if live:
-                live.stop()
-        result = running_summary or summary(obs, timeline)
-        if "allNodesRemoved" in timeline.at:
-            result["timeline"]["allNodesRemoved"] = timeline.at["allNodesRemoved"]
-            result["finalMachineDeployments"] = obs.replicas
-        result.update(await scraped_metrics(stack))
-        if args.json:
-            print(json.dumps(result, indent=2))
-        else:
-            console.print(render(obs, timeline))
-            console.print_json(json.dumps(result))
-            console.print(f"logs and kubeconfigs in {stack.run_dir}")
-        if not args.exit_when_done:
-            console.print(
-                "the stack keeps running for you to explore (tenon tap, tenon explain, kubectl); "
-                "Ctrl-C stops everything"
-            )
-            await asyncio.Event().wait()
-        return 0
+        return await plays[args.demo](session)
     finally:
         await workload.close()
         await management.close()
+
+
+# --- the steps every demo is made of ------------------------------------------------------------------------
+
+
+async def apply_demo(session: Session, *, replicas: int | None = None, pdb: bool = False) -> int:
+    """The CAPI demo's NodePool, MachineDeployments and DaemonSet, then the Deployment ``inflate`` (with
+    ``replicas`` and a PDB of ``maxUnavailable: 1`` when asked); how many pods it runs."""
+    from devtools.stack import apply_manifests, demo_manifests
+
+    infrastructure, workloads = demo_manifests("inflate")
+    if session.stack.profile == "fast":
+        for doc in infrastructure:
+            if doc["kind"] == "NodePool":
+                doc["spec"].setdefault("disruption", {})["consolidateAfter"] = FAST_CONSOLIDATE_AFTER
+    if replicas is not None:
+        workloads[0]["spec"]["replicas"] = replicas
+    if pdb:
+        workloads.append(inflate_pdb())
+    await apply_manifests(session.workload, session.management, infrastructure)
+    await asyncio.sleep(0.5)  # let the catalog and NodePools reach the log before the pods do
+    session.started = time.monotonic()
+    await apply_manifests(session.workload, session.management, workloads)
+    return sum(int(d["spec"].get("replicas", 1)) for d in workloads if d["kind"] == "Deployment")
+
+
+def inflate_pdb() -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "inflate", "namespace": "default"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "inflate"}}},
+    }
+
+
+async def follow(
+    session: Session,
+    timeline: Timeline,
+    expected: int,
+    done: Any,
+    *,
+    watch: Any = None,
+) -> Observation | None:
+    """Observe until ``done(observation)``; ``watch(observation)`` sees every observation. None on
+    timeout."""
+    while True:
+        obs = await observe(session.workload, session.management, "inflate", session.started)
+        timeline.update(obs, expected)
+        if session.live:
+            session.live.update(render(obs, timeline, session.args.demo))
+        dead = session.stack.dead_services()
+        if dead:
+            raise RuntimeError(f"service(s) exited: {dead}; logs in {session.stack.run_dir}")
+        if watch is not None:
+            watch(obs)
+        if done(obs):
+            return obs
+        if obs.elapsed > session.args.timeout:
+            return None
+        await asyncio.sleep(0.25)
+
+
+def running_everywhere(expected: int) -> Any:
+    return lambda obs: (
+        len(obs.pods) >= expected
+        and obs.running == len(obs.pods) > 0
+        and all(c["phase"] == "Initialized" for c in obs.claims)
+        and bool(obs.claims)
+    )
+
+
+async def timed_out(session: Session, result: dict[str, Any]) -> int:
+    if session.args.json:
+        metrics = await scraped_metrics(session.stack)
+        print(json.dumps({**result, "error": "timed out", **metrics}))
+    else:
+        session.console.print(
+            f"[red]timed out after {session.args.timeout:.0f}s[/]; logs in {session.stack.run_dir}"
+        )
+    return 1
+
+
+async def report(session: Session, result: dict[str, Any], obs: Observation, timeline: Timeline) -> int:
+    result.update(await scraped_metrics(session.stack))
+    if session.args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        session.console.print(render(obs, timeline, session.args.demo))
+        session.console.print_json(json.dumps(result))
+        session.console.print(f"logs and kubeconfigs in {session.stack.run_dir}")
+    if not session.args.exit_when_done:
+        session.console.print(
+            "the stack keeps running for you to explore (tenon tap, tenon explain, kubectl); "
+            "Ctrl-C stops everything"
+        )
+        await asyncio.Event().wait()
+    return 0
+
+
+class _Displayed:
+    """The live display around a demo (none for ``--json`` or when not on a terminal)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def __enter__(self) -> None:
+        from rich.live import Live
+
+        session = self.session
+        if not session.args.json and session.console.is_terminal:
+            session.live = Live(console=session.console, refresh_per_second=4)
+            session.live.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.session.live:
+            self.session.live.stop()
+            self.session.live = None
+
+
+# --- inflate: scale out, then back to zero ------------------------------------------------------------------
+
+
+async def play_inflate(session: Session) -> int:
+    from tenon.runtime.kube.resources import DEPLOYMENTS
+
+    expected = await apply_demo(session)
+    timeline = Timeline()
+    with _Displayed(session):
+        obs = await follow(session, timeline, expected, running_everywhere(expected))
+        if obs is None:
+            return await timed_out(session, summary(Observation(0.0), timeline))
+        running_summary = summary(obs, timeline)
+        await session.workload.delete(DEPLOYMENTS, "inflate", "default")
+        deleted_at = time.monotonic()
+        gone = await follow(
+            session,
+            timeline,
+            expected,
+            lambda o: not o.claims and o.nodes == 0 and not any(o.replicas.values()),
+        )
+    if gone is None:
+        return await timed_out(session, summary(obs, timeline))
+    timeline.at["allNodesRemoved"] = round(time.monotonic() - deleted_at, 3)
+    running_summary["timeline"]["allNodesRemoved"] = timeline.at["allNodesRemoved"]
+    running_summary["finalMachineDeployments"] = gone.replicas
+    return await report(session, running_summary, gone, timeline)
+
+
+# --- consolidation and drift --------------------------------------------------------------------------------
+
+
+async def disruption_story(stack: LocalStack) -> tuple[list[Any], dict[str, int]]:
+    """(the confirmed DisruptionDecisions, event id -> log sequence of every claim step) from the log."""
+    from proto import events as ev
+    from tenon.runtime.eventlog.connection import ConnectionSettings
+    from tenon.runtime.eventlog.jetstream import JetStreamEventLog
+
+    settings = ConnectionSettings.from_env(
+        servers=(stack.nats_url,), name="tenon-up", max_reconnect_attempts=0
+    )
+    event_log = await JetStreamEventLog.connect(settings, provision=False)
+    decisions: list[Any] = []
+    sequences: dict[str, int] = {}
+    try:
+        async for record in event_log.read("tenon.>"):
+            event = record.event
+            if isinstance(event, ev.DisruptionDecision) and event.stage == "confirmed":
+                decisions.append(event)
+            elif isinstance(event, ev.NodeClaimEvent):
+                sequences[f"{type(event).__name__}:{event.nodeclaim}"] = record.sequence
+    finally:
+        await event_log.close()
+    return decisions, sequences
+
+
+def decision_json(decision: Any) -> dict[str, Any]:
+    return {
+        "method": decision.method,
+        "candidates": [c.node or c.nodeclaim for c in decision.candidates],
+        "replacements": [
+            {
+                "name": r.nodeclaim,
+                "instanceType": r.choice.instance_type,
+                "pricePerHour": r.choice.price_per_hour,
+            }
+            for r in decision.replacement_claims
+        ],
+        "savingsPerHour": decision.savings_per_hour,
+    }
+
+
+class Settled:
+    """Done once the cluster has not changed for ``quiet`` seconds with every pod running on Initialized,
+    untainted nodes (and ``also(observation)`` holds)."""
+
+    def __init__(self, expected: int, quiet: float, also: Any = None) -> None:
+        self.expected, self.quiet, self.also = expected, quiet, also
+        self.since: float | None = None
+        self.last: tuple[Any, ...] | None = None
+
+    def __call__(self, obs: Observation) -> bool:
+        state = (tuple(sorted(c["name"] for c in obs.claims)), round(obs.price, 6), obs.tainted)
+        calm = (
+            running_everywhere(self.expected)(obs)
+            and obs.tainted == 0
+            and (self.also is None or self.also(obs))
+        )
+        if not calm or state != self.last:
+            self.last, self.since = state, obs.elapsed if calm else None
+            return False
+        return self.since is not None and obs.elapsed - self.since >= self.quiet
+
+
+async def play_consolidation(session: Session) -> int:
+    """12 pods x 1 vCPU, then 3: the nodes left underutilized are removed or replaced by cheaper ones."""
+    from tenon.runtime.kube.resources import DEPLOYMENTS
+
+    expected = await apply_demo(session, replicas=12, pdb=True)
+    timeline = Timeline()
+    with _Displayed(session):
+        grown = await follow(session, timeline, expected, running_everywhere(expected))
+        if grown is None:
+            return await timed_out(session, summary(Observation(0.0), timeline))
+        before = grown
+        await session.workload.patch(DEPLOYMENTS, "inflate", {"spec": {"replicas": 3}}, namespace="default")
+        violations = [0]
+
+        def count_violations(obs: Observation) -> None:
+            if len(obs.pods) <= 3 and obs.running < 3 - 1:  # the PDB's maxUnavailable: 1
+                violations[0] += 1
+
+        settled = await follow(
+            session,
+            timeline,
+            3,
+            Settled(3, QUIET_SECONDS, lambda o: o.price < before.price),
+            watch=count_violations,
+        )
+    if settled is None:
+        return await timed_out(session, summary(before, timeline))
+    decisions, _ = await disruption_story(session.stack)
+    result = {
+        "priceBefore": round(before.price, 6),
+        "priceAfter": round(settled.price, 6),
+        "nodesBefore": len(before.claims),
+        "nodesAfter": len(settled.claims),
+        "decisions": [decision_json(d) for d in decisions if d.method in ("emptiness", "consolidation")],
+        "pdbViolations": violations[0],
+        "podsLost": max(0, 3 - settled.running),
+        "timeline": {**timeline.at, "settled": round(settled.elapsed, 3)},
+    }
+    return await report(session, result, settled, timeline)
+
+
+async def play_drift(session: Session) -> int:
+    """4 pods; then the NodePool's template labels change: every node is replaced, each replacement
+    Initialized before its node is drained."""
+    from tenon.runtime.kube.resources import NODEPOOLS
+
+    expected = await apply_demo(session, replicas=4)
+    timeline = Timeline()
+    with _Displayed(session):
+        grown = await follow(session, timeline, expected, running_everywhere(expected))
+        if grown is None:
+            return await timed_out(session, summary(Observation(0.0), timeline))
+        old = {c["name"] for c in grown.claims}
+        labels = {"tenon.sh/demo": "drifted"}
+        await session.workload.patch(
+            NODEPOOLS, "default", {"spec": {"template": {"metadata": {"labels": labels}}}}
+        )
+        replaced = await follow(
+            session,
+            timeline,
+            expected,
+            Settled(expected, QUIET_SECONDS, lambda o: not old & {c["name"] for c in o.claims}),
+        )
+    if replaced is None:
+        return await timed_out(session, summary(grown, timeline))
+    decisions, sequences = await disruption_story(session.stack)
+    drifts = [d for d in decisions if d.method == "drift"]
+    before_drain = [
+        sequences.get(f"NodeClaimInitialized:{r.nodeclaim}", 0)
+        < sequences.get(f"DisruptionRequested:{c.nodeclaim}", 0)
+        for d in drifts
+        for r in d.replacement_claims
+        for c in d.candidates
+    ]
+    result = {
+        "driftedClaims": sorted({c.nodeclaim for d in drifts for c in d.candidates}),
+        "replacedClaims": sorted(old - {c["name"] for c in replaced.claims}),
+        "replacements": sorted({r.nodeclaim for d in drifts for r in d.replacement_claims}),
+        "replacementsInitializedBeforeDrain": all(before_drain),
+        "podsLost": max(0, expected - replaced.running),
+        "timeline": {**timeline.at, "settled": round(replaced.elapsed, 3)},
+    }
+    return await report(session, result, replaced, timeline)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -293,6 +562,8 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGHUP, interrupt)
     profile = args.profile or ("fast" if args.exit_when_done else "field")
     time_scale = args.time_scale or (1.0 if profile == "fast" else 0.25)
+    if profile == "fast":
+        os.environ.setdefault("TENON_DISRUPTION_SETTLE", FAST_SETTLE)
     stack = LocalStack(
         profile=profile, time_scale=time_scale, **({"run_dir": args.run_dir} if args.run_dir else {})
     )
