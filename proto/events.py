@@ -347,6 +347,9 @@ class DisruptionDecision(Event, frozen=True, kw_only=True, tag=True):
     replacement_claims: tuple[ReplacementClaim, ...] = ()
     savings_per_hour: float = 0.0
     pods_moved: tuple[str, ...] = ()
+    settles_until: datetime | None = None
+    """For a proposal: when it is judged again (the settle period it was proposed with, recorded so that a
+    replay judges it at the same moment whatever its own settings)."""
 
 
 class ReplacementsRequested(Event, frozen=True, kw_only=True, tag=True):

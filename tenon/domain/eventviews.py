@@ -169,7 +169,13 @@ def _claim_step(
 
 def _decision(e: ev.DisruptionDecision) -> str:
     names = ", ".join(c.nodeclaim for c in e.candidates) or "none"
-    return f"{e.method}: {names} ({e.reason}; budget {e.budget})"
+    stage = "" if e.stage == "confirmed" else f" {e.stage}"
+    return f"{e.method}{stage}: {names} ({e.reason}; budget {e.budget})"
+
+
+def _replacements(e: ev.ReplacementsRequested) -> str:
+    new = ", ".join(f"{r.nodeclaim} ({r.choice.instance_type})" for r in e.replacements)
+    return f"replacements for {', '.join(e.candidates)}: {new} ({e.reason})"
 
 
 def _decision_claims(e: ev.DisruptionDecision) -> tuple[str, ...]:
@@ -270,6 +276,11 @@ VIEWS: tuple[EventView, ...] = (
     ),
     EventView(ev.InterruptionNotice, lambda e: f"{e.kind} for {e.provider_id}"),
     EventView(ev.DisruptionDecision, _decision, nodeclaims=_decision_claims),
+    EventView(
+        ev.ReplacementsRequested,
+        _replacements,
+        nodeclaims=lambda e: (*e.candidates, *(r.nodeclaim for r in e.replacements)),
+    ),
     EventView(ev.MachineDeploymentObserved, _machine_deployment_observed),
     EventView(ev.MachineObserved, _machine_observed, nodeclaims=lambda e: _machine_claim(e.machine)),
     EventView(ev.MachineDeploymentScaled, _scaled, nodeclaims=lambda e: e.scaled_up_for),

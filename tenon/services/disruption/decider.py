@@ -79,6 +79,7 @@ def _underway(decision: ev.DisruptionDecision) -> Underway:
         savings=decision.savings_per_hour,
         reason=decision.reason,
         budget=decision.budget,
+        settles_until=decision.settles_until,
     )
 
 
@@ -112,6 +113,9 @@ class DisruptionDecider:
     name = PRODUCER
     inputs = registry.inputs_of(PRODUCER)
     state_format = "disruption/2"
+    observations = (ev.NodeClaimDrained,)
+    """What termination (the executor) records of what it did: the pods evicted, whether the grace period
+    ran out. A replay folds it as an input, never expects the decider to have decided it."""
 
     def __init__(self, *, settle: timedelta = SETTLE) -> None:
         self.settle = settle
@@ -148,7 +152,7 @@ class DisruptionDecider:
                 events += self._progress(state, underway, now)
         settling = [u for u in state.commands.values() if u.stage == "proposed"]
         for underway in sorted(settling, key=lambda u: u.id):
-            if now - underway.decided_at >= self.settle:
+            if now >= (underway.settles_until or underway.decided_at + self.settle):
                 events += self._validate(state, underway, now)
         if settling or events:
             return events
@@ -202,7 +206,7 @@ class DisruptionDecider:
             first, replacement_claims=claims, replacements=tuple(c.nodeclaim for c in claims)
         )
         if stage == "proposed":
-            return [decision]
+            return [msgspec.structs.replace(decision, settles_until=now + self.settle)]
         return [decision, *orchestration.confirm(state, _underway(decision), decision.id, now)]
 
     def _validate(self, state: DisruptionState, underway: Underway, now: datetime) -> list[ev.Event]:

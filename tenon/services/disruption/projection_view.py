@@ -35,6 +35,8 @@ class Command(msgspec.Struct, kw_only=True):
     savings: float = 0.0
     reason: str = ""
     budget: str = ""
+    settles_until: datetime | None = None
+    """A proposal is judged again from then on."""
 
 
 @dataclass
