@@ -48,6 +48,7 @@ import msgspec
 
 from proto import events as ev
 from proto import registry, subjects
+from proto.codec import UndecodableEvent
 from tenon.domain.nodeclaim import ClaimBook, ImpossibleStory
 from tenon.runtime.claims import append_claim_event
 from tenon.runtime.eventlog import (
@@ -146,6 +147,13 @@ class RuntimeSettings:
     snapshot_every: int = 1000
     snapshot_interval: float = 60.0
     max_deliver: int = 8
+    batch: int = 256
+    """Records fetched and handed over at once (one fetch, one round of acks)."""
+
+
+_RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+"""Between attempts at carrying out one input's decisions (under half a minute in all: the consumer's ack
+wait)."""
 
 
 @contextlib.contextmanager
@@ -313,30 +321,93 @@ class DeciderRuntime(Generic[S]):
     # --- 2. follow ------------------------------------------------------------------------------------------
 
     async def handle(self, record: LogRecord) -> None:
+        """One record (what a batch of one does); a refused record raises :class:`PermanentError`."""
+        refused = await self.handle_batch([record])
+        if refused:
+            raise PermanentError(refused[record.sequence])
+
+    async def handle_batch(self, records: list[LogRecord]) -> dict[int, str]:
+        """Records in log order: fold each, decide, carry out; returns the ones refused (sequence -> reason),
+        which the consumer dead-letters. A decider that ``decides_on_batches`` (its decisions are a function
+        of the whole state: level-triggered) decides once, after the batch is folded."""
+        refused: dict[int, str] = {}
+        handled: list[ev.Event] = []
         async with self.lock:
-            if record.sequence <= self.handled:
-                return  # handled before this leader's rebuild
-            event = record.decode()
-            untrusted = registry.refusal(record.subject, event)
-            if untrusted is not None:
-                self.refused += 1
-                log.warning("untrusted event refused", extra={"service": self.name, "why": untrusted})
-                raise PermanentError(untrusted)
-            if event.id in self.prefolded:
-                self.prefolded.discard(event.id)
-            elif record.sequence > self.folded:
-                try:
-                    self.state = self.decider.evolve(self.state, event, record.sequence)
-                except ImpossibleStory as exc:
-                    self.refused += 1
-                    log.warning("impossible event refused", extra={"service": self.name, "why": str(exc)})
-                    raise PermanentError(str(exc)) from None
-            self.folded = max(self.folded, record.sequence)
-            decisions = list(self.decider.decide(self.state, event))
-            await self._carry_out(decisions, event)
-            self.handled = record.sequence
-        await self.executor.observed(event)
+            last: tuple[LogRecord, ev.Event] | None = None
+            for record in records:
+                if record.sequence <= self.handled:
+                    continue  # handled before this leader's rebuild, or in a batch redelivered
+                event = self._fold_input(record, refused)
+                if event is None:
+                    self.handled = max(self.handled, record.sequence)
+                    continue
+                if self._per_batch:
+                    last = (record, event)
+                else:
+                    await self._decide_and_carry_out(event)
+                    self.handled = record.sequence
+                handled.append(event)
+            if last is not None:
+                await self._decide_and_carry_out(last[1])
+                self.handled = max(self.handled, last[0].sequence)
+        for event in handled:
+            await self.executor.observed(event)
         self._maybe_snapshot()
+        return refused
+
+    @property
+    def _per_batch(self) -> bool:
+        return bool(getattr(self.decider, "decides_on_batches", False))
+
+    def _fold_input(self, record: LogRecord, refused: dict[int, str]) -> ev.Event | None:
+        """The record's event, folded; None (and the reason in ``refused``) when it cannot be trusted."""
+        try:
+            event = record.decode()
+        except UndecodableEvent as exc:
+            refused[record.sequence] = f"undecodable: {exc}"
+            return None
+        reason = registry.refusal(record.subject, event)
+        if reason is None and event.id in self.prefolded:
+            self.prefolded.discard(event.id)
+        elif reason is None and record.sequence > self.folded:
+            try:
+                self.state = self.decider.evolve(self.state, event, record.sequence)
+            except ImpossibleStory as exc:
+                reason = str(exc)
+        if reason is not None:
+            self.refused += 1
+            log.warning(
+                "event refused", extra={"service": self.name, "sequence": record.sequence, "why": reason}
+            )
+            refused[record.sequence] = f"permanent failure: {reason}"
+            return None
+        self.folded = max(self.folded, record.sequence)
+        return event
+
+    async def _decide_and_carry_out(self, event: ev.Event) -> None:
+        """Decide on ``event`` and carry the decisions out, retrying in place: the consumer must not move past
+        an input whose decisions failed (a later input decided first would break the log's order). After the
+        last attempt the decisions are dropped, loudly: the decider decides them again (level-triggered), and
+        the pod-watcher offers still-pending pods again."""
+        decisions = list(self.decider.decide(self.state, event))
+        for attempt, delay in enumerate((*_RETRY_DELAYS, None), start=1):
+            try:
+                await self._carry_out(decisions, event)
+                return
+            except (asyncio.CancelledError, ImpossibleStory):
+                raise
+            except Exception as exc:
+                if delay is None:
+                    log.error(
+                        "decisions dropped after repeated failures",
+                        extra={"service": self.name, "input": type(event).__name__, "error": str(exc)},
+                    )
+                    return
+                log.warning(
+                    "carrying out decisions failed, retrying",
+                    extra={"service": self.name, "attempt": attempt, "retry_in_s": delay, "error": str(exc)},
+                )
+                await asyncio.sleep(delay)
 
     async def submit(self, decisions: Sequence[ev.Event], cause: ev.Event | None = None) -> None:
         """Record decisions that come from outside the log (or from the executor's own observations)."""
@@ -477,15 +548,16 @@ class DeciderRuntime(Generic[S]):
             tasks.append(asyncio.create_task(self._tick_forever(), name=f"{self.name}:tick"))
         try:
             if self.decider.inputs:
-                runner = self.event_log.consumer(
+                runner = self.event_log.ordered_consumer(
                     ConsumerSettings(
                         self.name,
                         self.decider.inputs,
                         max_concurrency=1,
                         max_deliver=self.settings.max_deliver,
                         backoff=(0.2, 0.5, 1.0, 2.0, 5.0),
+                        fetch_batch=self.settings.batch,
                     ),
-                    self.handle,
+                    self.handle_batch,
                 )
                 await runner.start()
             await stopping.wait()

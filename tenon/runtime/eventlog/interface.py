@@ -19,6 +19,12 @@ dead-letters it at once. The record may not decode: call ``record.decode()`` ins
 dead-letters :class:`UndecodableEvent` with its reason)."""
 
 
+BatchHandler = Callable[[list[LogRecord]], Awaitable[Mapping[int, str]]]
+"""Handles records in log order, a batch at a time, and answers which of them to dead-letter (sequence ->
+reason). Returning means every record of the batch is done (acked); raising redelivers the whole batch, so the
+handler must skip what it already handled (the decider runtime does, by sequence)."""
+
+
 class ConsumerRunner(abc.ABC):
     """A running durable consumer. ``stop()`` drains in-flight handlers before it returns."""
 
@@ -119,6 +125,12 @@ class EventLog(abc.ABC):
         """The stream sequence up to which the durable consumer has acked everything (0: none, or no such
         consumer). A service that rebuilds state at start folds the log up to here and lets the consumer
         deliver the rest, so nothing it had not finished handling is folded without being handled."""
+
+    @abc.abstractmethod
+    def ordered_consumer(self, settings: ConsumerSettings, handler: BatchHandler) -> ConsumerRunner:
+        """A durable consumer that hands over its records strictly in log order, in batches of up to
+        ``settings.fetch_batch``, one batch at a time: for deciders, whose every decision must see every
+        record before its input (one fetch and one round of acks per batch, not per record)."""
 
     @abc.abstractmethod
     def consumer(self, settings: ConsumerSettings, handler: Handler) -> ConsumerRunner:

@@ -36,7 +36,7 @@ from proto.codec import encode
 from proto.events import DeadLetter, Event
 from tenon.runtime.eventlog import tracing
 from tenon.runtime.eventlog.connection import ConnectionSettings
-from tenon.runtime.eventlog.interface import ConsumerRunner, EventLog, Handler
+from tenon.runtime.eventlog.interface import BatchHandler, ConsumerRunner, EventLog, Handler
 from tenon.runtime.eventlog.keyvalue import JetStreamKeyValue, KeyValue
 from tenon.runtime.eventlog.provisioning import (
     StreamSettings,
@@ -301,7 +301,15 @@ class JetStreamEventLog(EventLog):
             return 0
         return int(info.ack_floor.stream_seq) if info.ack_floor else 0
 
+    def ordered_consumer(self, settings: ConsumerSettings, handler: BatchHandler) -> ConsumerRunner:
+        return self._runner(settings, None, handler)
+
     def consumer(self, settings: ConsumerSettings, handler: Handler) -> ConsumerRunner:
+        return self._runner(settings, handler, None)
+
+    def _runner(
+        self, settings: ConsumerSettings, handler: Handler | None, batch_handler: BatchHandler | None
+    ) -> ConsumerRunner:
         stream = subjects.EVENTS_STREAM
 
         async def open_source() -> _JetStreamSource:
@@ -316,6 +324,7 @@ class JetStreamEventLog(EventLog):
             stream=stream,
             settings=settings,
             handler=handler,
+            batch_handler=batch_handler,
             open_source=open_source,
             write_dead_letter=write_dead_letter,
         )

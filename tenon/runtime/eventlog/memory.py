@@ -18,7 +18,7 @@ from proto import subjects
 from proto.codec import encode
 from proto.events import DeadLetter, Event
 from tenon.runtime.eventlog import tracing
-from tenon.runtime.eventlog.interface import ConsumerRunner, EventLog, Handler
+from tenon.runtime.eventlog.interface import BatchHandler, ConsumerRunner, EventLog, Handler
 from tenon.runtime.eventlog.keyvalue import InMemoryKeyValue, KeyValue
 from tenon.runtime.eventlog.records import (
     ConcurrencyConflict,
@@ -218,7 +218,15 @@ class InMemoryEventLog(EventLog):
             return min(state.deliveries) - 1
         return state.stream.records[state.cursor - 1].sequence if state.cursor else 0
 
+    def ordered_consumer(self, settings: ConsumerSettings, handler: BatchHandler) -> ConsumerRunner:
+        return self._runner(settings, None, handler)
+
     def consumer(self, settings: ConsumerSettings, handler: Handler) -> ConsumerRunner:
+        return self._runner(settings, handler, None)
+
+    def _runner(
+        self, settings: ConsumerSettings, handler: Handler | None, batch_handler: BatchHandler | None
+    ) -> ConsumerRunner:
         state = self._consumers.get(settings.durable)
         if state is None:
             stream = self._streams[subjects.EVENTS_STREAM]
@@ -238,6 +246,7 @@ class InMemoryEventLog(EventLog):
             stream=subjects.EVENTS_STREAM,
             settings=settings,
             handler=handler,
+            batch_handler=batch_handler,
             open_source=open_source,
             write_dead_letter=write_dead_letter,
         )

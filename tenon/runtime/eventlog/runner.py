@@ -32,7 +32,7 @@ from proto.codec import UndecodableEvent
 from proto.events import DeadLetter
 from proto.ids import derive_id
 from tenon.runtime.eventlog import tracing
-from tenon.runtime.eventlog.interface import ConsumerRunner, Handler
+from tenon.runtime.eventlog.interface import BatchHandler, ConsumerRunner, Handler
 from tenon.runtime.eventlog.records import ConsumerSettings, LogRecord, PermanentError
 
 log = logging.getLogger("tenon.eventlog.runner")
@@ -65,13 +65,17 @@ class PullConsumerRunner(ConsumerRunner):
         *,
         stream: str,
         settings: ConsumerSettings,
-        handler: Handler,
+        handler: Handler | None,
         open_source: Callable[[], Awaitable[DeliverySource]],
+        batch_handler: BatchHandler | None = None,
         write_dead_letter: DeadLetterWriter,
     ) -> None:
         self.stream = stream
         self.settings = settings
+        if (handler is None) == (batch_handler is None):
+            raise ValueError("a consumer runner takes a handler or a batch handler")
         self._handler = handler
+        self._batch_handler = batch_handler
         self._open_source = open_source
         self._write_dead_letter = write_dead_letter
         self._source: DeliverySource | None = None
@@ -116,6 +120,9 @@ class PullConsumerRunner(ConsumerRunner):
             self._source = None
 
     async def _fetch_loop(self) -> None:
+        if self._batch_handler is not None:
+            await self._fetch_batches()
+            return
         assert self._source is not None
         while not self._stopping:
             free = self.settings.max_concurrency - len(self._inflight)
@@ -140,6 +147,55 @@ class PullConsumerRunner(ConsumerRunner):
                 task = asyncio.create_task(self._process(delivery))
                 self._inflight.add(task)
                 task.add_done_callback(self._task_done)
+
+    async def _fetch_batches(self) -> None:
+        """One batch at a time, in log order: fetch, hand over, dead-letter what the handler refused, ack."""
+        assert self._source is not None and self._batch_handler is not None
+        while not self._stopping:
+            try:
+                deliveries = await self._source.fetch(self.settings.fetch_batch, timeout=1.0)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # broker restarting, connection lost: the client reconnects by itself
+                log.warning(
+                    "fetch failed, retrying", extra={"consumer": self.settings.durable, "error": str(exc)}
+                )
+                await asyncio.sleep(0.25)
+                continue
+            if deliveries:
+                task = asyncio.create_task(
+                    self._process_batch(sorted(deliveries, key=lambda d: d.record.sequence))
+                )
+                self._inflight.add(task)
+                task.add_done_callback(self._inflight.discard)
+                await asyncio.shield(task)  # a stop waits for the batch (drain_timeout), it is not cut short
+
+    async def _process_batch(self, deliveries: list[Delivery]) -> None:
+        assert self._batch_handler is not None
+        todo = [d for d in deliveries if d.record.sequence not in self._unconfirmed]
+        try:
+            refused = await self._batch_handler([d.record for d in todo]) if todo else {}
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            attempt = max(d.record.delivery_count for d in deliveries)
+            log.warning(
+                "batch handler failed, the batch will be redelivered",
+                extra={
+                    "consumer": self.settings.durable,
+                    "attempt": attempt,
+                    "error": f"{type(exc).__name__}: {exc}",
+                },
+            )
+            await asyncio.gather(*(self._nak(d, self.settings.backoff_for(attempt)) for d in deliveries))
+            return
+        for delivery in deliveries:
+            reason = refused.get(delivery.record.sequence)
+            if reason is not None:
+                await self._dead_letter(delivery, reason)
+        kept = [d for d in deliveries if d.record.sequence not in refused]
+        self._handled += len(kept)
+        await asyncio.gather(*(self._ack(d) for d in kept))
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
@@ -172,14 +228,16 @@ class PullConsumerRunner(ConsumerRunner):
         if record.sequence in self._unconfirmed:
             # handled before, only the ack confirmation was lost: don't run the side effects again
             return True
+        handler = self._handler
+        assert handler is not None
         try:
             if "traceparent" in record.headers:
                 with tracing.consume_span(
                     record.subject, record.headers, self.settings.durable, record.sequence
                 ):
-                    await self._handler(record)
+                    await handler(record)
             else:
-                await self._handler(record)  # nothing to continue: skip the context manager on the hot path
+                await handler(record)  # nothing to continue: skip the context manager on the hot path
         except asyncio.CancelledError:
             raise
         except UndecodableEvent as exc:

@@ -42,7 +42,6 @@ import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from proto import registry, subjects
@@ -125,8 +124,6 @@ class PodWatcherSettings(CommonSettings):
                 f"TENON_BATCH_MAX ({format_duration(self.batch_max)}) must not be shorter than "
                 f"TENON_BATCH_IDLE ({format_duration(self.batch_idle)})"
             )
-        if self.kubeconfig and not Path(self.kubeconfig).expanduser().is_file():
-            raise SettingsError(f"TENON_KUBECONFIG: no such file: {self.kubeconfig}")
 
 
 SNAPSHOT_SOURCES: dict[obs.SnapshotName, tuple[ResourceRef, ...]] = {
