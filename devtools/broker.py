@@ -22,6 +22,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Protocol
 
@@ -72,7 +73,11 @@ def _port_open(host: str, port: int) -> bool:
 
 
 class LocalNatsServer:
-    """``nats-server -js`` on loopback, with its own store directory; a context manager."""
+    """``nats-server -js`` on loopback, with its own store directory; a context manager.
+
+    ``config`` is more of nats-server's configuration (an ``authorization`` block, say); ``server_name``,
+    ``cluster_port`` and ``routes`` make it one node of a cluster (:class:`LocalNatsCluster`), and
+    ``monitor_port`` serves ``/healthz``, which :meth:`start` then waits on until JetStream is ready."""
 
     def __init__(
         self,
@@ -83,17 +88,31 @@ class LocalNatsServer:
         extra_args: tuple[str, ...] = (),
         log_path: str | Path | None = None,
         max_payload: int | None = None,
+        config: str = "",
+        server_name: str | None = None,
+        cluster_port: int | None = None,
+        routes: tuple[str, ...] = (),
+        monitor_port: int | None = None,
     ) -> None:
         self.host = host
         self.port = port or free_port(host)
         self._owns_store = store_dir is None
         self.store_dir = Path(store_dir) if store_dir else Path(tempfile.mkdtemp(prefix="tenon-nats-"))
         self.extra_args = extra_args
-        if max_payload is not None:
-            # only settable from a configuration file; NATS's default is 1 MiB
-            config = self.store_dir.parent / f"{self.store_dir.name}.conf"
-            config.write_text(f"max_payload: {max_payload}\n")
-            self.extra_args = ("--config", str(config), *extra_args)
+        self.server_name = server_name
+        self.monitor_port = monitor_port
+        # some settings exist only in a configuration file (NATS's default max_payload is 1 MiB)
+        text = _config_text(
+            max_payload=max_payload,
+            server_name=server_name,
+            cluster=(host, cluster_port, routes) if cluster_port else None,
+            monitor=(host, monitor_port) if monitor_port else None,
+            more=config,
+        )
+        if text:
+            path = self.store_dir.parent / f"{self.store_dir.name}.conf"
+            path.write_text(text)
+            self.extra_args = ("--config", str(path), *extra_args)
         self.log_path = Path(log_path) if log_path else self.store_dir / "nats-server.log"
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -108,6 +127,13 @@ class LocalNatsServer:
     def start(self, timeout: float = 10.0) -> LocalNatsServer:
         if self.running:
             return self
+        self.start_process()
+        return self.wait_ready(timeout)
+
+    def start_process(self) -> None:
+        """Launch nats-server without waiting for it (a cluster starts all its nodes, then waits)."""
+        if self.running:
+            return
         command = [
             nats_server_binary(),
             "--jetstream",
@@ -117,8 +143,8 @@ class LocalNatsServer:
             self.host,
             "--port",
             str(self.port),
-            "--http_port",
-            "0",
+            # a flag overrides the configuration file: monitoring only where the file asks for it
+            *(() if self.monitor_port else ("--http_port", "0")),
             *self.extra_args,
         ]
         log = open(self.log_path, "ab")
@@ -126,15 +152,34 @@ class LocalNatsServer:
             command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         log.close()
+
+    def wait_ready(self, timeout: float = 10.0) -> LocalNatsServer:
+        """Until it accepts clients (and, with a monitoring port, JetStream is ready); BrokerError if not."""
+        process = self._process
+        if process is None:
+            raise BrokerError(f"nats-server on {self.url} was not started")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise BrokerError(f"nats-server exited with {self._process.returncode}: {self._tail_log()}")
-            if _port_open(self.host, self.port):
+            if process.poll() is not None:
+                self._process = None
+                raise BrokerError(f"nats-server exited with {process.returncode}: {self._tail_log()}")
+            if _port_open(self.host, self.port) and self._jetstream_ready():
                 return self
             time.sleep(0.02)
         self.stop()
         raise BrokerError(f"nats-server did not listen on {self.url} within {timeout}s: {self._tail_log()}")
+
+    def _jetstream_ready(self) -> bool:
+        """Without a monitoring port, a listening server is ready (a single node's JetStream is); with one,
+        its ``/healthz`` says when JetStream is (a cluster's node waits for its meta group)."""
+        if not self.monitor_port:
+            return True
+        url = f"http://{self.host}:{self.monitor_port}/healthz?js-enabled-only=true"
+        try:
+            with urllib.request.urlopen(url, timeout=0.5) as response:
+                return bool(response.status == 200)
+        except (OSError, ValueError):
+            return False
 
     def stop(self, timeout: float = 10.0) -> None:
         process, self._process = self._process, None
@@ -162,6 +207,120 @@ class LocalNatsServer:
             return "(no log)"
 
     def __enter__(self) -> LocalNatsServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+
+def _config_text(
+    *,
+    max_payload: int | None,
+    server_name: str | None,
+    cluster: tuple[str, int, tuple[str, ...]] | None,
+    monitor: tuple[str, int] | None,
+    more: str,
+) -> str:
+    lines: list[str] = []
+    if max_payload is not None:
+        lines.append(f"max_payload: {max_payload}")
+    if server_name is not None:
+        lines.append(f"server_name: {server_name}")
+    if monitor is not None:
+        lines.append(f"http: {monitor[0]}:{monitor[1]}")
+    if cluster is not None:
+        host, port, routes = cluster
+        lines += [
+            "cluster {",
+            "  name: tenon",
+            f"  listen: {host}:{port}",
+            f"  routes: [{', '.join(routes)}]",
+            "}",
+        ]
+    if more:
+        lines.append(more)
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+class LocalNatsCluster:
+    """``size`` nats-servers on loopback joined by routes into one JetStream cluster (streams of up to
+    ``size`` replicas); a context manager. Nodes are named ``n1``, ``n2``...; each can be killed (SIGKILL)
+    and started again on its port with its store, which is how tests take a stream's leader away."""
+
+    def __init__(
+        self,
+        size: int = 3,
+        *,
+        host: str = "127.0.0.1",
+        store_root: str | Path | None = None,
+        max_payload: int | None = None,
+        config: str = "",
+    ) -> None:
+        self._owns_store = store_root is None
+        self.store_root = (
+            Path(store_root) if store_root else Path(tempfile.mkdtemp(prefix="tenon-nats-cluster-"))
+        )
+        self.store_root.mkdir(parents=True, exist_ok=True)
+        cluster_ports = [free_port(host) for _ in range(size)]
+        routes = tuple(f"nats://{host}:{port}" for port in cluster_ports)
+        self.nodes = [
+            LocalNatsServer(
+                host=host,
+                store_dir=self.store_root / f"n{index + 1}",
+                log_path=self.store_root / f"n{index + 1}.log",
+                max_payload=max_payload,
+                config=config,
+                server_name=f"n{index + 1}",
+                cluster_port=cluster_port,
+                routes=routes,
+                monitor_port=free_port(host),
+            )
+            for index, cluster_port in enumerate(cluster_ports)
+        ]
+        for node in self.nodes:
+            node.store_dir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def url(self) -> str:
+        """Every node's client URL, comma-separated (``TENON_NATS_URL``)."""
+        return ",".join(node.url for node in self.nodes)
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        return tuple(node.url for node in self.nodes)
+
+    def node(self, server_name: str) -> LocalNatsServer:
+        for node in self.nodes:
+            if node.server_name == server_name:
+                return node
+        raise KeyError(f"no node named {server_name!r} (nodes: {[n.server_name for n in self.nodes]})")
+
+    def start(self, timeout: float = 30.0) -> LocalNatsCluster:
+        """Start every node; return once each reports JetStream ready (the cluster has a meta leader)."""
+        for node in self.nodes:
+            node.start_process()
+        for node in self.nodes:
+            node.wait_ready(timeout)
+        return self
+
+    def kill(self, server_name: str) -> None:
+        """SIGKILL one node, as a crash would."""
+        self.node(server_name).kill()
+
+    def restart(self, server_name: str, timeout: float = 30.0) -> None:
+        """Start a stopped or killed node again (same port, same store)."""
+        self.node(server_name).start(timeout)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def cleanup(self) -> None:
+        self.stop()
+        if self._owns_store:
+            shutil.rmtree(self.store_root, ignore_errors=True)
+
+    def __enter__(self) -> LocalNatsCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
