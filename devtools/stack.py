@@ -3,10 +3,11 @@
 :class:`LocalStack` is what ``tenon up`` (and ``make run``) and the end-to-end tests stand on. It starts
 ``nats-server`` from the wheel, ``tenon sandbox`` (a workload and a management cluster, two kubeconfigs), then
 each service as ``tenon run <name>`` (``python -m tenon.cli.main run <name>``) with the environment a
-Deployment would give it (``TENON_NATS_URL``, ``TENON_KUBECONFIG``, ``TENON_MANAGEMENT_KUBECONFIG``), logging
-JSON lines to ``<run dir>/<service>.log``. Services can be killed and restarted individually (``kill(name)``,
-``start_service(name)``), which is how tests prove crash safety. ``stop()`` ends everything, services first,
-with SIGTERM and then SIGKILL for stragglers.
+Deployment would give it (``TENON_NATS_URL``, ``TENON_KUBECONFIG``, ``TENON_MANAGEMENT_KUBECONFIG``, its own
+``TENON_NATS_USER``/``_PASSWORD``: the broker lets each service publish only the events it owns, see
+:mod:`devtools.nats_permissions`), logging JSON lines to ``<run dir>/<service>.log``. Services can be killed
+and restarted individually (``kill(name)``, ``start_service(name)``), which is how tests prove crash safety.
+``stop()`` ends everything, services first, with SIGTERM and then SIGKILL for stragglers.
 
 :func:`apply_manifests` creates Kubernetes objects in the right cluster (Cluster API kinds in the management
 cluster, everything else in the workload cluster), and :func:`observe` reads the state a person watching the
@@ -34,7 +35,8 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from devtools.broker import LOCAL_MAX_PAYLOAD, LocalNatsServer, free_port
+from devtools.broker import LOCAL_MAX_PAYLOAD, Broker, LocalNatsServer, free_port
+from devtools.nats_permissions import OPERATOR, Identities
 from devtools.processes import kill_process, stop_process
 from tenon.runtime.kube import Kube, KubeApiError, load_kube
 from tenon.runtime.kube.resources import BY_KIND
@@ -53,9 +55,15 @@ class LocalStack:
     run_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="tenon-run-")))
     services: tuple[str, ...] = tuple(s for s in SERVICES if s not in EC2_SERVICES)
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    identities: Identities = field(default_factory=Identities)
+    """One NATS user per service with the broker permissions of its events (passwords made for this run);
+    each service process connects as its own (``identities.env(name)``)."""
+    anonymous: str | None = OPERATOR
+    """Who a client without credentials is (``tenon tap --server URL``): the operator, who reads and writes
+    nothing; None refuses it."""
 
     def __post_init__(self) -> None:
-        self.broker: LocalNatsServer | None = None
+        self.broker: Broker | None = None
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.workload_kubeconfig = self.run_dir / "workload.kubeconfig"
         self.management_kubeconfig = self.run_dir / "management.kubeconfig"
@@ -78,21 +86,29 @@ class LocalStack:
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        if self.profile == "fast":
+            # the fast profile compresses the cluster's time; disruption's settle period (Karpenter's 15 s
+            # validation) is compressed with it, so a demo or a test does not wait on it
+            env.setdefault("TENON_DISRUPTION_SETTLE", "1s")
         env.update(self.extra_env)
         return env
 
     def start(self) -> LocalStack:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.broker = LocalNatsServer(
-            store_dir=self.run_dir / "jetstream",
-            log_path=self.run_dir / "nats.log",
-            max_payload=LOCAL_MAX_PAYLOAD,
-        )
-        self.broker.start()
+        self.broker = self.start_broker()
         self._start_sandbox()
         for name in self.services:
             self.start_service(name)
         return self
+
+    def start_broker(self) -> Broker:
+        """nats-server with one user per service (a subclass may start a cluster instead)."""
+        return LocalNatsServer(
+            store_dir=self.run_dir / "jetstream",
+            log_path=self.run_dir / "nats.log",
+            max_payload=LOCAL_MAX_PAYLOAD,
+            config=self.identities.authorization(anonymous=self.anonymous),
+        ).start()
 
     def _start_sandbox(self) -> None:
         command = [
@@ -130,6 +146,7 @@ class LocalStack:
             "TENON_IDENTITY": f"{name}-{replica}-{os.getpid()}",
             "TENON_HEALTH_HOST": "127.0.0.1",
             "TENON_HEALTH_PORT": str(self.health_ports[key]),
+            **self.identities.env(name),
         }
         self._spawn(key, [sys.executable, "-m", "tenon.cli.main", "run", name], env)
         return key

@@ -241,6 +241,17 @@ class Session:
     live: Any = None
 
 
+def connection_hint(stack: LocalStack) -> str:
+    """How a person reaches the stack's broker: each service has its own NATS user (it may publish only the
+    events it owns); people read as the operator, who writes nothing."""
+    operator = " ".join(stack.identities.cli_args())
+    anonymous = " (or with no credentials at all)" if stack.anonymous else ""
+    return (
+        f"each service connects as its own NATS user; read the log as the operator{anonymous}: "
+        f"tenon tap --server {stack.nats_url} {operator} --all --no-follow"
+    )
+
+
 async def play(stack: LocalStack, args: argparse.Namespace, console: Console) -> int:
     from devtools.stack import connect
 
@@ -573,6 +584,7 @@ def run(args: argparse.Namespace) -> int:
             console.print(
                 f"broker {stack.nats_url}; kubectl --kubeconfig {stack.workload_kubeconfig} get nodeclaims"
             )
+            console.print(connection_hint(stack), highlight=False)
         return asyncio.run(play(stack, args, console))
     except KeyboardInterrupt:
         console.print("stopping")
