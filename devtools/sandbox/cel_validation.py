@@ -51,6 +51,17 @@ except ImportError:  # pragma: no cover - exercised only where the extra is not 
     _CEL_EXTENSIONS = {}
 
 _ABSENT = ABSENT
+# cel-rust's own functions (macros such as all/exists/has expand into comprehensions and are not listed)
+_BUILTIN_FUNCTIONS = frozenset(
+    {
+        "size", "contains", "startsWith", "endsWith", "matches", "int", "uint", "double", "string", "bytes",
+        "bool", "timestamp", "duration", "type", "dyn", "getFullYear", "getMonth",
+        "getDayOfYear", "getDayOfMonth", "getDate", "getDayOfWeek", "getHours", "getMinutes", "getSeconds",
+        "getMilliseconds", "optional.of", "optional.none", "optional.ofNonZeroValue", "hasValue", "value",
+        "or", "orValue",
+    }
+)  # fmt: skip
+_OPERATOR_MARKS = ("_", "@", "!", "-")
 _UNDEFINED = "Undefined variable or function"
 _REASONS = {"FieldValueRequired": "Required value", "FieldValueForbidden": "Forbidden"}
 _warned: set[tuple[str, str]] = set()
@@ -97,6 +108,9 @@ def _functions() -> dict[str, Callable[..., Any]]:
         }
     )
     return functions
+
+
+_LIBRARY = _functions()
 
 
 @dataclass
@@ -150,7 +164,20 @@ def compile_rule(entry: dict[str, Any], where: str) -> Rule:
         rule.unevaluable = f"the CEL engine cannot compile it: {str(err).splitlines()[0]}"
         return rule
     rule.transition = "oldSelf" in (rule.program.variables() or ())
+    missing = sorted(missing_functions(rule.program))
+    if missing:
+        rule.unevaluable = f"the CEL engine lacks {', '.join(missing)}"
     return rule
+
+
+def missing_functions(program: Any) -> set[str]:
+    """The functions a compiled rule calls that neither cel-rust nor this module provides."""
+    called = set(program.functions() or ())
+    return {
+        name
+        for name in called
+        if name not in _BUILTIN_FUNCTIONS and name not in _LIBRARY and not name.startswith(_OPERATOR_MARKS)
+    }
 
 
 def attach_rules(root: Node) -> list[Rule]:
@@ -178,7 +205,7 @@ class _Evaluator:
     """Evaluates rules; one Context with the library functions, reused (building one is the costly part)."""
 
     def __init__(self) -> None:
-        self.context: Any = _cel.Context(functions=_functions()) if _cel is not None else None
+        self.context: Any = _cel.Context(functions=_LIBRARY) if _cel is not None else None
 
     def run(self, program: Any, self_value: Any, old: Any) -> Any:
         variables = {"self": self_value}

@@ -291,8 +291,11 @@ class Registry:
         return twin
 
     def define(self, crd_name: str, types: Iterable[ResourceType]) -> None:
-        """Serve a CRD's kinds (replacing the CRD's earlier definition, and any stand-in of the same kind)."""
+        """Serve a CRD's kinds, replacing the CRD's earlier definition and, for good, any stand-in of the same
+        kind (deleting the CRD later stops serving the kind, as on a real cluster)."""
         self._defined[crd_name] = tuple(types)
+        keys = {rt.storage_key for rt in self._defined[crd_name]}
+        self._builtin = tuple(rt for rt in self._builtin if not (rt.is_custom and rt.storage_key in keys))
         self._index()
 
     def undefine(self, crd_name: str) -> tuple[ResourceType, ...]:
@@ -310,9 +313,8 @@ class Registry:
         return next((n for n, ts in self._defined.items() if ts and ts[0].storage_key == storage_key), None)
 
     def _index(self) -> None:
-        defined_keys = {rt.storage_key for types in self._defined.values() for rt in types}
         self.resources: tuple[ResourceType, ...] = (
-            *(rt for rt in self._builtin if not (rt.is_custom and rt.storage_key in defined_keys)),
+            *self._builtin,
             *(rt for types in self._defined.values() for rt in types),
         )
         self.generation += 1

@@ -1017,6 +1017,8 @@ class Store:
         new["metadata"] = dict(old["metadata"])
         if new["spec"] != old.get("spec"):
             new["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1
+        if rt.custom is not None:
+            admission.validate(rt, new, old)  # a scale write is a spec write: the CRD's rules hold for it
         self._commit_update(rt, key, new, old)
         return self.get_scale(rt, name, namespace)
 

@@ -1,5 +1,8 @@
 """Fixtures for the sandbox's tests: a bare sandbox (no controllers) and a kubectl runner.
 
+``crd_sandbox`` is the same bare sandbox with tenon's CRDs (``deploy/crds``) installed in its workload cluster,
+as ``tenon sandbox`` starts, and ``crd_kubectl`` drives it.
+
 ``api_sandbox`` serves both clusters on free loopback ports with a short watch lifetime, frequent bookmarks
 and a small watch history, so reconnect, bookmark and 410 paths are reachable in milliseconds. ``kubectl``
 runs the machine's ``/usr/bin/kubectl`` against the workload cluster with a private cache and HOME, through
@@ -19,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from devtools.sandbox.runtime import DEPLOY_CRDS
 from devtools.sandbox.testing import SandboxHandle, running_sandbox
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
@@ -29,6 +33,12 @@ async def api_sandbox() -> AsyncIterator[SandboxHandle]:
     async with running_sandbox(
         controllers=False, history_size=64, watch_max_seconds=30.0, bookmark_interval=0.2
     ) as sandbox:
+        yield sandbox
+
+
+@pytest.fixture
+async def crd_sandbox() -> AsyncIterator[SandboxHandle]:
+    async with running_sandbox(controllers=False, crds=(DEPLOY_CRDS,), watch_max_seconds=30.0) as sandbox:
         yield sandbox
 
 
@@ -47,6 +57,16 @@ KubectlRunner = Callable[..., Awaitable[KubectlResult]]
 
 @pytest.fixture
 def kubectl(api_sandbox: SandboxHandle, tmp_path: Path) -> KubectlRunner:
+    return kubectl_for(api_sandbox, tmp_path)
+
+
+@pytest.fixture
+def crd_kubectl(crd_sandbox: SandboxHandle, tmp_path: Path) -> KubectlRunner:
+    return kubectl_for(crd_sandbox, tmp_path)
+
+
+def kubectl_for(api_sandbox: SandboxHandle, tmp_path: Path) -> KubectlRunner:
+    """kubectl against the sandbox's workload cluster, with a private cache and HOME."""
     if not os.access(KUBECTL, os.X_OK):
         pytest.skip("kubectl is not installed on this machine")
     env = {
