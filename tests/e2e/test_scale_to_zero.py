@@ -54,6 +54,7 @@ async def test_deleting_the_workload_returns_the_pool_to_zero(stack: LocalStack)
             capture_output=True,
             text=True,
             timeout=120,
+            env=stack.env(),  # the settings the services ran with (a decision depends on its settings)
         )
         assert replayed.returncode == 0, (service, replayed.stdout[-3000:], replayed.stderr[-2000:])
         assert "0 differ from the log" in replayed.stdout.splitlines()[-1], (service, replayed.stdout[-500:])
