@@ -14,13 +14,14 @@ import asyncio
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from proto import events as ev
 from tenon.domain.explain import LoggedEvent, explain_nodeclaim, nodeclaim_event_message
 from tenon.domain.projection import ClusterProjection
 from tenon.runtime.kube import NODECLAIMS, Kube, KubeApiError
 from tenon.runtime.kube.events import post_event
-from tenon.services.scheduler.nodeclaims import nodeclaim_spec, nodeclaim_status
+from tenon.services.scheduler.nodeclaims import CONDITIONS, nodeclaim_spec, nodeclaim_status
 
 log = logging.getLogger("tenon.scheduler.objects")
 
@@ -92,21 +93,22 @@ class NodeClaimObjects:
                 await self.kube.patch(NODECLAIMS, name, {"metadata": {"finalizers": []}})
                 await self.kube.delete(NODECLAIMS, name)
             return
-        try:
-            await self.kube.patch(
-                NODECLAIMS, name, {"status": nodeclaim_status(self.projection, claim)}, subresource="status"
-            )
-            return
-        except KubeApiError as exc:
-            if exc.status != 404:
-                raise
-        created = await self._create(name)
-        if created is not None:
-            await self.kube.patch(
-                NODECLAIMS, name, {"status": nodeclaim_status(self.projection, claim)}, subresource="status"
-            )
+        current = await self.kube.get_or_none(NODECLAIMS, name)
+        if current is None:
+            current = await self._create(name)
+            if current is None:
+                return
+        status = nodeclaim_status(self.projection, claim)
+        # a merge patch replaces the list whole: keep the conditions other writers own (disruption's Drifted)
+        theirs = [
+            c
+            for c in ((current.get("status") or {}).get("conditions") or [])
+            if isinstance(c, dict) and c.get("type") not in CONDITIONS
+        ]
+        status["conditions"] = [*status["conditions"], *theirs]
+        await self.kube.patch(NODECLAIMS, name, {"status": status}, subresource="status")
 
-    async def _create(self, name: str) -> dict[str, object] | None:
+    async def _create(self, name: str) -> dict[str, Any] | None:
         claim = self.projection.claims[name]
         assert claim.planned is not None
         try:
