@@ -1,7 +1,7 @@
 """Fixtures for the sandbox's tests: a bare sandbox (no controllers) and a kubectl runner.
 
-``crd_sandbox`` is the same bare sandbox with tenon's CRDs (``deploy/crds``) installed in its workload cluster,
-as ``tenon sandbox`` starts, and ``crd_kubectl`` drives it.
+``crd_sandbox`` is the same bare sandbox with tenon's CRDs (``deploy/crds``) installed in its workload
+cluster, as ``tenon sandbox`` starts, and ``crd_kubectl`` drives it.
 
 ``api_sandbox`` serves both clusters on free loopback ports with a short watch lifetime, frequent bookmarks
 and a small watch history, so reconnect, bookmark and 410 paths are reachable in milliseconds. ``kubectl``
