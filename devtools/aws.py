@@ -42,14 +42,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from devtools.broker import free_port
+from tenon.core.wellknown import AWS_DISCOVERY_TAG
 
 REGION = "us-east-1"
 FAKE_ACCESS_KEY = "testing"
 FAKE_SECRET_KEY = "testing"
 CONTROL_PATH = "/_tenon/insufficient-capacity"
-DISCOVERY_TAG = "karpenter.sh/discovery"
-"""The tag the sandbox's subnets and security group carry (``<cluster>``), as Karpenter's getting-started
-guide tags them; the demo EC2NodeClass selects them by it."""
+DISCOVERY_TAG = AWS_DISCOVERY_TAG
+"""The tag the sandbox's subnets and security group carry (``<cluster>``)."""
 DEFAULT_CLUSTER = "tenon-sandbox"
 DEFAULT_QUEUE = "tenon-sandbox-interruption"
 

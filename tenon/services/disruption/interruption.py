@@ -36,6 +36,7 @@ from datetime import datetime, timedelta
 
 from proto import events as ev
 from proto.ids import derive_id
+from tenon.core.wellknown import REPLACE_ON_REBALANCE
 from tenon.domain.nodeclaim import NodeClaim
 from tenon.domain.projection import ClusterProjection
 
@@ -43,9 +44,8 @@ PRODUCER = "disruption"
 DRAIN_MARGIN = timedelta(seconds=90)
 """How long before a notice's deadline the drain starts even if the replacement is not Initialized yet
 (evicting a node's pods takes time; a spot warning gives two minutes in all)."""
-REBALANCE_OPT_IN = "tenon.sh/replace-on-rebalance"
-"""NodePool annotation: ``"true"`` replaces nodes on a rebalance recommendation. (To move to
-:mod:`tenon.core.wellknown`, where every well-known name lives, with the disruption wiring.)"""
+REBALANCE_OPT_IN = REPLACE_ON_REBALANCE
+"""NodePool annotation: ``"true"`` replaces nodes on a rebalance recommendation."""
 ACTIONABLE = ("spot-interruption", "scheduled-change", "state-change")
 
 

@@ -11,8 +11,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from proto import registry
+from tenon.runtime.aws import AwsServiceSettings
 from tenon.runtime.decider import Decider, Executor
-from tenon.runtime.service import CommonSettings, ServiceContext, ServiceDefinition, decider_work
+from tenon.runtime.service import ServiceContext, ServiceDefinition, decider_work
 from tenon.runtime.settings import SettingsError, setting
 from tenon.services.interruption_handler.decider import InterruptionDecider
 from tenon.services.interruption_handler.executor import InterruptionExecutor
@@ -20,15 +21,9 @@ from tenon.services.interruption_handler.sqs import InterruptionQueue
 
 
 @dataclass(frozen=True)
-class InterruptionHandlerSettings(CommonSettings):
+class InterruptionHandlerSettings(AwsServiceSettings):
     queue: str = setting(
         "TENON_INTERRUPTION_QUEUE", "", "the SQS queue (its name) EventBridge sends interruption events to"
-    )
-    aws_region: str = setting("TENON_AWS_REGION", "us-east-1", "the AWS region instances are launched in")
-    aws_endpoint: str | None = setting(
-        "TENON_AWS_ENDPOINT",
-        None,
-        "EC2/SSM/IAM endpoint URL (default: AWS's for the region; the local AWS in tests and tenon up)",
     )
     wait: float = setting(
         "TENON_INTERRUPTION_WAIT", 20.0, "SQS long-poll wait (at most 20 s)", kind="duration", minimum=0

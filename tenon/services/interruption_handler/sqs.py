@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from tenon.runtime import aws
+from tenon.runtime.aws import AwsError
+
 T = TypeVar("T")
 
 
-class QueueError(RuntimeError):
-    def __init__(self, call: str, code: str, message: str) -> None:
-        super().__init__(f"{call}: {code}: {message}")
-        self.code = code
+QueueError = AwsError
+"""A queue call that failed (:class:`tenon.runtime.aws.AwsError`: the operation, AWS's code, its message)."""
 
 
 @dataclass(frozen=True)
@@ -70,15 +71,7 @@ class InterruptionQueue:
         visibility: int,
         max_messages: int,
     ) -> None:
-        import boto3
-        from botocore.config import Config
-
-        config = Config(
-            retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=wait + 10
-        )
-        self.client = boto3.session.Session(region_name=region).client(
-            "sqs", endpoint_url=endpoint_url, config=config
-        )
+        self.client = aws.client("sqs", region, endpoint_url, read_timeout=wait + 10)
         self.name = name
         self.wait = wait
         self.visibility = visibility
@@ -86,17 +79,7 @@ class InterruptionQueue:
         self.url: str | None = None
 
     def _call(self, operation: str, **kwargs: Any) -> Any:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            return getattr(self.client, operation)(**kwargs)
-        except ClientError as exc:
-            error = exc.response.get("Error") or {}
-            raise QueueError(
-                operation, str(error.get("Code") or "Unknown"), str(error.get("Message") or "")
-            ) from None
-        except (BotoCoreError, OSError) as exc:
-            raise QueueError(operation, type(exc).__name__, str(exc)) from None
+        return aws.call(self.client, operation, **kwargs)
 
     def resolve(self) -> str:
         """The queue's URL (GetQueueUrl by name, as Karpenter's ``INTERRUPTION_QUEUE`` is a name)."""

@@ -1,11 +1,8 @@
 """launcher-ec2's calls to AWS (boto3; blocking, so the executor runs them in threads).
 
-Clients are built from the launcher's settings: the region, and an endpoint URL when one is set (the local
-AWS in tests and ``tenon up``; unset in the field, where boto3's endpoint for the region is used).
-Credentials come from boto3's usual chain; the retry mode is ``standard`` with few attempts (a decision that
-fails is decided again by the runtime, it does not need the SDK to wait long). Nothing here decides: each
-function asks one question of EC2, SSM or IAM and returns the answer as plain data, or raises
-:class:`AwsError` with the call and the error code.
+Clients come from :mod:`tenon.runtime.aws` (the region, the endpoint when one is set, boto3's credential
+chain, few SDK retries). Nothing here decides: each function asks one question of EC2, SSM or IAM and returns
+the answer as plain data, or raises :class:`AwsError` with the call and the error code.
 """
 
 from __future__ import annotations
@@ -15,6 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tenon.runtime import aws
+from tenon.runtime.aws import AwsError, tag_list
 from tenon.services.launcher_ec2.nodeclass import Image, NodeClassSpec, Term
 
 ALIAS_PARAMETERS = {
@@ -32,17 +31,6 @@ ALIAS_PARAMETERS = {
 Karpenter reads), then the plain Amazon Linux image where the local AWS has no EKS parameters."""
 
 
-class AwsError(RuntimeError):
-    """A call that failed; ``code`` is AWS's error code (``InsufficientInstanceCapacity``...) or the
-    exception's name for a connection problem."""
-
-    def __init__(self, call: str, code: str, message: str) -> None:
-        super().__init__(f"{call}: {code}: {message}")
-        self.call = call
-        self.code = code
-        self.message = message
-
-
 @dataclass(frozen=True)
 class AwsSettings:
     region: str
@@ -54,44 +42,16 @@ class Aws:
     """The EC2, SSM and IAM clients of one launcher."""
 
     def __init__(self, settings: AwsSettings) -> None:
-        import boto3
-        from botocore.config import Config
-
         self.settings = settings
-        config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=30)
-        session = boto3.session.Session(region_name=settings.region)
-        self.ec2 = session.client("ec2", endpoint_url=settings.endpoint_url, config=config)
-        self.ssm = session.client("ssm", endpoint_url=settings.endpoint_url, config=config)
-        self.iam = session.client("iam", endpoint_url=settings.endpoint_url, config=config)
+        self.ec2 = aws.client("ec2", settings.region, settings.endpoint_url)
+        self.ssm = aws.client("ssm", settings.region, settings.endpoint_url)
+        self.iam = aws.client("iam", settings.region, settings.endpoint_url)
 
     def call(self, client: Any, operation: str, **kwargs: Any) -> Any:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            return getattr(client, operation)(**kwargs)
-        except ClientError as exc:
-            error = exc.response.get("Error") or {}
-            raise AwsError(
-                operation, str(error.get("Code") or "Unknown"), str(error.get("Message") or "")
-            ) from None
-        except (BotoCoreError, OSError) as exc:
-            raise AwsError(operation, type(exc).__name__, str(exc)) from None
+        return aws.call(client, operation, **kwargs)
 
     def pages(self, client: Any, operation: str, key: str, **kwargs: Any) -> list[Any]:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        out: list[Any] = []
-        try:
-            for page in client.get_paginator(operation).paginate(**kwargs):
-                out.extend(page.get(key) or [])
-        except ClientError as exc:
-            error = exc.response.get("Error") or {}
-            raise AwsError(
-                operation, str(error.get("Code") or "Unknown"), str(error.get("Message") or "")
-            ) from None
-        except (BotoCoreError, OSError) as exc:
-            raise AwsError(operation, type(exc).__name__, str(exc)) from None
-        return out
+        return aws.pages(client, operation, key, **kwargs)
 
     # --- what EC2 offers ----------------------------------------------------------------------------------
 
@@ -230,7 +190,7 @@ class Aws:
                 "create_launch_template",
                 LaunchTemplateName=name,
                 LaunchTemplateData=dict(data),
-                TagSpecifications=[{"ResourceType": "launch-template", "Tags": _tag_list(tags)}],
+                TagSpecifications=[{"ResourceType": "launch-template", "Tags": tag_list(tags.items())}],
             )
         except AwsError as exc:
             if "AlreadyExists" not in exc.code:
@@ -287,12 +247,8 @@ def _image(described: Mapping[str, Any], source: str, architecture: str | None =
     )
 
 
-def _tag_list(tags: Mapping[str, str]) -> list[dict[str, str]]:
-    return [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
-
-
 def tag_specifications(tags: Mapping[str, str], kinds: Iterable[str]) -> list[dict[str, Any]]:
-    return [{"ResourceType": kind, "Tags": _tag_list(tags)} for kind in kinds]
+    return [{"ResourceType": kind, "Tags": tag_list(tags.items())} for kind in kinds]
 
 
 def user_data_base64(text: str) -> str:

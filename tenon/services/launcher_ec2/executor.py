@@ -51,22 +51,6 @@ from tenon.services.launcher_ec2.state import Ec2State
 
 log = logging.getLogger("tenon.launcher_ec2")
 
-TRANSIENT_CODES = frozenset(
-    {
-        "RequestLimitExceeded",
-        "Throttling",
-        "ThrottlingException",
-        "InternalError",
-        "ServiceUnavailable",
-        "Unavailable",
-        "EndpointConnectionError",
-        "ConnectTimeoutError",
-        "ReadTimeoutError",
-        "ConnectionClosedError",
-    }
-)
-"""Errors that say "ask again later", not "this request cannot be met": the decision is retried."""
-
 
 class Ec2Executor(BaseExecutor):
     def __init__(
@@ -255,7 +239,7 @@ class Ec2Executor(BaseExecutor):
                 self._ensure_template(request)  # the template went away: once more (as Karpenter)
                 answer = self.aws.create_fleet(body)
         except AwsError as exc:
-            if exc.code in TRANSIENT_CODES or (exc.code.endswith("Error") and "Connect" in exc.code):
+            if exc.transient:  # "ask again later": the decision is retried
                 raise TransientError(str(exc)) from None
             return fleet_answered(
                 request.nodeclaim, request.id, error_code=exc.code, error_message=exc.message

@@ -1,8 +1,9 @@
 """The EC2 launcher service: its decider (:mod:`.decider`), its executor (:mod:`.executor`), its settings.
 
 ``tenon run launcher-ec2`` (= ``python -m tenon.services.launcher_ec2``) runs it as the leader of its group.
-AWS is reached with boto3's usual credential chain in the region ``TENON_AWS_REGION``; ``TENON_AWS_ENDPOINT``
-points it at another endpoint (the local AWS of ``tenon up --provider ec2`` and the tests).
+AWS is reached as :mod:`tenon.runtime.aws` says: boto3's usual credential chain in the region
+``TENON_AWS_REGION``; ``TENON_AWS_ENDPOINT`` points it at another endpoint (the local AWS of ``tenon up
+--provider ec2`` and the tests).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from dataclasses import dataclass
 from importlib import resources
 
 from proto import registry
+from tenon.runtime.aws import AwsServiceSettings
 from tenon.runtime.decider import Decider, Executor
 from tenon.runtime.kube import Kube, load_kube
-from tenon.runtime.service import CommonSettings, ServiceContext, ServiceDefinition, decider_work
+from tenon.runtime.service import ServiceContext, ServiceDefinition, decider_work
 from tenon.runtime.settings import SettingsError, format_duration, setting
 from tenon.services.launcher_ec2 import names
 from tenon.services.launcher_ec2.aws import Aws, AwsSettings
@@ -32,7 +34,7 @@ PRICE_TABLE = "aws-on-demand-prices-us-east-1.json"
 
 
 @dataclass(frozen=True)
-class LauncherEc2Settings(CommonSettings):
+class LauncherEc2Settings(AwsServiceSettings):
     kubeconfig: str | None = setting(
         "TENON_KUBECONFIG", None, "the workload cluster's kubeconfig (default: in-cluster)", kind="path"
     )
@@ -46,12 +48,6 @@ class LauncherEc2Settings(CommonSettings):
     )
     cluster_ca: str = setting(
         "TENON_CLUSTER_CA", "", "the cluster's CA bundle, base64, for the nodes' user data"
-    )
-    aws_region: str = setting("TENON_AWS_REGION", "us-east-1", "the AWS region instances are launched in")
-    aws_endpoint: str | None = setting(
-        "TENON_AWS_ENDPOINT",
-        None,
-        "EC2/SSM/IAM endpoint URL (default: AWS's for the region; the local AWS in tests and tenon up)",
     )
     kubernetes_version: str = setting(
         "TENON_KUBERNETES_VERSION", "1.31", "Kubernetes version the AMI aliases resolve for (SSM parameters)"
