@@ -7,7 +7,8 @@ settings object; :mod:`tenon.runtime` runs them. Each package's ``service`` modu
 
 :data:`SERVICES` is the one list of them that ``tenon run``, ``tenon replay`` and the local stack read. It
 names modules rather than importing them, so that ``tenon tap --help`` does not pay for every service's
-imports.
+imports. Which of them run together depends on the provider: a Cluster API cluster runs ``launcher-capi``, an
+AWS one ``launcher-ec2`` and ``interruption-handler`` (``deploy/overlays``, ``devtools.stack``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ SERVICES: dict[str, str] = {
     "scheduler": "tenon.services.scheduler.service",
     "launcher-capi": "tenon.services.launcher_capi.service",
     "disruption": "tenon.services.disruption.service",
+    "launcher-ec2": "tenon.services.launcher_ec2.service",
+    "interruption-handler": "tenon.services.interruption_handler.service",
 }
 """Service name -> the module holding its ``SERVICE`` definition."""
 

@@ -18,7 +18,6 @@ from proto import events as ev
 from tenon.runtime.eventlog.connection import ConnectionSettings
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tenon.runtime.kube import MACHINEDEPLOYMENTS, MACHINES, NODECLAIMS, PODS, Kube
-from tenon.services import SERVICES
 from tests.e2e.test_provisioning import provision, until
 
 SHORT_RETENTION = {
@@ -113,13 +112,13 @@ async def test_every_machine_survives_a_restart_after_its_claims_aged_out_of_the
             lambda: snapshots_cover(event_log, story_end), timeout=20, what="snapshots past the stories"
         )
 
-        for service in SERVICES:
+        for service in stack.services:
             stack.kill(service)
         if snapshots == "deleted":
-            for service in SERVICES:
+            for service in stack.services:
                 await event_log.snapshots().delete(service)
         restarted = time.time()
-        for service in SERVICES:
+        for service in stack.services:
             stack.start_service(service)
 
         # a new pending pod is still provisioned (NodePools, catalogs and nodes were re-asserted)

@@ -14,7 +14,7 @@ from tenon.runtime.eventlog.connection import ConnectionSettings
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tenon.runtime.kube import MACHINEDEPLOYMENTS, MACHINES, NODECLAIMS, NODEPOOLS, NODES
 from tenon.runtime.kube.resources import DEPLOYMENTS
-from tenon.services import SERVICES, definition
+from tenon.services import definition
 from tests.e2e.test_provisioning import provision, tap_json, until
 
 
@@ -47,7 +47,7 @@ async def test_deleting_the_workload_returns_the_pool_to_zero(stack: LocalStack)
     # every service's decisions over the whole run replay to the same, offline, from the recording
     path = stack.run_dir / "recording.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in recording))
-    for service in SERVICES:
+    for service in stack.services:
         replayed = await asyncio.to_thread(
             subprocess.run,
             [sys.executable, "-m", "tenon.cli.main", "replay", service, "--input", str(path), "--diff"],
@@ -63,12 +63,12 @@ async def test_deleting_the_workload_returns_the_pool_to_zero(stack: LocalStack)
 
 
 async def settled(stack: LocalStack) -> bool:
-    """Whether every service that follows the log has handled all of its inputs stored so far."""
+    """Whether every service of the stack that follows the log has handled all of its inputs stored so far."""
     event_log = await JetStreamEventLog.connect(
         ConnectionSettings(servers=(stack.nats_url,)), provision=False
     )
     try:
-        for name in SERVICES:
+        for name in stack.services:
             decider = definition(name).decider
             inputs = registry.inputs_of(name)
             if decider is None or not inputs:
