@@ -38,7 +38,8 @@ def decode(data: bytes) -> Event:
 
 
 def _explain(data: bytes, exc: msgspec.ValidationError) -> str:
-    """Turn msgspec's message into one that names the event type and the schema problem when that is the cause."""
+    """Turn msgspec's message into one that names the event type and the schema problem when that is the
+    cause."""
     try:
         raw = _probe.decode(data)
     except msgspec.DecodeError:

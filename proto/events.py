@@ -5,13 +5,15 @@ Design
 The event log is the only thing services share, so these types are the system's public API. Three rules make
 the log something a person can audit and a program can replay:
 
-* **Every event is self-describing.** The JSON carries ``type`` (the tag of the tagged union, equal to the class
+* **Every event is self-describing.** The JSON carries ``type`` (the tag of the tagged union, equal to the
+  class
   name) and ``schema`` (a per-type version, a ``Literal`` so that a version this build does not know fails to
   decode and is dead-lettered instead of being half-understood).
 * **Every event can be followed.** ``id`` is unique and deterministic (see :mod:`proto.ids`), ``decidedAt`` is
   when the producer decided, ``producer`` names the service, ``causationId`` is the id of the event this one
   answers (``None`` for observations of the outside world) and ``correlationId`` is carried unchanged along a
-  chain (the PendingBatch id, the NodeClaim name) so ``tenon tap`` and ``tenon explain`` can pull a whole story.
+  chain (the PendingBatch id, the NodeClaim name) so ``tenon tap`` and ``tenon explain`` can pull a whole
+  story.
 * **Inputs are recorded whole.** Observations carry the Kubernetes object as the producer saw it (minus
   ``managedFields``), so a decision can be recomputed offline from the log alone.
 
@@ -122,6 +124,14 @@ class DaemonSetsSnapshot(Event, frozen=True, kw_only=True, tag=True):
     daemonsets: tuple[KubeObject, ...]
 
 
+class PodDisruptionBudgetsSnapshot(Event, frozen=True, kw_only=True, tag=True):
+    """Every PodDisruptionBudget as it is now (selector, minAvailable / maxUnavailable, and the status that
+    says how many disruptions it allows): disruption chooses candidates whose moves the budgets allow."""
+
+    schema: Literal[1] = 1
+    pdbs: tuple[KubeObject, ...]
+
+
 class SkippedSource(msgspec.Struct, frozen=True, rename="camel"):
     """An object a catalog could not use, and why (e.g. a MachineDeployment with a bad annotation)."""
 
@@ -134,9 +144,9 @@ class SkippedSource(msgspec.Struct, frozen=True, rename="camel"):
 class CatalogSnapshot(Event, frozen=True, kw_only=True, tag=True):
     """The instance types a NodeClass offers, with prices, as a launcher reads them from its provider.
 
-    ``instance_types`` use the InstanceCatalog format (``spec.instanceTypes`` entries: name, capacity, overhead,
-    labels, offerings). ``sources`` keeps the provider objects they were derived from (MachineDeployments on
-    Cluster API) so a replay can re-derive them.
+    ``instance_types`` use the InstanceCatalog format (``spec.instanceTypes`` entries: name, capacity,
+    overhead, labels, offerings). ``sources`` keeps the provider objects they were derived from
+    (MachineDeployments on Cluster API) so a replay can re-derive them.
     """
 
     schema: Literal[1] = 1
@@ -148,7 +158,7 @@ class CatalogSnapshot(Event, frozen=True, kw_only=True, tag=True):
     notes: tuple[str, ...] = ()
 
 
-# --- the NodeClaim lifecycle (subject per claim: tenon.nodeclaim.<name>) --------------------------------------
+# --- the NodeClaim lifecycle (subject per claim: tenon.nodeclaim.<name>) ------------------------------------
 
 
 class NodeClaimEvent(Event, frozen=True, kw_only=True):
@@ -282,7 +292,7 @@ class BatchPlanned(Event, frozen=True, kw_only=True, tag=True):
     skipped: tuple[str, ...] = ()
 
 
-# --- disruption and interruption ------------------------------------------------------------------------------
+# --- disruption and interruption ----------------------------------------------------------------------------
 
 
 class InterruptionNotice(Event, frozen=True, kw_only=True, tag=True):
@@ -604,7 +614,7 @@ class InterruptionMessageReceived(Event, frozen=True, kw_only=True, tag=True):
     receive_count: int = 1
 
 
-# --- faults -------------------------------------------------------------------------------------------------------
+# --- faults -------------------------------------------------------------------------------------------------
 
 
 class DeadLetter(Event, frozen=True, kw_only=True, tag=True):
@@ -632,6 +642,7 @@ AnyEvent = (
     | NodePoolsSnapshot
     | NodeClassesSnapshot
     | DaemonSetsSnapshot
+    | PodDisruptionBudgetsSnapshot
     | CatalogSnapshot
     | BatchPlanned
     | NodeClaimPlanned

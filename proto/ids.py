@@ -1,8 +1,8 @@
 """Deterministic event ids: the same decision always gets the same id.
 
-JetStream drops a message whose ``Nats-Msg-Id`` it has seen inside the stream's duplicate window. tenon sets the
-header to the event id, and derives that id from what the event answers rather than from a random number: a
-handler redelivered after a crash re-derives the same ids for the events it publishes, and the broker keeps
+JetStream drops a message whose ``Nats-Msg-Id`` it has seen inside the stream's duplicate window. tenon sets
+the header to the event id, and derives that id from what the event answers rather than from a random number:
+a handler redelivered after a crash re-derives the same ids for the events it publishes, and the broker keeps
 only the first copy. The rule, written once here so every service follows it:
 
     id = uuid5(TENON_NAMESPACE, "<producer>|<event type>|<part>|<part>...")

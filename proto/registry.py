@@ -88,6 +88,7 @@ SPECS: tuple[EventSpec, ...] = (
     EventSpec(ev.NodePoolsSnapshot, "tenon.cluster.nodepools", (POD_WATCHER,), _EVERYONE_DECIDING),
     EventSpec(ev.NodeClassesSnapshot, "tenon.cluster.nodeclasses", (POD_WATCHER,), _NODECLASS_READERS),
     EventSpec(ev.DaemonSetsSnapshot, "tenon.cluster.daemonsets", (POD_WATCHER,), _EVERYONE_DECIDING),
+    EventSpec(ev.PodDisruptionBudgetsSnapshot, "tenon.cluster.pdbs", (POD_WATCHER,), (DISRUPTION,)),
     EventSpec(
         ev.CatalogSnapshot,
         "tenon.catalog.*",
@@ -167,6 +168,7 @@ _SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = {
     ev.NodePoolsSnapshot: lambda e: subjects.NODEPOOLS,
     ev.NodeClassesSnapshot: lambda e: subjects.NODECLASSES,
     ev.DaemonSetsSnapshot: lambda e: subjects.DAEMONSETS,
+    ev.PodDisruptionBudgetsSnapshot: lambda e: subjects.PDBS,
     ev.CatalogSnapshot: lambda e: subjects.catalog(e.node_class),
     ev.PendingBatch: lambda e: subjects.PENDING,
     ev.BatchPlanned: lambda e: subjects.BATCH_DECISIONS,

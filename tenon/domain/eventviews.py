@@ -74,6 +74,10 @@ def _daemonsets(e: ev.DaemonSetsSnapshot) -> str:
     return "daemonsets: " + (", ".join(object_key(d) for d in e.daemonsets) or "none")
 
 
+def _pdbs(e: ev.PodDisruptionBudgetsSnapshot) -> str:
+    return "poddisruptionbudgets: " + (", ".join(object_key(p) for p in e.pdbs) or "none")
+
+
 def _catalog(e: ev.CatalogSnapshot) -> str:
     skipped = f", {len(e.skipped)} skipped" if e.skipped else ""
     return f"catalog {e.node_class} ({e.provider}): {len(e.instance_types)} type(s){skipped}"
@@ -219,6 +223,39 @@ def _machine_named(e: ev.MachineBound | ev.MachineRemovalDecided | ev.MachineKep
     return (e.nodeclaim,)
 
 
+# --- EC2, as the EC2 launcher and the interruption handler see it and act on it -----------------------------
+
+
+def _fleet_requested(e: ev.Ec2FleetRequested) -> str:
+    types = sorted({o.instance_type for o in e.overrides})
+    overrides = f"{len(e.overrides)} override(s): {', '.join(types)}"
+    return f"claim {e.nodeclaim} fleet requested ({e.capacity_type}, {overrides})"
+
+
+def _fleet_answered(e: ev.Ec2FleetAnswered) -> str:
+    if e.instance_id:
+        found = " (found by tag)" if e.found_by_tag else ""
+        return f"claim {e.nodeclaim} fleet answered: {e.instance_id} {e.instance_type} {e.zone}{found}"
+    refused = (
+        ", ".join(f"{x.instance_type}/{x.zone}: {x.code}" for x in e.errors) or e.error_code or "no instance"
+    )
+    return f"claim {e.nodeclaim} fleet refused: {refused}"
+
+
+def _instance_observed(e: ev.Ec2InstanceObserved) -> str:
+    instance = e.instance
+    what = f"{instance.get('state')} {instance.get('instanceType')}"
+    return f"instance {instance.get('instanceId')} {e.change}: {what}"
+
+
+def _ec2_leak_checked(e: ev.Ec2InstanceLeakChecked) -> str:
+    log = "reaches back past it" if e.log_reaches_back else "does not reach back past it"
+    return (
+        f"instance {e.instance_id} tagged for unknown claim {e.nodeclaim}: "
+        f"NodeClaim object {e.nodeclaim_object}, the log {log}"
+    )
+
+
 def _dead_letter(e: ev.DeadLetter) -> str:
     where = f"#{e.original_sequence} {e.original_subject}"
     return f"dead letter from {e.consumer} ({where}): {e.error}"
@@ -230,6 +267,7 @@ VIEWS: tuple[EventView, ...] = (
     EventView(ev.NodePoolsSnapshot, lambda e: f"nodepools: {_names(e.nodepools)}"),
     EventView(ev.NodeClassesSnapshot, lambda e: f"nodeclasses: {_names(e.nodeclasses)}"),
     EventView(ev.DaemonSetsSnapshot, _daemonsets),
+    EventView(ev.PodDisruptionBudgetsSnapshot, _pdbs),
     EventView(ev.CatalogSnapshot, _catalog),
     EventView(ev.PendingBatch, _pending, pods=lambda e: tuple(object_key(p) for p in e.pods)),
     EventView(ev.BatchPlanned, _batch_planned, nodeclaims=_batch_claims, pods=_batch_pods),
@@ -299,6 +337,24 @@ VIEWS: tuple[EventView, ...] = (
         ev.MachineKept,
         lambda e: f"machine {e.namespace}/{e.machine} kept (claim {e.nodeclaim}, {e.code}): {e.reason}",
         nodeclaims=_machine_named,
+    ),
+    EventView(ev.Ec2FleetRequested, _fleet_requested, nodeclaims=lambda e: (e.nodeclaim,)),
+    EventView(ev.Ec2FleetAnswered, _fleet_answered, nodeclaims=lambda e: (e.nodeclaim,)),
+    EventView(ev.Ec2InstanceObserved, _instance_observed),
+    EventView(ev.Ec2InstanceLeakChecked, _ec2_leak_checked, nodeclaims=lambda e: (e.nodeclaim,)),
+    EventView(
+        ev.Ec2InstanceTerminationDecided,
+        lambda e: f"instance {e.instance_id} to be terminated (claim {e.nodeclaim}): {e.reason}",
+        nodeclaims=lambda e: (e.nodeclaim,),
+    ),
+    EventView(
+        ev.Ec2InstanceKept,
+        lambda e: f"instance {e.instance_id} kept (claim {e.nodeclaim}, {e.code}): {e.reason}",
+        nodeclaims=lambda e: (e.nodeclaim,),
+    ),
+    EventView(
+        ev.InterruptionMessageReceived,
+        lambda e: f"message {e.message_id} from queue {e.queue} (received {e.receive_count} time(s))",
     ),
     EventView(ev.DeadLetter, _dead_letter),
 )

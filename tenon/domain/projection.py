@@ -50,6 +50,8 @@ class ClusterProjection:
     nodepools: dict[str, KubeObject] = field(default_factory=dict)
     nodeclasses: dict[str, KubeObject] = field(default_factory=dict)
     daemonsets: dict[str, KubeObject] = field(default_factory=dict)
+    pdbs: dict[str, KubeObject] = field(default_factory=dict)
+    """PodDisruptionBudgets by namespace/name, as last snapshotted."""
     catalogs: dict[str, ev.CatalogSnapshot] = field(default_factory=dict)
     claims: ClaimBook = field(default_factory=ClaimBook)
     pods_by_node: dict[str, dict[str, KubeObject]] = field(default_factory=dict)
@@ -168,6 +170,9 @@ class ClusterProjection:
         self._forget_parsed("DaemonSet/")
         self.daemonsets = {object_key(ds): ds for ds in event.daemonsets}
 
+    def _pdbs(self, event: ev.PodDisruptionBudgetsSnapshot) -> None:
+        self.pdbs = {object_key(pdb): pdb for pdb in event.pdbs}
+
     def _catalog(self, event: ev.CatalogSnapshot) -> None:
         self.parsed.pop(f"Catalog/{event.node_class}", None)
         self.catalogs[event.node_class] = event
@@ -217,6 +222,7 @@ _FOLDS: dict[type[ev.Event], Any] = {
     ev.NodePoolsSnapshot: ClusterProjection._nodepools,
     ev.NodeClassesSnapshot: ClusterProjection._nodeclasses,
     ev.DaemonSetsSnapshot: ClusterProjection._daemonsets,
+    ev.PodDisruptionBudgetsSnapshot: ClusterProjection._pdbs,
     ev.CatalogSnapshot: ClusterProjection._catalog,
     ev.PendingBatch: ClusterProjection._pending_batch,
 }

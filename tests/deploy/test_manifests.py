@@ -33,6 +33,7 @@ NEEDS: dict[str, set[tuple[str, str, str]]] = {
     "pod-watcher": {
         *{("", r, v) for r in ("pods", "nodes") for v in ("list", "watch")},
         *{("apps", "daemonsets", v) for v in ("list", "watch")},
+        *{("policy", "poddisruptionbudgets", v) for v in ("list", "watch")},
         *{("karpenter.sh", "nodepools", v) for v in ("list", "watch")},
         *{("karpenter.cluster.x-k8s.io", "clusterapinodeclasses", v) for v in ("list", "watch")},
         *{("karpenter.k8s.aws", "ec2nodeclasses", v) for v in ("list", "watch")},
@@ -52,7 +53,7 @@ NEEDS: dict[str, set[tuple[str, str, str]]] = {
         *{("", "nodes", v) for v in ("get", "patch", "delete")},
         ("", "events", "create"),
     },
-    # works on the management cluster (deploy/management-cluster); here it only reads NodeClaims (leak evidence)
+    # works on the management cluster (deploy/management-cluster); here it reads NodeClaims (leak evidence)
     "launcher-capi": {("karpenter.sh", "nodeclaims", "get")},
     "launcher-ec2": {
         *{("karpenter.k8s.aws", "ec2nodeclasses", v) for v in ("get", "list", "watch")},

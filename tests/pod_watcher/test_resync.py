@@ -148,7 +148,7 @@ async def test_with_a_short_max_age_the_log_still_holds_every_fact_after_the_fir
 ) -> None:
     """TENON_EVENTS_MAX_AGE=4s: the resync runs every second; once everything first published has expired, a
     service rebuilding from the log alone still finds the Node, the bound pod, the NodePools, the NodeClasses
-    and the DaemonSets."""
+    the DaemonSets and the PodDisruptionBudgets."""
     event_log = await JetStreamEventLog.connect(nats_settings, default_streams(max_age=4, duplicate_window=1))
     try:
         async with running_sandbox(controllers=False) as sandbox:
@@ -178,9 +178,9 @@ async def test_with_a_short_max_age_the_log_still_holds_every_fact_after_the_fir
 
                 async def first_published() -> int:
                     facts = {r.subject: r.sequence async for r in event_log.read(subjects.CLUSTER)}
-                    return max(facts.values()) if len(facts) == 5 else 0
+                    return max(facts.values()) if len(facts) == 6 else 0
 
-                first: int = await until(lambda: first_published(), what="the five facts published")
+                first: int = await until(lambda: first_published(), what="the six facts published")
 
                 async def expired() -> bool:
                     return (await event_log.bounds()).first_sequence > first
@@ -196,6 +196,7 @@ async def test_with_a_short_max_age_the_log_still_holds_every_fact_after_the_fir
                     subjects.NODEPOOLS,
                     subjects.NODECLASSES,
                     subjects.DAEMONSETS,
+                    subjects.PDBS,
                 }
                 projection = ClusterProjection()
                 for record in held:

@@ -228,6 +228,7 @@ def build_view(
         last_pod_event=projection.last_pod_activity,
         catalog_types=_offers(projection),
         core=core_input(projection, now),
+        pdbs=list(projection.pdbs.values()),
     )
     view.pods_by_node = {node: list(pods.values()) for node, pods in projection.pods_by_node.items() if node}
     view.pending_pods = [p for k, p in projection.pending.items() if projection.still_pending(k, now)]

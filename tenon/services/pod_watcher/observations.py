@@ -74,9 +74,10 @@ from proto.events import (
     NodeObserved,
     NodePoolsSnapshot,
     ObservedChange,
+    PodDisruptionBudgetsSnapshot,
 )
 from tenon.runtime.eventlog.factories import make_event
-from tenon.services.pod_watcher.views import READ_ANNOTATIONS, daemonset_view, node_view, pod_view
+from tenon.services.pod_watcher.views import READ_ANNOTATIONS, daemonset_view, node_view, pdb_view, pod_view
 
 PRODUCER = "pod-watcher"
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -376,7 +377,7 @@ def bound_pod_tracker() -> ObservedObjects:
 
 # --- snapshots ----------------------------------------------------------------------------------------------
 
-SnapshotName = Literal["nodepools", "nodeclasses", "daemonsets"]
+SnapshotName = Literal["nodepools", "nodeclasses", "daemonsets", "pdbs"]
 
 
 @dataclass(frozen=True)
@@ -418,7 +419,20 @@ DAEMONSETS = SnapshotKind(
     (*_ALWAYS_IGNORED, ("status",)),
     daemonset_view,
 )
-SNAPSHOT_KINDS: tuple[SnapshotKind, ...] = (NODEPOOLS, NODECLASSES, DAEMONSETS)
+PDBS = SnapshotKind(
+    "pdbs",
+    PodDisruptionBudgetsSnapshot,
+    "pdbs",
+    subjects.PDBS,
+    (
+        *_ALWAYS_IGNORED,
+        ("status", "observedGeneration"),
+        ("status", "conditions"),
+        ("status", "disruptedPods"),
+    ),
+    pdb_view,
+)
+SNAPSHOT_KINDS: tuple[SnapshotKind, ...] = (NODEPOOLS, NODECLASSES, DAEMONSETS, PDBS)
 
 
 def _without(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:

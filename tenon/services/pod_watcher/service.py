@@ -53,6 +53,7 @@ from proto.events import (
     NodeObserved,
     NodePoolsSnapshot,
     PendingBatch,
+    PodDisruptionBudgetsSnapshot,
 )
 from tenon.runtime.eventlog.interface import EventLog
 from tenon.runtime.eventlog.records import PublishResult
@@ -130,6 +131,7 @@ SNAPSHOT_SOURCES: dict[obs.SnapshotName, tuple[ResourceRef, ...]] = {
     "nodepools": (resources.NODEPOOLS,),
     "nodeclasses": (resources.CLUSTERAPINODECLASSES, resources.EC2NODECLASSES),
     "daemonsets": (resources.DAEMONSETS,),
+    "pdbs": (resources.PODDISRUPTIONBUDGETS,),
 }
 OPTIONAL_KINDS = frozenset({resources.NODEPOOLS, resources.CLUSTERAPINODECLASSES, resources.EC2NODECLASSES})
 """Custom kinds: their CRD may not be installed (an EC2NodeClass on a Cluster API cluster)."""
@@ -304,7 +306,9 @@ class PodWatcher:
             self.nodes.restore(event.change, event.node)
         elif isinstance(event, BoundPodObserved):
             self.bound_pods.restore(event.change, event.pod)
-        elif isinstance(event, NodePoolsSnapshot | NodeClassesSnapshot | DaemonSetsSnapshot):
+        elif isinstance(
+            event, NodePoolsSnapshot | NodeClassesSnapshot | DaemonSetsSnapshot | PodDisruptionBudgetsSnapshot
+        ):
             kind = next(k for k in obs.SNAPSHOT_KINDS if isinstance(event, k.event_type))
             self.snapshots[kind.name].state.published(event, sequence)
         else:

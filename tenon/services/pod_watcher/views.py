@@ -158,6 +158,19 @@ def node_view(node: Mapping[str, Any]) -> KubeObject:
     return out
 
 
+def pdb_view(pdb: Mapping[str, Any]) -> KubeObject:
+    """A PodDisruptionBudget as the pod-watcher records it: whom it covers and what it allows now."""
+    out: KubeObject = _pick(pdb, ("apiVersion", "kind"))
+    out["metadata"] = _metadata(pdb.get("metadata"), _POD_META)
+    out["spec"] = _pick(
+        pdb.get("spec"), ("selector", "minAvailable", "maxUnavailable", "unhealthyPodEvictionPolicy")
+    )
+    out["status"] = _pick(
+        pdb.get("status"), ("disruptionsAllowed", "currentHealthy", "desiredHealthy", "expectedPods")
+    )
+    return out
+
+
 def daemonset_view(daemonset: Mapping[str, Any]) -> KubeObject:
     """A DaemonSet as the pod-watcher records it: its pods' scheduling needs, not their configuration."""
     out: KubeObject = _pick(daemonset, ("apiVersion", "kind"))
