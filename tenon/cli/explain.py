@@ -78,7 +78,16 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # the client logs every failed connect attempt; the one-line error below says it all
-    logging.getLogger("tenon.eventlog.jetstream").setLevel(logging.ERROR)
+    client_log = logging.getLogger("tenon.eventlog.jetstream")
+    level = client_log.level
+    client_log.setLevel(logging.ERROR)
+    try:
+        return _run(args)
+    finally:
+        client_log.setLevel(level)  # as it was: a caller in the same process (a test) keeps its logs
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.pod is not None:
         try:
             parse_pod_key(args.pod)
