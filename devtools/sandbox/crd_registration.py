@@ -63,12 +63,14 @@ class CustomResources:
         types = crds.resource_types(crd)
         self._specs[name] = crd["spec"]
         self.store.registry.define(name, types)
-        self._readmit_stored(types[0] if types else None)
+        stored_as = next((rt for rt in types if rt.custom and rt.version == rt.custom.storage_version), None)
+        self._readmit_stored(stored_as or (types[0] if types else None))
         for rule in (r for rt in types if rt.custom for r in rt.custom.rules if r.unevaluable):
             rule.say_unevaluable()
 
     def _readmit_stored(self, rt: ResourceType | None) -> None:
-        """Prune and default what is stored for the kind, as reading it back from etcd would."""
+        """Prune and default what is stored for the kind (by the storage version's schema; no conversion),
+        as reading it back from etcd would."""
         custom = rt.custom if rt is not None else None
         if rt is None or custom is None or custom.schema is None:
             return
