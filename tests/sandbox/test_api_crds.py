@@ -388,3 +388,35 @@ async def test_tenon_sandbox_refuses_to_start_with_a_crd_the_api_server_would_re
         'metadata.name: Invalid value: "catalogs.tenon.sh": must be spec.names.plural+"."+spec.group'
     ) in err.decode()
     assert not (tmp_path / "w").exists()
+
+
+async def test_status_writes_are_validated_and_main_writes_leave_status_alone(
+    crd_sandbox: SandboxHandle,
+) -> None:
+    async with crd_sandbox.api_client() as api:
+        custom: Any = client.CustomObjectsApi(api)
+        await custom.create_cluster_custom_object(*NODEPOOLS, nodepool("pool"))
+        condition = {
+            "type": "Ready",
+            "status": "True",
+            "message": "",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
+        with pytest.raises(ApiException) as caught:
+            await custom.patch_cluster_custom_object_status(
+                *NODEPOOLS, "pool", {"status": {"conditions": [condition]}},
+                _content_type="application/merge-patch+json",
+            )  # fmt: skip
+        assert caught.value.status == 422
+        assert status_of(caught.value)["details"]["causes"][0]["field"] == "status.conditions[0].reason"
+        condition["reason"] = "Ready"
+        await custom.patch_cluster_custom_object_status(
+            *NODEPOOLS, "pool", {"status": {"conditions": [condition], "nodes": 2}},
+            _content_type="application/merge-patch+json",
+        )  # fmt: skip
+        ignored = await custom.patch_cluster_custom_object(
+            *NODEPOOLS, "pool", {"spec": {"weight": 5}, "status": {"nodes": 9}},
+            _content_type="application/merge-patch+json",
+        )  # fmt: skip
+    assert ignored["spec"]["weight"] == 5 and ignored["status"]["nodes"] == 2
+    assert ignored["status"]["conditions"][0]["reason"] == "Ready"
