@@ -197,24 +197,27 @@ def _group_errors(crd: dict[str, Any], spec: dict[str, Any]) -> list[FieldError]
     return []
 
 
+# What each name must look like, and how the API server says it is not.
+_NAME_FORMS = {
+    "plural": (_DNS_LABEL, "a lowercase RFC 1123 label"),
+    "singular": (_DNS_LABEL, "a lowercase RFC 1123 label"),
+    "kind": (_KIND, "must be a CamelCase name"),
+    "listKind": (_KIND, "must be a CamelCase name"),
+}
+
+
 def _names_errors(crd: dict[str, Any], spec: dict[str, Any]) -> list[FieldError]:
     names = spec.get("names")
     if not isinstance(names, dict):
         return [("spec.names", "Required value")]
     errors: list[FieldError] = []
-    for key in ("plural", "singular", "kind", "listKind"):
+    for key, (form, problem) in _NAME_FORMS.items():
         value = names.get(key)
-        if value in (None, "") and key in ("plural", "kind"):
-            errors.append((f"spec.names.{key}", "Required value"))
-        elif value not in (None, "") and not (_KIND if "ind" in key else _DNS_LABEL).match(str(value)):
-            errors.append(
-                (
-                    f"spec.names.{key}",
-                    f'Invalid value: "{value}": a lowercase RFC 1123 label'
-                    if "ind" not in key
-                    else f'Invalid value: "{value}": must be a CamelCase name',
-                )
-            )
+        if value in (None, ""):
+            if key in ("plural", "kind"):
+                errors.append((f"spec.names.{key}", "Required value"))
+        elif not form.match(str(value)):
+            errors.append((f"spec.names.{key}", f'Invalid value: "{value}": {problem}'))
     for short in names.get("shortNames") or ():
         if not _DNS_LABEL.match(str(short)):
             errors.append(("spec.names.shortNames", f'Invalid value: "{short}": a lowercase RFC 1123 label'))
