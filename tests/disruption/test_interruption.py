@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from proto import events as ev
 from tenon.domain.projection import ClusterProjection
+from tenon.services.disruption.decider import DisruptionDecider
 from tenon.services.disruption.interruption import (
     DRAIN_MARGIN,
     REBALANCE_OPT_IN,
@@ -15,6 +16,7 @@ from tenon.services.disruption.interruption import (
     replacement_name,
     tick,
 )
+from tenon.services.disruption.projection_view import DisruptionState
 from tests.support.events import T0, build_event
 
 PROVIDER_ID = "aws:///us-east-1b/i-0abc"
@@ -151,3 +153,109 @@ def test_a_stopping_instance_is_drained_at_once() -> None:
     on_notice(book, projection, notice)
     [drain] = tick(book, projection, T0)
     assert "already going" in drain.reason
+
+
+# --- the decider: the notice is an input, the drain a tick --------------------------------------------------
+
+
+def _decider_state(opt_in: bool = False) -> tuple[DisruptionDecider, DisruptionState]:
+    decider = DisruptionDecider()
+    state = decider.initial_state()
+    state.projection = _cluster(opt_in)
+    return decider, state
+
+
+def _fold(decider: DisruptionDecider, state: DisruptionState, events: list[ev.Event]) -> None:
+    for event in events:
+        decider.evolve(state, event)
+
+
+def test_the_decider_answers_a_notice_and_drains_once_the_replacement_is_initialized() -> None:
+    decider, state = _decider_state()
+    notice = _notice()
+    decider.evolve(state, notice)
+    decided = list(decider.decide(state, notice))
+    assert [type(d).__name__ for d in decided] == ["DisruptionDecision", "ReplacementsRequested"]
+    _fold(decider, state, decided)
+    assert state.busy() == {"default-aaaaa"}  # no other method picks the interrupted claim
+    assert not [e for e in decider.tick(state, T0 + timedelta(seconds=5)) if e.nodeclaim == "default-aaaaa"]
+
+    name = replacement_name(state.projection.claims["default-aaaaa"], notice)
+    _fold(decider, state, _replacement_story(name))
+    [drain] = [
+        e for e in decider.tick(state, T0 + timedelta(seconds=6)) if isinstance(e, ev.DisruptionRequested)
+    ]
+    assert drain.nodeclaim == "default-aaaaa" and drain.method == "interruption"
+    assert f"replacement {name} is Initialized" in drain.reason
+    decider.evolve(state, drain)
+    assert state.commands == {}  # the command is done once its candidate is being disrupted
+    assert not [
+        e for e in decider.tick(state, T0 + timedelta(seconds=7)) if isinstance(e, ev.DisruptionRequested)
+    ]
+
+
+def test_the_decider_records_a_rebalance_recommendation_and_starts_nothing() -> None:
+    decider, state = _decider_state()
+    notice = _notice("rebalance-recommendation")
+    decider.evolve(state, notice)
+    [recorded] = decider.decide(state, notice)
+    assert isinstance(recorded, ev.DisruptionDecision) and recorded.stage == "abandoned"
+    decider.evolve(state, recorded)
+    assert state.commands == {} and state.busy() == set()
+    assert not [
+        e for e in decider.tick(state, T0 + timedelta(hours=1)) if isinstance(e, ev.DisruptionRequested)
+    ]
+
+
+def test_the_notices_survive_a_snapshot_and_go_with_their_claim() -> None:
+    decider, state = _decider_state()
+    notice = _notice()
+    decider.evolve(state, notice)
+    restored = decider.decode(decider.encode(state))
+    assert restored.interruptions.notices == {PROVIDER_ID: notice}
+    claim = restored.projection.claims["default-aaaaa"]
+    assert restored.interruptions.deadline_of(claim) == notice.deadline
+    for event in (
+        build_event(
+            ev.DisruptionRequested, "d", nodeclaim="default-aaaaa", method="interruption", reason="x"
+        ),
+        build_event(ev.NodeClaimDrained, "dr", nodeclaim="default-aaaaa", node=None),
+        build_event(
+            ev.NodeClaimTerminated, "t", producer="launcher-ec2", nodeclaim="default-aaaaa", reason="x"
+        ),
+    ):
+        decider.evolve(restored, event)
+    assert restored.interruptions.notices == {}
+
+
+def _replacement_story(name: str) -> list[ev.Event]:
+    return [
+        build_event(
+            ev.NodeClaimPlanned,
+            f"{name}-p",
+            nodeclaim=name,
+            nodepool="default",
+            node_class="default",
+            choice=ev.InstanceChoice("m5.large", "us-east-1c", "spot", 0.031),
+            fallbacks=(),
+            pods=(),
+            requirements=(),
+            labels={},
+        ),
+        build_event(
+            ev.NodeClaimLaunched,
+            f"{name}-l",
+            producer="launcher-ec2",
+            nodeclaim=name,
+            provider_id="aws:///us-east-1c/i-0def",
+            instance_type="m5.large",
+        ),
+        build_event(
+            ev.NodeClaimRegistered,
+            f"{name}-r",
+            nodeclaim=name,
+            node="ip-2",
+            provider_id="aws:///us-east-1c/i-0def",
+        ),
+        build_event(ev.NodeClaimInitialized, f"{name}-i", nodeclaim=name, node="ip-2"),
+    ]

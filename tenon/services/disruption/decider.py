@@ -9,7 +9,12 @@ it.
   consolidation in Karpenter's order) may start a new command. A round whose inputs have not changed since
   the last one that found nothing is not computed again (its answer would be the same).
 * ``decide``: a Node deleted by a user (a deletion timestamp held by tenon's finalizer) becomes
-  ``DisruptionRequested`` with method ``delete``, so it takes the same graceful path as every other removal.
+  ``DisruptionRequested`` with method ``delete``, so it takes the same graceful path as every other removal;
+  an ``InterruptionNotice`` (folded into the state's notices) is answered by :mod:`.interruption`: the
+  replacement first, as a confirmed command of method ``interruption`` (forceful: no budget holds it back).
+* ``tick`` moves interruption commands on by :func:`.interruption.tick` (the drain once the replacement is
+  Initialized or the deadline is near), not by the replacement rules of the other methods: an interrupted
+  machine goes whether or not its replacement made it.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from tenon.domain.disruption.rounds import Round, decide_round
 from tenon.domain.disruption.simulation import Repacker
 from tenon.domain.disruption.view import ClusterView
 from tenon.domain.nodeclaim import ClaimBook
-from tenon.services.disruption import orchestration
+from tenon.services.disruption import interruption, orchestration
 from tenon.services.disruption.orchestration import REPLACEMENT_TIMEOUT, SETTLE, request
 from tenon.services.disruption.projection_view import (
     Command as Underway,
@@ -109,10 +114,21 @@ def fold_request(state: DisruptionState, event: ev.DisruptionRequested) -> None:
         del state.commands[underway.id]
 
 
+def forget_interruptions(state: DisruptionState) -> None:
+    """Notices and interruption commands whose machines' claims all ended: nothing is left to do."""
+    state.interruptions.forget_ended(state.projection)
+    claims = state.projection.claims
+    for key, underway in list(state.commands.items()):
+        if underway.method == "interruption" and all(
+            claims.get(n) is None or claims[n].ended for n in underway.candidates
+        ):
+            del state.commands[key]
+
+
 class DisruptionDecider:
     name = PRODUCER
     inputs = registry.inputs_of(PRODUCER)
-    state_format = "disruption/2"
+    state_format = "disruption/3"
     observations = (ev.NodeClaimDrained,)
     """What termination (the executor) records of what it did: the pods evicted, whether the grace period
     ran out. A replay folds it as an input, never expects the decider to have decided it."""
@@ -135,6 +151,10 @@ class DisruptionDecider:
             fold_decision(state, event)
         elif isinstance(event, ev.DisruptionRequested):
             fold_request(state, event)
+        elif isinstance(event, ev.InterruptionNotice):
+            state.interruptions.fold(event)
+        elif isinstance(event, ev.NodeClaimTerminated | ev.NodeClaimAbandoned):
+            forget_interruptions(state)
         for name in [n for n in state.hashes if n not in state.projection.claims]:
             del state.hashes[name]  # forgotten with its claim
         return state
@@ -142,13 +162,16 @@ class DisruptionDecider:
     def decide(self, state: DisruptionState, event: ev.Event) -> Sequence[ev.Event]:
         if isinstance(event, ev.NodeObserved):
             return node_deleted_by_user(state, event)
+        if isinstance(event, ev.InterruptionNotice):
+            return interruption.on_notice(state.interruptions, state.projection, event)
         return ()
 
     def tick(self, state: DisruptionState, now: datetime) -> Sequence[ev.Event]:
         view = build_view(state, now)
         events: list[ev.Event] = self._expire(view, now)
+        events += interruption.tick(state.interruptions, state.projection, now)
         for underway in sorted(state.commands.values(), key=lambda u: u.id):
-            if underway.stage == "confirmed":
+            if underway.stage == "confirmed" and underway.method != "interruption":
                 events += self._progress(state, underway, now)
         settling = [u for u in state.commands.values() if u.stage == "proposed"]
         for underway in sorted(settling, key=lambda u: u.id):

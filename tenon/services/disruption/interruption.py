@@ -13,15 +13,17 @@ same in a stricter order, every step on the claim's aggregate (so ``tenon explai
    the EC2 launcher marks that spot offering unavailable for 3 minutes when it reads the notice, so nothing
    else buys it either. A node with no pods to move needs no replacement.
 2. **Then the drain** (:func:`tick`): ``DisruptionRequested`` (method ``interruption``) once the replacement
-   is Initialized, or once the notice's deadline is :data:`DRAIN_MARGIN` away, whichever comes first (a node
-   that will vanish is drained while it can still be drained); at once when there is no replacement or no
-   deadline (a state change: the instance is already stopping). Termination then taints the node
-   ``karpenter.sh/disrupted:NoSchedule`` and evicts its pods (PodDisruptionBudgets hold until the deadline).
+   is Initialized (or ended without getting there), or once the notice's deadline is :data:`DRAIN_MARGIN`
+   away, whichever comes first (a node that will vanish is drained while it can still be drained); at once
+   when there is nothing to move, or for a state change (the instance is already stopping). Termination
+   then taints the node ``karpenter.sh/disrupted:NoSchedule`` and evicts its pods (PodDisruptionBudgets hold
+   until the deadline, :meth:`Interruptions.deadline_of`, and no longer: the machine goes then anyway).
 
-A **rebalance recommendation** is only recorded (a ``DisruptionDecision`` naming the claim as blocked, with
-why) unless the claim's NodePool opts in with the annotation :data:`REBALANCE_OPT_IN` set to ``"true"``;
-then it is handled like a scheduled change (rebalance recommendations come far more often than
-interruptions: acting on every one churns nodes, Karpenter #2813 / #2853).
+A **rebalance recommendation** is only recorded (a ``DisruptionDecision`` of stage ``abandoned`` naming the
+claim as blocked, with why: it starts nothing) unless the claim's NodePool opts in with the annotation
+:data:`REBALANCE_OPT_IN` set to ``"true"``; then it is handled like a scheduled change without a deadline
+(rebalance recommendations come far more often than interruptions: acting on every one churns nodes,
+Karpenter #2813 / #2853).
 
 Everything is idempotent: ids derive from the notice and the claim, and a claim already being disrupted is
 left to that disruption.
@@ -59,9 +61,18 @@ class Interruptions:
         self.notices.setdefault(notice.provider_id, notice)
 
     def forget_ended(self, projection: ClusterProjection) -> None:
+        """Drop the notices of machines whose claims ended (or tenon never ran): nothing is left to do."""
         live = {c.launched.provider_id for c in projection.claims.values() if c.launched and not c.ended}
         for provider_id in [p for p in self.notices if p not in live]:
             del self.notices[provider_id]
+
+    def deadline_of(self, claim: NodeClaim) -> datetime | None:
+        """When the claim's machine goes away for an interruption it was noticed of (None: no such notice).
+        Termination respects PodDisruptionBudgets until then, no longer."""
+        if claim.launched is None:
+            return None
+        notice = self.notices.get(claim.launched.provider_id)
+        return notice.deadline if notice is not None else None
 
 
 def claim_of(projection: ClusterProjection, provider_id: str) -> NodeClaim | None:
@@ -161,7 +172,7 @@ def _rebalance_recorded(claim: NodeClaim, notice: ev.InterruptionNotice) -> list
             reason=_why(notice),
             budget="none (interruption)",
             blocked=(blocked,),
-            stage="proposed",
+            stage="abandoned",
         )
     ]
 
@@ -239,14 +250,14 @@ def _drain_now(
     projection: ClusterProjection, claim: NodeClaim, notice: ev.InterruptionNotice, now: datetime
 ) -> str | None:
     """Why the drain starts now (None: not yet)."""
-    if notice.deadline is None or notice.kind == "state-change":
+    if notice.kind == "state-change":
         return "the instance is already going"
     replacement = projection.claims.get(replacement_name(claim, notice))
     if replacement is not None and replacement.initialized is not None:
         return f"replacement {replacement.name} is Initialized"
-    if replacement is not None and replacement.ended:
+    if replacement is not None and (replacement.ended or replacement.finally_failed):
         return f"replacement {replacement.name} ended before it was ready"
-    if now >= notice.deadline - DRAIN_MARGIN:
+    if notice.deadline is not None and now >= notice.deadline - DRAIN_MARGIN:
         return f"{DRAIN_MARGIN.total_seconds():g}s before the deadline, replacement or not"
     return None
 

@@ -2,9 +2,10 @@
 decide on, built from it (pure).
 
 The state is the cluster projection (the same fold as the scheduler's) plus what only disruption keeps:
-its commands under way (folded from its own ``DisruptionDecision`` events, so a restart resumes them) and,
+its commands under way (folded from its own ``DisruptionDecision`` events, so a restart resumes them),
 per claim, the hashes of its NodePool template and NodeClass at the moment its ``NodeClaimPlanned`` was
-folded (what the scheduler planned it from: drift compares them with the hashes now).
+folded (what the scheduler planned it from: drift compares them with the hashes now), and the interruption
+notices of the machines it runs.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tenon.domain.disruption.drift import nodeclass_hash, template_hash
 from tenon.domain.disruption.view import ClaimFacts, ClusterView, spec
 from tenon.domain.nodeclaim import NodeClaim
 from tenon.domain.projection import ClusterProjection, KubeObject, decode_projection, encode_projection
+from tenon.services.disruption.interruption import Interruptions
 
 
 class Command(msgspec.Struct, kw_only=True):
@@ -46,6 +48,8 @@ class DisruptionState:
     hashes: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
     version: int = 0
     """Counts folded events: an unchanged version and clock-free inputs mean an unchanged round."""
+    interruptions: Interruptions = field(default_factory=Interruptions)
+    """The interruption notices of machines tenon runs (:mod:`.interruption`)."""
 
     def busy(self) -> set[str]:
         """Claims that are candidates of a command under way."""
@@ -57,18 +61,29 @@ class _Stored(msgspec.Struct):
     commands: dict[str, Command]
     hashes: dict[str, tuple[str | None, str | None]]
     version: int
+    notices: dict[str, ev.InterruptionNotice] = {}
 
 
 def encode_state(state: DisruptionState) -> bytes:
     return msgspec.msgpack.encode(
-        _Stored(encode_projection(state.projection), state.commands, state.hashes, state.version)
+        _Stored(
+            encode_projection(state.projection),
+            state.commands,
+            state.hashes,
+            state.version,
+            state.interruptions.notices,
+        )
     )
 
 
 def decode_state(data: bytes) -> DisruptionState:
     stored = msgspec.msgpack.decode(data, type=_Stored)
     return DisruptionState(
-        decode_projection(stored.projection), stored.commands, stored.hashes, stored.version
+        decode_projection(stored.projection),
+        stored.commands,
+        stored.hashes,
+        stored.version,
+        Interruptions(dict(stored.notices)),
     )
 
 

@@ -5,7 +5,8 @@ rest:
 
 * every claim with ``DisruptionRequested`` and no ``NodeClaimTerminated`` has a termination task
   (:mod:`.termination`: taint, drain through the Eviction API, ``NodeClaimDrained``, delete the Node); after a
-  restart the rebuilt state shows which were under way, and they resume;
+  restart the rebuilt state shows which were under way, and they resume. An interrupted machine's drain
+  respects PodDisruptionBudgets until the notice's deadline, no longer;
 * a user's ``kubectl delete nodeclaim`` (a deletion timestamp held by tenon's finalizer) is watched here,
   since it
   is not in the log, and submitted as ``DisruptionRequested`` with method ``delete``;
@@ -92,6 +93,7 @@ class DisruptionExecutor(BaseExecutor):
             lambda: self.state.projection,
             poll_seconds=self.poll_seconds,
             max_backoff=self.max_backoff,
+            deadline_of=lambda claim: self.state.interruptions.deadline_of(claim),
         )
         cleaned = await remove_stale_taints(self.kube, self.state.projection, self.state.busy())
         if cleaned:

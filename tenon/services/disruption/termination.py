@@ -9,7 +9,7 @@ DaemonSet
    pods; a tier starts only when the one before is gone. Pods that tolerate the disrupted taint are left (they
    would come straight back). A 429 means a PodDisruptionBudget says "not now": retry with backoff, never
    force. Only the NodeClaim's ``terminationGracePeriod`` (from the NodePool template) overrides budgets: past
-   it, what remains is deleted.
+   it, what remains is deleted; so does an interruption's deadline (the machine goes then, its pods with it).
 3. Append ``NodeClaimDrained`` (the pods evicted, whether the grace period ran out), then delete the Node (and
    remove tenon's finalizer from it). The launcher removes exactly this claim's machine when it sees Drained,
    and appends ``NodeClaimTerminated``.
@@ -95,10 +95,14 @@ class Terminator:
         *,
         poll_seconds: float = 0.2,
         max_backoff: float = 5.0,
+        deadline_of: Callable[[NodeClaim], datetime | None] = lambda claim: None,
     ) -> None:
         self.kube = kube
         self.log = event_log
         self._state = state
+        self.deadline_of = deadline_of
+        """When a claim's machine goes away whatever tenon does (an interruption notice's deadline): past it
+        PodDisruptionBudgets no longer hold the drain, as past the termination grace period."""
         self.poll_seconds = poll_seconds
         self.max_backoff = max_backoff
         self.evictions_refused = 0
@@ -126,8 +130,7 @@ class Terminator:
     async def _drain(self, claim: NodeClaim, node_name: str) -> tuple[list[str], bool]:
         assert claim.disruption is not None
         await self._taint(node_name)
-        grace = grace_period(self.projection, claim)
-        deadline = claim.disruption.decided_at + grace if grace is not None else None
+        deadline = self._deadline(claim)
         evicted: list[str] = []
         backoff = self.poll_seconds
         while True:
@@ -147,13 +150,27 @@ class Terminator:
                     meta = pod["metadata"]
                     await self.kube.delete(PODS, meta["name"], meta.get("namespace"), grace_period_seconds=0)
                 log.warning(
-                    "terminationGracePeriod reached: remaining pods deleted",
-                    extra={"nodeclaim": claim.name, "node": node_name},
+                    "deadline reached: remaining pods deleted",
+                    extra={"nodeclaim": claim.name, "node": node_name, "why": self._why_deadline(claim)},
                 )
                 return evicted, True
             refused = await self._evict(tier, node_name, evicted)
             backoff = min(backoff * 2, self.max_backoff) if refused else self.poll_seconds
             await asyncio.sleep(backoff)
+
+    def _deadline(self, claim: NodeClaim) -> datetime | None:
+        """The earlier of the termination grace period's end and the machine's own end (an interruption)."""
+        assert claim.disruption is not None
+        grace = grace_period(self.projection, claim)
+        ends = [claim.disruption.decided_at + grace if grace is not None else None, self.deadline_of(claim)]
+        found = [moment for moment in ends if moment is not None]
+        return min(found) if found else None
+
+    def _why_deadline(self, claim: NodeClaim) -> str:
+        noticed = self.deadline_of(claim)
+        if noticed is not None and noticed == self._deadline(claim):
+            return "the machine's interruption deadline (its pods go with it)"
+        return "the terminationGracePeriod"
 
     async def _evict(self, tier: list[KubeObject], node_name: str, evicted: list[str]) -> int:
         """Evict the tier's pods (appending to ``evicted``); how many a PodDisruptionBudget refused."""
@@ -183,9 +200,8 @@ class Terminator:
     async def _wait_for_volumes(self, claim: NodeClaim, node_name: str) -> None:
         """Karpenter's ``VolumesDetached``: the Node is deleted once no VolumeAttachment names it (pods of
         StatefulSets find their volumes free elsewhere), or once the termination grace period is over."""
-        grace = grace_period(self.projection, claim)
-        started = claim.disruption.decided_at if claim.disruption else datetime.now(UTC)
-        while grace is None or datetime.now(UTC) < started + grace:
+        deadline = self._deadline(claim) if claim.disruption else None
+        while deadline is None or datetime.now(UTC) < deadline:
             try:
                 attachments, _ = await self.kube.list(VOLUME_ATTACHMENTS)
             except KubeApiError as exc:
