@@ -16,13 +16,18 @@ The seam is driven over HTTP on the same port (so the stack's processes and a te
 * ``POST /_tenon/insufficient-capacity`` with ``{"offerings": [{"instanceType": "m5.large", "zone":
   "us-east-1a", "capacityType": "spot", "code": "InsufficientInstanceCapacity"}]}`` adds refusals (``zone``,
   ``capacityType`` and ``code`` are optional: a missing one matches any);
-* ``GET`` lists them and how many overrides each refused; ``DELETE`` clears them.
+  ``GET`` lists them and how many overrides each refused; ``DELETE`` clears them;
+* ``POST /_tenon/delay`` with ``{"action": "CreateFleet", "seconds": 30}`` holds the answer to every call of
+  that action for that long **after** moto has carried it out (the instance exists, the caller has not heard
+  so yet): how a test kills a launcher in the middle of CreateFleet. ``seconds: 0`` ends it; ``GET`` lists the
+  delays and how many answers each held.
 
 :class:`LocalAws` runs the server in a thread of the calling process (tests); ``python -m devtools.aws --port
-N`` runs it as a process of its own (the local stack). :func:`aws_environment` is what a process needs to use
-it and nothing else: the endpoint, a region, throw-away credentials, and no instance-metadata lookups (so
-botocore never leaves loopback). :func:`seed` prepares what a cluster's AWS account would have: subnets and a
-security group tagged for discovery, and the interruption queue.
+N`` runs it as a process of its own (the local stack, through :class:`LocalAwsProcess`).
+:func:`aws_environment` is what a process needs to use it and nothing else: the endpoint, a region,
+throw-away credentials, and no instance-metadata lookups (so botocore never leaves loopback). :func:`seed`
+prepares what a cluster's AWS account would have: subnets and a security group tagged for discovery, and the
+interruption queue.
 """
 
 from __future__ import annotations
@@ -32,13 +37,16 @@ import io
 import json
 import logging
 import signal
+import subprocess
 import sys
 import threading
+import time
 import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from devtools.broker import free_port
@@ -48,10 +56,14 @@ REGION = "us-east-1"
 FAKE_ACCESS_KEY = "testing"
 FAKE_SECRET_KEY = "testing"
 CONTROL_PATH = "/_tenon/insufficient-capacity"
+DELAY_PATH = "/_tenon/delay"
 DISCOVERY_TAG = AWS_DISCOVERY_TAG
 """The tag the sandbox's subnets and security group carry (``<cluster>``)."""
 DEFAULT_CLUSTER = "tenon-sandbox"
 DEFAULT_QUEUE = "tenon-sandbox-interruption"
+SANDBOX_AWS_ENDPOINT = "TENON_SANDBOX_AWS_ENDPOINT"
+"""Tells the sandbox which local AWS's instances become Nodes
+(:mod:`devtools.sandbox.controllers.ec2_instances`)."""
 
 log = logging.getLogger("devtools.aws")
 
@@ -209,6 +221,9 @@ class FaultSeam:
         self.app = app
         self.lock = threading.Lock()
         self.refusals: list[Refusal] = []
+        self.delays: dict[str, float] = {}
+        """Action -> seconds its answers are held after moto carried it out."""
+        self.held: dict[str, int] = {}
 
     def refuse(self, refusals: Iterable[Refusal]) -> None:
         with self.lock:
@@ -217,18 +232,42 @@ class FaultSeam:
     def clear(self) -> None:
         with self.lock:
             self.refusals.clear()
+            self.delays.clear()
+
+    def delay(self, action: str, seconds: float) -> None:
+        with self.lock:
+            if seconds > 0:
+                self.delays[action] = seconds
+            else:
+                self.delays.pop(action, None)
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         if environ.get("PATH_INFO") == CONTROL_PATH:
             return self._control(environ, start_response)
+        if environ.get("PATH_INFO") == DELAY_PATH:
+            return self._delay_control(environ, start_response)
         form_post = "form-urlencoded" in environ.get("CONTENT_TYPE", "")
         if environ.get("REQUEST_METHOD") != "POST" or not form_post:
             return self.app(environ, start_response)
         body = _read_body(environ)
         form = dict(urllib.parse.parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
         if form.get("Action") != "CreateFleet" or not self.refusals:
-            return self.app(_with_body(environ, body), start_response)
-        return self._create_fleet(environ, form, start_response)
+            answer = self.app(_with_body(environ, body), start_response)
+        else:
+            answer = self._create_fleet(environ, form, start_response)
+        return self._held(str(form.get("Action") or ""), answer)
+
+    def _held(self, action: str, answer: Iterable[bytes]) -> Iterable[bytes]:
+        """The answer, once the action's delay (if any) is over: moto has already carried the call out."""
+        with self.lock:
+            seconds = self.delays.get(action, 0.0)
+            if seconds:
+                self.held[action] = self.held.get(action, 0) + 1
+        if not seconds:
+            return answer
+        data = b"".join(answer)
+        time.sleep(seconds)
+        return [data]
 
     def _refused(self, form: Mapping[str, str]) -> tuple[list[tuple[Override, Refusal]], str]:
         capacity_type = form.get("TargetCapacitySpecification.DefaultTargetCapacityType", "on-demand")
@@ -286,6 +325,36 @@ class FaultSeam:
         data = json.dumps(payload).encode()
         start_response(status, [("Content-Type", "application/json"), _length(data)])
         return [data]
+
+    def _delay_control(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        status = "200 OK"
+        try:
+            if environ.get("REQUEST_METHOD") == "POST":
+                action, seconds = delay_from(json.loads(_read_body(environ) or b"{}"))
+                self.delay(action, seconds)
+            with self.lock:
+                payload: dict[str, Any] = {
+                    "delays": [
+                        {"action": a, "seconds": s, "held": self.held.get(a, 0)}
+                        for a, s in self.delays.items()
+                    ]
+                }
+        except (ValueError, TypeError) as exc:
+            status, payload = "400 Bad Request", {"error": str(exc)}
+        data = json.dumps(payload).encode()
+        start_response(status, [("Content-Type", "application/json"), _length(data)])
+        return [data]
+
+
+def delay_from(document: Mapping[str, Any]) -> tuple[str, float]:
+    """(action, seconds) of a delay control request; ValueError naming the field when it is malformed."""
+    action = document.get("action")
+    if not isinstance(action, str) or not action:
+        raise ValueError("action: must be the name of an EC2 action (CreateFleet)")
+    seconds = document.get("seconds")
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds <= 600:
+        raise ValueError("seconds: must be a number from 0 to 600")
+    return action, float(seconds)
 
 
 def _length(data: bytes) -> tuple[str, str]:
@@ -358,6 +427,10 @@ class LocalAws:
         assert self.seam is not None, "start the local AWS first"
         self.seam.refuse(refusals)
 
+    def delay(self, action: str, seconds: float) -> None:
+        assert self.seam is not None, "start the local AWS first"
+        self.seam.delay(action, seconds)
+
     def __enter__(self) -> LocalAws:
         return self.start()
 
@@ -371,6 +444,19 @@ def refuse_capacity(url: str, offerings: list[dict[str, Any]], timeout: float = 
     request = urllib.request.Request(
         url + CONTROL_PATH,
         data=json.dumps({"offerings": offerings}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+    return answer
+
+
+def delay_answers(url: str, action: str, seconds: float, timeout: float = 5.0) -> dict[str, Any]:
+    """Ask the seam of the local AWS at ``url`` (any process) to hold ``action``'s answers ``seconds``."""
+    request = urllib.request.Request(
+        url + DELAY_PATH,
+        data=json.dumps({"action": action, "seconds": seconds}).encode(),
         headers={"Content-Type": "application/json"},
         method="POST",
     )
@@ -393,6 +479,52 @@ def live_instances(url: str) -> int:
     return sum(1 for _, state in instance_states(url) if state != "terminated")
 
 
+class LocalAwsProcess:
+    """``python -m devtools.aws`` as a child process (the local stack's AWS), logging to ``log_path``."""
+
+    def __init__(self, log_path: Path, cluster: str = DEFAULT_CLUSTER, queue: str = DEFAULT_QUEUE) -> None:
+        self.log_path = log_path
+        self.cluster = cluster
+        self.queue = queue
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> LocalAwsProcess:
+        """Start it and wait until it has seeded the account (its first line of output)."""
+        command = [sys.executable, "-m", "devtools.aws", "--port", str(self.port), "--cluster", self.cluster]
+        with open(self.log_path, "ab") as log_file:
+            self.process = subprocess.Popen(
+                [*command, "--queue", self.queue],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while b'"queueUrl"' not in self._output():
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the local AWS exited: {self._output()[-1500:].decode(errors='replace')}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the local AWS did not start within {timeout:g} s")
+            time.sleep(0.05)
+        return self
+
+    def _output(self) -> bytes:
+        try:
+            return self.log_path.read_bytes()
+        except OSError:
+            return b""
+
+    def stop(self) -> None:
+        from devtools.processes import stop_process
+
+        stop_process(self.process)
+        self.process = None
+
+
 @dataclass(frozen=True)
 class Seeded:
     cluster: str
@@ -401,16 +533,35 @@ class Seeded:
     security_group: str
 
 
+EC2_TRUST_POLICY = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}
+    ],
+}
+
+
 def seed(url: str, cluster: str = DEFAULT_CLUSTER, queue: str = DEFAULT_QUEUE) -> Seeded:
-    """Tag the default VPC's subnets and security group ``karpenter.sh/discovery=<cluster>`` and create the
-    interruption queue (idempotent: tagging and CreateQueue with the same name repeat harmlessly)."""
+    """Tag the default VPC's subnets and security group ``karpenter.sh/discovery=<cluster>``, create the
+    interruption queue and the nodes' role :func:`node_role` (idempotent: each repeats harmlessly)."""
     ec2 = client("ec2", url)
     subnets = tuple(s["SubnetId"] for s in ec2.describe_subnets()["Subnets"])
     group = ec2.describe_security_groups(GroupNames=["default"])["SecurityGroups"][0]["GroupId"]
     tags = [{"Key": DISCOVERY_TAG, "Value": cluster}]
     ec2.create_tags(Resources=[*subnets, group], Tags=tags)
     queue_url = client("sqs", url).create_queue(QueueName=queue)["QueueUrl"]
+    iam = client("iam", url)
+    role = node_role(cluster)
+    try:
+        iam.create_role(RoleName=role, AssumeRolePolicyDocument=json.dumps(EC2_TRUST_POLICY))
+    except iam.exceptions.EntityAlreadyExistsException:
+        pass
     return Seeded(cluster, queue_url, subnets, group)
+
+
+def node_role(cluster: str) -> str:
+    """The nodes' IAM role (Karpenter's getting-started name), whose instance profile launcher-ec2 makes."""
+    return f"KarpenterNodeRole-{cluster}"
 
 
 def main(argv: list[str] | None = None) -> int:

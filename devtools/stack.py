@@ -7,7 +7,9 @@ Deployment would give it (``TENON_NATS_URL``, ``TENON_KUBECONFIG``, ``TENON_MANA
 ``TENON_NATS_USER``/``_PASSWORD``: the broker lets each service publish only the events it owns, see
 :mod:`devtools.nats_permissions`), logging JSON lines to ``<run dir>/<service>.log``. Services can be killed
 and restarted individually (``kill(name)``, ``start_service(name)``), which is how tests prove crash safety.
-``stop()`` ends everything, services first, with SIGTERM and then SIGKILL for stragglers.
+``stop()`` ends everything, services first, with SIGTERM and then SIGKILL for stragglers. With
+``provider="ec2"`` a local AWS (:class:`devtools.aws.LocalAwsProcess`) starts first, the EC2 services
+replace ``launcher-capi``, and the sandbox turns the local AWS's instances into Nodes.
 
 :func:`apply_manifests` creates Kubernetes objects in the right cluster (Cluster API kinds in the management
 cluster, everything else in the workload cluster), and :func:`observe` reads the state a person watching the
@@ -35,6 +37,7 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from devtools.aws import SANDBOX_AWS_ENDPOINT, LocalAwsProcess, aws_environment
 from devtools.broker import LOCAL_MAX_PAYLOAD, Broker, LocalNatsServer, free_port
 from devtools.nats_permissions import OPERATOR, Identities
 from devtools.processes import kill_process, stop_process
@@ -45,6 +48,11 @@ from tenon.services import SERVICES
 MANAGEMENT_KINDS = {"MachineDeployment", "Machine", "MachineSet", "Cluster"}
 EC2_SERVICES = ("launcher-ec2", "interruption-handler")
 """Started only with the local AWS (``provider="ec2"``): they need an AWS endpoint and a queue."""
+PROVIDER_SERVICES = {
+    "capi": tuple(s for s in SERVICES if s not in EC2_SERVICES),
+    "ec2": tuple(s for s in SERVICES if s != "launcher-capi"),
+}
+"""The services of each provider's stack: Cluster API machines, or EC2 instances of the local AWS."""
 DEMO_DIR = Path(__file__).resolve().parents[1] / "deploy" / "examples" / "capi-demo"
 
 
@@ -53,7 +61,11 @@ class LocalStack:
     profile: str = "fast"
     time_scale: float = 1.0
     run_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="tenon-run-")))
-    services: tuple[str, ...] = tuple(s for s in SERVICES if s not in EC2_SERVICES)
+    provider: str = "capi"
+    """``capi`` (Cluster API machines in the management cluster) or ``ec2`` (instances of a local AWS, moto's
+    server behind :mod:`devtools.aws`'s fault seam; its instances join the workload cluster as Nodes)."""
+    services: tuple[str, ...] = ()
+    """The services to start (default: the provider's, :data:`PROVIDER_SERVICES`)."""
     extra_env: Mapping[str, str] = field(default_factory=dict)
     identities: Identities = field(default_factory=Identities)
     """One NATS user per service with the broker permissions of its events (passwords made for this run);
@@ -63,6 +75,10 @@ class LocalStack:
     nothing; None refuses it."""
 
     def __post_init__(self) -> None:
+        if self.provider not in PROVIDER_SERVICES:
+            raise ValueError(f"provider {self.provider!r}: expected one of {', '.join(PROVIDER_SERVICES)}")
+        self.services = self.services or PROVIDER_SERVICES[self.provider]
+        self.aws: LocalAwsProcess | None = None
         self.broker: Broker | None = None
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.workload_kubeconfig = self.run_dir / "workload.kubeconfig"
@@ -90,11 +106,15 @@ class LocalStack:
             # the fast profile compresses the cluster's time; disruption's settle period (Karpenter's 15 s
             # validation) is compressed with it, so a demo or a test does not wait on it
             env.setdefault("TENON_DISRUPTION_SETTLE", "1s")
+        if self.aws is not None:
+            env.update(ec2_environment(self.aws, fast=self.profile == "fast"))
         env.update(self.extra_env)
         return env
 
     def start(self) -> LocalStack:
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.provider == "ec2":
+            self.aws = LocalAwsProcess(self.run_dir / "aws.log").start()
         self.broker = self.start_broker()
         self._start_sandbox()
         for name in self.services:
@@ -196,12 +216,30 @@ class LocalStack:
         self.terminate("sandbox")
         if self.broker is not None:
             self.broker.stop()
+        if self.aws is not None:
+            self.aws.stop()
 
     def __enter__(self) -> LocalStack:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def ec2_environment(aws: LocalAwsProcess, *, fast: bool) -> dict[str, str]:
+    """What the EC2 stack's processes need: the local AWS (and nothing beyond loopback), the cluster's name
+    its subnets are tagged with, the interruption queue; the sandbox makes its instances Nodes. The fast
+    profile polls instances often (a node's whole life takes seconds there)."""
+    env = {
+        **aws_environment(aws.url),
+        "TENON_AWS_ENDPOINT": aws.url,
+        "TENON_CLUSTER_NAME": aws.cluster,
+        "TENON_INTERRUPTION_QUEUE": aws.queue,
+        SANDBOX_AWS_ENDPOINT: aws.url,
+    }
+    if fast:
+        env["TENON_EC2_POLL"] = "0.5s"
+    return env
 
 
 def metric_values(texts: Iterable[str]) -> dict[str, float]:

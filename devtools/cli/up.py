@@ -25,6 +25,11 @@ Two disruption demos (``--demo``; their JSON keys are a contract of the checks o
 
 Each ends once nothing has changed for :data:`QUIET_SECONDS` with every pod running on Initialized nodes.
 The fast profile settles proposals in :data:`FAST_SETTLE` (``TENON_DISRUPTION_SETTLE``).
+
+``--provider ec2`` plays on EC2 instead (a local AWS, moto's server; ``launcher-ec2`` and
+``interruption-handler`` in place of ``launcher-capi``): ``inflate``, ``spot-interruption`` and
+``insufficient-capacity``, described in :mod:`devtools.demos_ec2` (their JSON keys are a contract of the
+checks on issue 11).
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ if TYPE_CHECKING:  # imported when run, so `tenon --help` and `tenon tap` start 
 
 MILESTONES = ("claimsCreated", "launched", "registered", "initialized", "allPodsRunning")
 DEMOS = ("inflate", "consolidation", "drift")
+EC2_DEMOS = ("inflate", "spot-interruption", "insufficient-capacity")
+"""The demos of ``--provider ec2`` (:mod:`devtools.demos_ec2`)."""
 FAST_CONSOLIDATE_AFTER = "2s"
 """The demo NodePool's consolidateAfter under the fast profile (30s in the field profile, as written)."""
 FAST_SETTLE = "2s"
@@ -64,7 +71,18 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--demo", default="inflate", choices=DEMOS, help="which demo to play")
+    parser.add_argument(
+        "--provider",
+        default="capi",
+        choices=("capi", "ec2"),
+        help="Cluster API machines (default) or EC2 instances of a local AWS (moto's server)",
+    )
+    parser.add_argument(
+        "--demo",
+        default="inflate",
+        choices=sorted({*DEMOS, *EC2_DEMOS}),
+        help=f"which demo to play (capi: {', '.join(DEMOS)}; ec2: {', '.join(EC2_DEMOS)})",
+    )
     parser.add_argument(
         "--profile",
         choices=["fast", "field"],
@@ -259,6 +277,10 @@ async def play(stack: LocalStack, args: argparse.Namespace, console: Console) ->
     session = Session(stack, args, console, workload, management)
     plays = {"inflate": play_inflate, "consolidation": play_consolidation, "drift": play_drift}
     try:
+        if stack.provider == "ec2":
+            from devtools.demos_ec2 import play_ec2
+
+            return await play_ec2(session)
         return await plays[args.demo](session)
     finally:
         await workload.close()
@@ -565,6 +587,13 @@ def run(args: argparse.Namespace) -> int:
     from devtools.stack import LocalStack
 
     console = Console(stderr=args.json)
+    known = EC2_DEMOS if args.provider == "ec2" else DEMOS
+    if args.demo not in known:
+        print(
+            f"tenon up: --demo {args.demo}: not a {args.provider} demo (known: {', '.join(known)})",
+            file=sys.stderr,
+        )
+        return 2
 
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # a closed terminal or a `kill` stops the stack as cleanly as Ctrl-C
@@ -576,7 +605,10 @@ def run(args: argparse.Namespace) -> int:
     if profile == "fast":
         os.environ.setdefault("TENON_DISRUPTION_SETTLE", FAST_SETTLE)
     stack = LocalStack(
-        profile=profile, time_scale=time_scale, **({"run_dir": args.run_dir} if args.run_dir else {})
+        profile=profile,
+        time_scale=time_scale,
+        provider=args.provider,
+        **({"run_dir": args.run_dir} if args.run_dir else {}),
     )
     try:
         stack.start()

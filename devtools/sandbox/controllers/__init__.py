@@ -11,6 +11,7 @@ store (pods, nodes, apps, policy) and the **management** store (Cluster API; it 
 ``disruption_budgets``      PodDisruptionBudget status (what eviction enforces)
 ``nodes_gc``                pod GC of orphans and NoExecute taint eviction
 ``cluster_api``             MachineDeployment -> Machines -> Nodes in the workload cluster
+``ec2_instances``           instances of the local AWS -> Nodes (only with ``TENON_SANDBOX_AWS_ENDPOINT``)
 ==========================  =================================================================================
 
 Every controller is event-driven (list + watch through ``informer.Informer``) with a periodic re-list as a
@@ -27,12 +28,14 @@ loudly instead of silently stopping to schedule.
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 from devtools.sandbox.controllers.cluster_api import ClusterApiController
 from devtools.sandbox.controllers.daemonsets import DaemonSetController
 from devtools.sandbox.controllers.deployments import DeploymentController
 from devtools.sandbox.controllers.disruption_budgets import DisruptionController
+from devtools.sandbox.controllers.ec2_instances import AWS_ENDPOINT_ENV, Ec2InstanceNodes
 from devtools.sandbox.controllers.informer import InformerFactory, StoreLike
 from devtools.sandbox.controllers.kubelet import Kubelet
 from devtools.sandbox.controllers.nodes_gc import PodGarbageCollector
@@ -44,6 +47,7 @@ __all__ = [
     "DaemonSetController",
     "DeploymentController",
     "DisruptionController",
+    "Ec2InstanceNodes",
     "InformerFactory",
     "Kubelet",
     "PodGarbageCollector",
@@ -65,7 +69,11 @@ def build_controllers(
     mg = management_informers or (
         wl if management is workload else InformerFactory(management, profile.resync_period)
     )
+    ec2: list[Any] = []
+    if os.environ.get(AWS_ENDPOINT_ENV):  # the local stack's EC2 provider: instances join as Nodes
+        ec2.append(Ec2InstanceNodes(workload, profile, os.environ[AWS_ENDPOINT_ENV]))
     return [
+        *ec2,
         Scheduler(workload, profile, wl),
         Kubelet(workload, profile, wl),
         DeploymentController(workload, profile, wl),
