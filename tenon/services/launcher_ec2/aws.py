@@ -55,16 +55,16 @@ class Aws:
 
     # --- what EC2 offers ----------------------------------------------------------------------------------
 
-    def instance_types(self) -> list[dict[str, Any]]:
-        return self.pages(
-            self.ec2,
-            "describe_instance_types",
-            "InstanceTypes",
-            Filters=[
-                {"Name": "supported-virtualization-type", "Values": ["hvm"]},
-                {"Name": "processor-info.supported-architecture", "Values": ["x86_64", "arm64"]},
-            ],
-        )
+    def instance_types(self, patterns: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """Hardware-virtualized x86_64 and arm64 types; only those matching ``patterns`` (EC2's own
+        wildcards, ``m5.*``) when given, so a narrowed catalog does not describe every type there is."""
+        filters = [
+            {"Name": "supported-virtualization-type", "Values": ["hvm"]},
+            {"Name": "processor-info.supported-architecture", "Values": ["x86_64", "arm64"]},
+        ]
+        if patterns:
+            filters.append({"Name": "instance-type", "Values": list(patterns)})
+        return self.pages(self.ec2, "describe_instance_types", "InstanceTypes", Filters=filters)
 
     def zones_of_types(self) -> dict[str, set[str]]:
         offerings = self.pages(

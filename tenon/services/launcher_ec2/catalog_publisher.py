@@ -158,7 +158,7 @@ class CatalogPublisher:
             await self._write_status(name, obj, resolution, generation)
 
     def _describe(self) -> Described:
-        types = self.aws.instance_types()
+        types = self.aws.instance_types(self.settings.patterns)
         zones = self.aws.zones_of_types()
         try:
             spot = spot_prices_of(self.aws.spot_price_history([str(t["InstanceType"]) for t in types]))
