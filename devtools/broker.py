@@ -174,7 +174,7 @@ class LocalNatsServer:
         its ``/healthz`` says when JetStream is (a cluster's node waits for its meta group)."""
         if not self.monitor_port:
             return True
-        url = f"http://{self.host}:{self.monitor_port}/healthz?js-enabled-only=true"
+        url = f"http://{self.host}:{self.monitor_port}/healthz"
         try:
             with urllib.request.urlopen(url, timeout=0.5) as response:
                 return bool(response.status == 200)
