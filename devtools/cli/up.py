@@ -590,7 +590,7 @@ def run(args: argparse.Namespace) -> int:
     known = EC2_DEMOS if args.provider == "ec2" else DEMOS
     if args.demo not in known:
         print(
-            f"tenon up: --demo {args.demo}: not a {args.provider} demo (known: {', '.join(known)})",
+            f"tenon up: --demo {args.demo}: not an {args.provider} demo (known: {', '.join(known)})",
             file=sys.stderr,
         )
         return 2
