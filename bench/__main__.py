@@ -31,6 +31,7 @@ SUITES: tuple[str, ...] = (
     "disruption",
     "failover",
     "e2e",
+    "ec2",
 )
 
 RESULTS_PATH = Path(__file__).parent / "results.json"
