@@ -564,13 +564,111 @@ def node_role(cluster: str) -> str:
     return f"KarpenterNodeRole-{cluster}"
 
 
+DESCRIBED_FIELDS = (
+    "InstanceType",
+    "VCpuInfo",
+    "MemoryInfo",
+    "ProcessorInfo",
+    "NetworkInfo",
+    "GpuInfo",
+    "InstanceStorageInfo",
+    "Hypervisor",
+    "SupportedUsageClasses",
+    "SupportedVirtualizationTypes",
+)
+"""What launcher-ec2's catalog reads of a DescribeInstanceTypes answer (the rest is left out of the copy)."""
+NETWORK_FIELDS = (
+    "DefaultNetworkCardIndex",
+    "NetworkCards",
+    "MaximumNetworkInterfaces",
+    "Ipv4AddressesPerInterface",
+    "EncryptionInTransitSupported",
+)
+
+
+KEPT_BELOW: dict[str, Any] = {
+    "VCpuInfo": {"DefaultVCpus": None},
+    "ProcessorInfo": {"SupportedArchitectures": None, "Manufacturer": None},
+    "InstanceStorageInfo": {"TotalSizeInGB": None},
+    "GpuInfo": {"Gpus": {"Name": None, "Manufacturer": None, "Count": None, "MemoryInfo": None}},
+    "NetworkInfo": {
+        **dict.fromkeys(NETWORK_FIELDS),
+        "NetworkCards": {"NetworkCardIndex": None, "MaximumNetworkInterfaces": None},
+    },
+}
+"""The fields kept under each field (None: the whole value); lists are trimmed item by item."""
+
+
+def _trim(value: Any, kept: dict[str, Any]) -> None:
+    for item in value if isinstance(value, list) else [value]:
+        if not isinstance(item, dict):
+            continue
+        for key in [k for k in item if k not in kept]:
+            del item[key]
+        for key, below in kept.items():
+            if below is not None and key in item:
+                _trim(item[key], below)
+
+
+def described_instance_types(region: str = REGION) -> dict[str, Any]:
+    """EC2's instance types and their zones in ``region`` as moto ships them (AWS's own DescribeInstanceTypes
+    and DescribeInstanceTypeOfferings answers, collected by moto; Apache-2.0), trimmed to what the catalog
+    reads: the data ``tenon simulate`` builds an EC2NodeClass's catalog from, with no AWS at hand."""
+    import gzip
+    from importlib import metadata, resources
+
+    base = resources.files("moto.ec2.resources")
+    types = json.loads(gzip.decompress(base.joinpath("instance_types.json.gz").read_bytes()))
+    offerings = base.joinpath(f"instance_type_offerings/availability-zone/{region}.json.gz")
+    zones: dict[str, set[str]] = {}
+    for offering in json.loads(gzip.decompress(offerings.read_bytes())):
+        zones.setdefault(str(offering["InstanceType"]), set()).add(str(offering["Location"]))
+    trimmed = []
+    for name, described in sorted(types.items()):
+        if name not in zones:
+            continue
+        entry = {k: described[k] for k in DESCRIBED_FIELDS if k in described}
+        for key, kept in KEPT_BELOW.items():
+            if key in entry:
+                _trim(entry[key], kept)
+        entry["Zones"] = sorted(zones[name])
+        trimmed.append(entry)
+    return {
+        "region": region,
+        "source": f"moto {metadata.version('moto')} (moto/ec2/resources: AWS's DescribeInstanceTypes and "
+        "DescribeInstanceTypeOfferings answers as moto collected them; Apache-2.0), trimmed by devtools.aws",
+        "instanceTypes": trimmed,
+    }
+
+
+def write_described_instance_types(path: Path, region: str = REGION) -> int:
+    """Write :func:`described_instance_types` as JSON, one instance type a line (stable, diffable); how many
+    types."""
+    document = described_instance_types(region)
+    lines = [json.dumps(t, sort_keys=True, separators=(",", ":")) for t in document["instanceTypes"]]
+    head = {k: v for k, v in document.items() if k != "instanceTypes"}
+    text = json.dumps(head, sort_keys=True)[:-1] + ', "instanceTypes": [\n' + ",\n".join(lines) + "\n]}\n"
+    path.write_text(text)
+    return len(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m devtools.aws --port N``: serve until SIGTERM/SIGINT, seeded for ``--cluster``."""
     parser = argparse.ArgumentParser(prog="python -m devtools.aws", description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--cluster", default=DEFAULT_CLUSTER)
     parser.add_argument("--queue", default=DEFAULT_QUEUE)
+    parser.add_argument(
+        "--write-instance-types",
+        type=Path,
+        metavar="PATH",
+        help="write moto's us-east-1 instance types (trimmed JSON) to PATH and exit",
+    )
     args = parser.parse_args(argv)
+    if args.write_instance_types:
+        count = write_described_instance_types(args.write_instance_types)
+        print(f"{count} instance types written to {args.write_instance_types}")
+        return 0
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     aws = LocalAws(args.port).start()
     seeded = seed(aws.url, args.cluster, args.queue)

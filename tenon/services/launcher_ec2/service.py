@@ -8,11 +8,9 @@ AWS is reached as :mod:`tenon.runtime.aws` says: boto3's usual credential chain 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from importlib import resources
 
 from proto import registry
 from tenon.runtime.aws import AwsServiceSettings
@@ -27,10 +25,9 @@ from tenon.services.launcher_ec2.catalog_publisher import PublisherSettings
 from tenon.services.launcher_ec2.decider import Ec2LauncherDecider
 from tenon.services.launcher_ec2.executor import Ec2Executor
 from tenon.services.launcher_ec2.launch_templates import ClusterInfo
+from tenon.services.launcher_ec2.shipped import on_demand_prices
 
 log = logging.getLogger("tenon.launcher_ec2")
-
-PRICE_TABLE = "aws-on-demand-prices-us-east-1.json"
 
 
 @dataclass(frozen=True)
@@ -134,13 +131,6 @@ class LauncherEc2Settings(AwsServiceSettings):
     @property
     def cluster_tag(self) -> str:
         return f"{names.TAG_CLUSTER_PREFIX}{self.cluster_name}"
-
-
-def on_demand_prices() -> dict[str, float]:
-    """The shipped us-east-1 on-demand price table (``data/``, source noted in its README)."""
-    text = resources.files("tenon.services.launcher_ec2").joinpath("data", PRICE_TABLE).read_text()
-    table = json.loads(text)["onDemand"]
-    return {str(k): float(v) for k, v in table.items()}
 
 
 def make_decider(settings: LauncherEc2Settings) -> Ec2LauncherDecider:
