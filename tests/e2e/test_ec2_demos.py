@@ -1,6 +1,7 @@
 """The EC2 demos end to end, as a user runs them: ``tenon up --provider ec2 --demo X --exit-when-done --json``
 (nats-server, the sandbox, moto's server behind the fault seam, every EC2 service as its own process), and
-the JSON each prints (its keys are the contract of issue 11)."""
+the JSON each prints (its keys are the contract of issue 11); what the services decided in the interruption
+replays to the same from the log."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from devtools.aws import DEFAULT_CLUSTER, DEFAULT_QUEUE
+from devtools.broker import LOCAL_MAX_PAYLOAD, LocalNatsServer
+from devtools.cli.up import FAST_SETTLE
 
 pytestmark = pytest.mark.integration
 
@@ -50,6 +55,32 @@ def test_inflate_buys_cheap_instances_and_gives_every_one_back(tmp_path: Path) -
     assert result["instances"] == {"before": 0, "running": len(claims), "after": 0}
 
 
+def replayed(run_dir: Path, service: str, recording: Path) -> str:
+    """``tenon replay SERVICE --diff`` over the recording, with the settings the demo's services ran with."""
+    env = {
+        **os.environ,
+        "TENON_CLUSTER_NAME": DEFAULT_CLUSTER,
+        "TENON_INTERRUPTION_QUEUE": DEFAULT_QUEUE,
+        "TENON_DISRUPTION_SETTLE": FAST_SETTLE,
+    }
+    command = [sys.executable, "-m", "tenon.cli.main", "replay", service, "--input", str(recording), "--diff"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert done.returncode == 0, (service, done.stdout[-3000:], done.stderr[-2000:])
+    return done.stdout.splitlines()[-1]
+
+
+def recording_of(run_dir: Path) -> Path:
+    """The demo's whole log, tapped from its broker's store (left in the run directory) as JSON lines."""
+    path = run_dir / "recording.jsonl"
+    with LocalNatsServer(store_dir=run_dir / "jetstream", max_payload=LOCAL_MAX_PAYLOAD) as broker:
+        command = [sys.executable, "-m", "tenon.cli.main", "tap", "--server", broker.url]
+        tapped = subprocess.run(
+            [*command, "--no-follow", "--json"], capture_output=True, text=True, timeout=60, check=True
+        )
+    path.write_text(tapped.stdout)
+    return path
+
+
 def test_a_spot_interruption_is_answered_replacement_first_with_no_pod_lost(tmp_path: Path) -> None:
     result = play("spot-interruption", tmp_path)
     timeline = result["timeline"]
@@ -68,6 +99,10 @@ def test_a_spot_interruption_is_answered_replacement_first_with_no_pod_lost(tmp_
     assert result["replacementClaim"] != result["interruptedClaim"]
     assert result["offeringMarkedUnavailable"] is True
     assert result["podsLost"] == 0
+    # what the EC2 services and disruption decided replays to the same, offline, from the log
+    recording = recording_of(tmp_path)
+    for service in ("interruption-handler", "disruption", "launcher-ec2"):
+        assert "0 differ from the log" in replayed(tmp_path, service, recording), service
 
 
 def test_refused_capacity_runs_the_claim_on_its_next_choice(tmp_path: Path) -> None:

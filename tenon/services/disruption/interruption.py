@@ -26,7 +26,9 @@ claim as blocked, with why: it starts nothing) unless the claim's NodePool opts 
 Karpenter #2813 / #2853).
 
 Everything is idempotent: ids derive from the notice and the claim, and a claim already being disrupted is
-left to that disruption.
+left to that disruption. What answers the notice names it as its cause; the drain decided on a tick has no
+cause (the runtime gives it its basis) and names its decision in ``decisionId``, so ``tenon replay
+disruption`` decides both again from the log.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ import base64
 import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+
+import msgspec
 
 from proto import events as ev
 from proto.ids import derive_id
@@ -216,7 +220,7 @@ def on_notice(
                 id=derive_id(PRODUCER, "ReplacementsRequested", decision_id),
                 decided_at=notice.decided_at,
                 producer=PRODUCER,
-                causation_id=decision_id,
+                causation_id=notice.id,
                 correlation_id=claim.name,
                 command=decision_id,
                 candidates=(claim.name,),
@@ -225,7 +229,8 @@ def on_notice(
             )
         )
     else:
-        decisions.append(_drain(claim, notice, decision_id, notice.decided_at, "nothing to move first"))
+        drain = _drain(claim, notice, decision_id, notice.decided_at, "nothing to move first")
+        decisions.append(msgspec.structs.replace(drain, causation_id=notice.id))
     return decisions
 
 
@@ -236,7 +241,6 @@ def _drain(
         id=derive_id(PRODUCER, "DisruptionRequested", claim.name),
         decided_at=at,
         producer=PRODUCER,
-        causation_id=decision,
         correlation_id=claim.name,
         nodeclaim=claim.name,
         method="interruption",
