@@ -179,24 +179,26 @@ def _copies_that_fit(req: tuple[int, ...], room: list[int], most: int) -> int:
 
 
 def _join_hostname_rules(c: PackClass, k: int, counts: dict[int, int], limits: dict[int, int]) -> int:
-    """How many of ``k`` pods of ``c`` the node's hostname rules let in; when some, they are counted there.
+    """How many of ``k`` items of ``c`` the node's hostname rules let in; when some, they are counted there.
 
     A limit of ``c`` caps the pods matching its selector (``c``'s own ones included), a limit already on the
-    node caps ``c``'s pods when they match it; a node already over one of ``c``'s limits takes none.
+    node caps ``c``'s pods when they match it; a node already over one of ``c``'s limits takes none. An item
+    of several pods (a unit) lists a selector once per pod matching it, and counts so.
     """
     for sid, lim in c.limits:
         own = sid < 0  # a soft limit (preferred anti-affinity) binds c's pods only: not kept on the node
         real = soft_target(sid) if own else sid
         cap = lim if own else min(lim, limits.get(sid, lim))
         have = counts.get(real, 0)
-        if real in c.matches:
-            k = min(k, cap - have)
+        per_item = c.matches.count(real)
+        if per_item:
+            k = min(k, (cap - have) // per_item)
         elif have > cap:
             k = 0
     for sid in c.matches:
         lim2 = limits.get(sid)
         if lim2 is not None:
-            k = min(k, lim2 - counts.get(sid, 0))
+            k = min(k, (lim2 - counts.get(sid, 0)) // c.matches.count(sid))
     if k <= 0:
         return k
     for sid, lim in c.limits:
@@ -205,6 +207,14 @@ def _join_hostname_rules(c: PackClass, k: int, counts: dict[int, int], limits: d
     for sid in c.matches:
         counts[sid] = counts.get(sid, 0) + k
     return k
+
+
+def _counted(matches: Sequence[int]) -> dict[int, int]:
+    """The counts one item adds to a node: a selector once per pod of the item that matches it."""
+    counts: dict[int, int] = {}
+    for sid in matches:
+        counts[sid] = counts.get(sid, 0) + 1
+    return counts
 
 
 def _take(req: tuple[int, ...], k: int, room: list[int], used: list[int]) -> None:
@@ -271,7 +281,7 @@ class _NodeChoice:
             {seed.index: 1},
             list(seed.req),
             okeys,
-            dict.fromkeys(seed.matches, 1),
+            _counted(seed.matches),
             {sid: lim for sid, lim in seed.limits if sid >= 0},
         )
         best_score = self.best_ratio * 1.25
@@ -550,7 +560,7 @@ class Packer:
             contents[seed.index] = 1
             _take(seed.req, 1, room, used)
             limits.update((sid, lim) for sid, lim in seed.limits if sid >= 0)
-            counts.update(dict.fromkeys(seed.matches, 1))
+            counts.update(_counted(seed.matches))
             okeys = seed.okeys
         if seed is None and self._plain:
             self.knapsack(tpl, room, contents, used)

@@ -57,7 +57,7 @@ from tenon.core.templates import (
     required_feasibility,
     wanted_values,
 )
-from tenon.core.topology import DomainRules, HostnameRules, domain_keys, pin_pods, scope_of
+from tenon.core.topology import DomainOutcome, DomainRules, HostnameRules, domain_keys, pin_pod, scope_of
 from tenon.core.units import (
     Feasibility,
     Fitting,
@@ -128,6 +128,7 @@ class _Solve:
         self._feasibility()
         self.unschedulable: dict[str, dict[str, str]] = dict(excluded or {})
         self.pinned: set[str] = set()
+        self.pins: dict[str, dict[str, str]] = {}
         self.claims = ClaimMaker(self.names)
         self.narrow = PinnedFeasibility(self.templates)
         self._okeys_cache: dict[int, tuple[Feasibility, frozenset[OfferKey]]] = {}
@@ -176,9 +177,8 @@ class _Solve:
         for room in rooms:
             for pod in room.pods:
                 self.domains.count(pod, room.domains(self.domains.keys))
-        left = self._fill_rooms(rooms)
-        pins = self._pin(left)
-        claims = self._pack_new([p for p in left if p.key not in self.unschedulable], pins)
+        left = self._place(rooms)
+        claims = self._pack_new([p for p in left if p.key not in self.unschedulable], self.pins)
         existing = tuple(
             ExistingPlacement(r.name, r.kind, tuple(sorted(r.new_pods))) for r in rooms if r.new_pods
         )
@@ -202,26 +202,39 @@ class _Solve:
         return nodes + builder.claims(self.inputs.in_flight, self.by_key)
 
     # -- existing room ---------------------------------------------------------------------------------------
-    def _fill_rooms(self, rooms: Sequence[Room]) -> list[Pod]:
-        """Pods onto existing room, first-fit-decreasing (pods counted by a spread first, affinity last);
-        the pods that found none."""
+    def _place(self, rooms: Sequence[Room]) -> list[Pod]:
+        """Each pod in turn, first-fit-decreasing within its rank (pods merely counted by a spread first,
+        pods with only preferences next, spreads and anti-affinity, affinity last): onto existing room when
+        one takes it, else pinned to the domains its new node must be in; judged, either way, against the
+        pods placed before it. The pods left for new nodes."""
         domains = self.domains
         todo = [p for p in self.pending if p.key not in self.unschedulable]
-        if not rooms:
-            return todo
         rank = {p.key: domains.rank(p) if domains.keys else 0 for p in todo}
         todo.sort(key=lambda p: (rank[p.key], -self.vec[p.key][0], -self.vec[p.key][1], p.key))
         avoiding = any(r.taints for r in rooms)
+        outcome = DomainOutcome({}, {}, set())
         left: list[Pod] = []
         for pod in todo:
-            room = self._room_for(pod, rooms, avoiding)
-            if room is None:
-                left.append(pod)
+            room = self._room_for(pod, rooms, avoiding) if rooms else None
+            if room is not None:
+                room.occupy(pod, self.vec[pod.key], self.rules)
+                room.new_pods.append(pod.key)
+                domains.count(pod, room.domains(domains.keys))
                 continue
-            room.occupy(pod, self.vec[pod.key], self.rules)
-            room.new_pods.append(pod.key)
-            domains.count(pod, room.domains(domains.keys))
+            left.append(pod)
+            # pods that can run nowhere are not pinned: counting them would count pods that never arrive
+            if domains.keys and self.required[pod.key] and domains.concerned(pod):
+                pin_pod(domains, pod, self._eligible, self._counted_in, outcome)
+        self._pinned_outcome(outcome)
         return left
+
+    def _pinned_outcome(self, outcome: DomainOutcome) -> None:
+        for key, reason in outcome.failures.items():
+            self.unschedulable[key] = {"*": reason}
+        for key in outcome.relaxed:
+            self.feasible[key] = self.required[key]
+        self.pinned = set(outcome.pins)
+        self.pins = outcome.pins
 
     def _room_for(self, pod: Pod, rooms: Sequence[Room], avoiding: bool) -> Room | None:
         """The first room ``pod`` may join, rooms with a ``PreferNoSchedule`` taint it does not tolerate
@@ -244,20 +257,6 @@ class _Solve:
         return self.domains.allows(pod, room.domains(keys), counted)
 
     # -- domains ---------------------------------------------------------------------------------------------
-    def _pin(self, left: Sequence[Pod]) -> dict[str, dict[str, str]]:
-        """Pin the pods left to a domain of every key their rules name (pods that can run nowhere are not
-        pinned: counting them would count pods that never arrive)."""
-        if not self.domains.keys:
-            return {}
-        candidates = [p for p in left if p.key not in self.unschedulable and self.required[p.key]]
-        outcome = pin_pods(self.domains, candidates, self._eligible, self._counted_in)
-        for key, reason in outcome.failures.items():
-            self.unschedulable[key] = {"*": reason}
-        for key in outcome.relaxed:
-            self.feasible[key] = self.required[key]
-        self.pinned = set(outcome.pins)
-        return outcome.pins
-
     def _eligible(self, pod: Pod, key: str, pins: dict[str, str], relaxed: bool) -> list[str]:
         """The domains of ``key`` the pod's new node could be in, given its pins so far."""
         feasible = self.required[pod.key] if relaxed else self.feasible[pod.key]
@@ -333,10 +332,8 @@ class _Solve:
             members = self._cut(members, pins)
             vec, feasible = self._unit(members, pins)
         matches, limits = self._unit_features(members)
-        if len(members) > 1:
-            counted = {sid: sum(1 for p in members if sid in self.rules.features(p)[0]) for sid in matches}
-            if any(counted.get(sid, 0) > lim for sid, lim in limits):
-                return "its pod affinity and anti-affinity contradict each other"
+        if len(members) > 1 and any(matches.count(sid) > lim for sid, lim in limits if sid >= 0):
+            return "its pod affinity and anti-affinity (or a hostname spread) contradict each other"
         okeys = None
         if any(
             (pod.key in pins and pins[pod.key].keys() & set(OFFER_KEYS)) or _restricts_offers(pod)
@@ -369,14 +366,15 @@ class _Solve:
         return kept or members[:1]
 
     def _unit_features(self, members: list[Pod]) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
-        """Hostname selector ids the unit matches, and the smallest limit its members set on each."""
+        """Hostname selector ids the unit matches (once per member matching each: the unit counts as that
+        many pods), and the smallest limit its members set on each."""
         if len(members) == 1:
             return self.rules.features(members[0])
-        matches: set[int] = set()
+        matches: list[int] = []
         limits: dict[int, int] = {}
         for pod in members:
             m, lims = self.rules.features(pod)
-            matches.update(m)
+            matches += m
             for sid, lim in lims:
                 limits[sid] = min(lim, limits.get(sid, lim))
         return tuple(sorted(matches)), tuple(sorted(limits.items()))

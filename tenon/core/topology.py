@@ -9,7 +9,8 @@ nodes sharing one value of the constraint's topology key. The solver splits them
   kube-scheduler does: against the counts of the pods running and of those placed before them in this plan,
   never against pods placed later. Existing room is judged first (a room's domain is its label), then the
   pods left are pinned to a domain their new node must be in. Pods that only match a counted selector (no
-  constraint of their own) are placed and counted first, so every later check sees them.
+  constraint of their own) are placed and counted first, then pods with only preferences, so every later
+  check sees them.
 
   - spread (``maxSkew``, ``minDomains``): the domain must keep ``count + self - min(count) <= maxSkew``, the
     minimum taken over every domain with a node matching the pod's node affinity, tainted or not (Kubernetes'
@@ -303,12 +304,16 @@ class DomainRules:
         )
 
     def rank(self, pod: Pod) -> int:
-        """Order of placement: pods merely counted first, then spreads and anti-affinity, affinity last (to
-        join their anchors)."""
+        """Order of placement: pods merely counted first, then those with only preferences, then spreads and
+        anti-affinity, affinity last (to join their anchors). A pod without hard rules of its own goes before
+        every pod with a spread, so none of them can unbalance a spread already judged: the plan holds in its
+        final state too, whatever order the kube-scheduler then binds the pods in."""
         rules = [self.rules(pod, key) for key in self.keys]
         if any(r.affinity for r in rules):
+            return 3
+        if any(r.spreads or r.anti for r in rules):
             return 2
-        return 1 if any(r.hard or r.preferred for r in rules) else 0
+        return 1 if any(r.preferred for r in rules) else 0
 
     def count(self, pod: Pod, domains: Domains) -> None:
         """``pod`` is placed in ``domains``: it counts for the selectors it matches, its anti-affinity holds
@@ -417,31 +422,27 @@ class DomainOutcome:
     relaxed: set[str]  # pods pinned only once their preferences were dropped
 
 
-def pin_pods(
+def pin_pod(
     rules: DomainRules,
-    pending: Sequence[Pod],
+    pod: Pod,
     eligible: Eligible,
     counted_in: Callable[[Pod, str], Sequence[str]],
-) -> DomainOutcome:
-    """Pin every pending pod concerned by a domain rule to one domain per key, one pod at a time (pods merely
-    counted first, affinity last), counting each as it is pinned. A pod whose preferred node affinity leaves
-    no domain its rules allow is tried again with its preferences relaxed (Karpenter's order: preferences go
-    before a spread is given up)."""
-    outcome = DomainOutcome({}, {}, set())
-    todo = sorted((p for p in pending if rules.concerned(p)), key=lambda p: (rules.rank(p), p.key))
-    for pod in todo:
-        pins, reason = _pin_one(rules, pod, eligible, counted_in, relaxed=False)
-        if pins is None:
-            pins, reason = _pin_one(rules, pod, eligible, counted_in, relaxed=True)
-            if pins is not None:
-                outcome.relaxed.add(pod.key)
-        if pins is None:
-            outcome.failures[pod.key] = reason
-            continue
-        rules.count(pod, pins)
-        if pins:
-            outcome.pins[pod.key] = pins
-    return outcome
+    outcome: DomainOutcome,
+) -> None:
+    """Pin one pod concerned by a domain rule to one domain per key and count it there (into ``outcome``). A
+    pod whose preferred node affinity leaves no domain its rules allow is tried again with its preferences
+    relaxed (Karpenter's order: preferences go before a spread is given up)."""
+    pins, reason = _pin_one(rules, pod, eligible, counted_in, relaxed=False)
+    if pins is None:
+        pins, reason = _pin_one(rules, pod, eligible, counted_in, relaxed=True)
+        if pins is not None:
+            outcome.relaxed.add(pod.key)
+    if pins is None:
+        outcome.failures[pod.key] = reason
+        return
+    rules.count(pod, pins)
+    if pins:
+        outcome.pins[pod.key] = pins
 
 
 def _pin_one(

@@ -6,6 +6,11 @@ hostname anti-affinity, zone and hostname spread, existing Nodes with bound pods
 :func:`violations` lists every broken rule: a pod placed twice or lost, a node over its allocatable after
 overhead and DaemonSets, a nodeSelector or taint ignored, anti-affinity or spread skew broken, a price that
 is not the offering's price.
+
+Zone spreads are judged per placement (as the kube-scheduler judges them): a pod counted by a spread but
+placed after the pod that has it may leave the final state over ``maxSkew``. The final state must hold a
+spread when every pending pod its selector counts carries that same spread and node selector (each placement
+kept its domain within ``maxSkew`` of a minimum that only grows), and that is what is checked.
 """
 
 from __future__ import annotations
@@ -207,11 +212,21 @@ class _Check:
                 if tsc["whenUnsatisfiable"] == "DoNotSchedule":
                     self._spread(key, where, tsc, by_node)
 
+    def _homogeneous(self, key: str, tsc: dict[str, Any]) -> bool:
+        """Whether every pending pod the spread's selector counts has this very spread and node selector."""
+        sel = tsc["labelSelector"]["matchLabels"]
+        mine = ([tsc], self.all_pods[key]["spec"].get("nodeSelector", {}))
+        return all(
+            mine == (d["spec"].get("topologySpreadConstraints", []), d["spec"].get("nodeSelector", {}))
+            for k, d in self.pods.items()
+            if self._matches(sel, k)
+        )
+
     def _spread(
         self, key: str, where: int | str, tsc: dict[str, Any], by_node: dict[int | str, list[str]]
     ) -> None:
         sel = tsc["labelSelector"]["matchLabels"]
-        if tsc["topologyKey"] == ZONE:
+        if tsc["topologyKey"] == ZONE and self._homogeneous(key, tsc):
             counts = Counter(self.zone_of[o] for o in self.zone_of if self._matches(sel, o))
             skew = counts[self.zone_of[key]] - min(counts[z] for z in self._domains(key))
             if skew > tsc["maxSkew"]:

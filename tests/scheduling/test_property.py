@@ -17,11 +17,35 @@ from tests.scheduling.builders import (
     node_pool,
     parse,
     pod,
+    preferred,
     spread,
 )
 from tests.scheduling.checker import violations
 
 ZONES = ("z1", "z2", "z3")
+
+
+@st.composite
+def rules(draw: st.DrawFn, app: str) -> dict[str, Any]:
+    """A pod's rules about its peers (``app`` their label), or none."""
+    kind = draw(st.integers(0, 8))
+    if kind == 0:
+        return {"affinity": anti_affinity({"app": app})}
+    if kind == 1:
+        return {"topologySpreadConstraints": spread({"app": app}, "topology.kubernetes.io/zone")}
+    if kind == 2:
+        skew = draw(st.integers(1, 2))
+        return {"topologySpreadConstraints": spread({"app": app}, "kubernetes.io/hostname", max_skew=skew)}
+    if kind == 3:  # soft rules: they may be relaxed, never at the cost of a hard one
+        key = draw(st.sampled_from(["topology.kubernetes.io/zone", "kubernetes.io/hostname"]))
+        return {"affinity": preferred({"app": app}, key, draw(st.integers(1, 100)), draw(st.booleans()))}
+    if kind == 4:
+        return {
+            "topologySpreadConstraints": spread(
+                {"app": app}, "topology.kubernetes.io/zone", when="ScheduleAnyway"
+            )
+        }
+    return {}
 
 
 @st.composite
@@ -85,15 +109,7 @@ def scenarios(draw: st.DrawFn) -> list[dict[str, Any]]:
             spec["tolerations"] = [
                 {"key": "dedicated", "operator": "Equal", "value": "x", "effect": "NoSchedule"}
             ]
-        kind = draw(st.integers(0, 5))
-        if kind == 0:
-            spec["affinity"] = anti_affinity({"app": labels["app"]})
-        elif kind == 1:
-            spec["topologySpreadConstraints"] = spread({"app": labels["app"]}, "topology.kubernetes.io/zone")
-        elif kind == 2:
-            spec["topologySpreadConstraints"] = spread(
-                {"app": labels["app"]}, "kubernetes.io/hostname", max_skew=draw(st.integers(1, 2))
-            )
+        spec.update(draw(rules(labels["app"])))
         request = draw(st.sampled_from(["100m", "250m", "500m", "1000m", "1500m", "3000m"]))
         mem = draw(st.sampled_from(["64Mi", "256Mi", "1024Mi", "3072Mi"]))
         docs.append(pod(f"p{i}", request, mem, labels, **spec))
