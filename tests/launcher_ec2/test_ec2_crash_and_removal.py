@@ -130,7 +130,12 @@ async def test_a_drained_claim_s_instance_is_terminated_and_the_run_replays_to_t
     async with running_launcher(jetstream_log, aws.url) as runtime:
         await until(lambda: catalog_of(jetstream_log), 60, what="the EC2 catalog")
         await plan_claim(jetstream_log, CLAIM, choice("m5.large", zone="us-east-1b"))
-        await until(lambda: live(aws.url, CLAIM), 30, what="the instance")
+
+        async def launched() -> list[ev.Event]:
+            events = await claim_events(jetstream_log, CLAIM)
+            return [e for e in events if isinstance(e, ev.NodeClaimLaunched)]
+
+        await until(launched, 30, what="NodeClaimLaunched")  # disruption drains only what was launched
         [instance] = live(aws.url, CLAIM)
         requested = build_event(
             ev.DisruptionRequested,
