@@ -7,20 +7,20 @@ Steps, each in its own module:
    then name, allocatable after DaemonSets. Each pending pod gets its *feasibility*: the templates and
    offerings it accepts (taints, node affinity, nodeSelector, host ports, fit), soft rules honoured when
    possible (``PreferNoSchedule`` pools last, preferred node affinity). Identical pod specs share it.
-3. **Existing room first** (:mod:`.rooms`): pods go first-fit-decreasing onto existing Nodes (initialized
-   first, starting ones judged without their startup and ephemeral taints), then in-flight NodeClaims,
-   checking taints, labels, fit, hostname rules and the domain rules of every topology key, per placement.
-   Pods the kube-scheduler is already placing (``status.nominatedNodeName``) are not provisioned for; their
-   room on the nominated Node is taken.
-4. **Domains** (:mod:`.topology`): the pods left with spread or pod (anti-)affinity on any key but the
-   hostname (or counted by one) are pinned to a domain, one at a time, judged against the pods placed before
-   them; preferred node affinity is relaxed before a spread is given up.
-5. **Units** (:mod:`.units`): pods bound together by hostname pod affinity become one item (cut to what fits
+3. **Placement, pod by pod** (:mod:`.rooms`, :mod:`.topology`): pods merely counted by a spread first, then
+   pods with only preferences, spreads and anti-affinity, affinity last, first-fit-decreasing within each:
+   each goes onto existing room when some takes it (Nodes, initialized first, starting ones judged without
+   their startup and ephemeral taints, then in-flight NodeClaims: taints, labels, fit, hostname rules), else
+   it is pinned to the domain of every topology key its rules name (any key but the hostname) that its new
+   node must be in; either way judged against the pods placed before it, as the kube-scheduler judges it.
+   Preferred node affinity is relaxed before a spread is given up. Pods the kube-scheduler is already
+   placing (``status.nominatedNodeName``) are not provisioned for; their room on the nominated Node is taken.
+4. **Units** (:mod:`.units`): pods bound together by hostname pod affinity become one item (cut to what fits
    one node when larger).
-6. **Packing** (:mod:`.packing`, :mod:`.newnodes`): per NodePool in priority order, the rest are grouped
+5. **Packing** (:mod:`.packing`, :mod:`.newnodes`): per NodePool in priority order, the rest are grouped
    into classes and packed into new nodes at the lowest price, within limits, shared max sizes and
    ``minValues``; pods a pool cannot take spill to the next pool.
-7. **Plan** (:mod:`.plan`, :mod:`.explain`): every new node with its cheaper-first fallbacks, the
+6. **Plan** (:mod:`.plan`, :mod:`.explain`): every new node with its cheaper-first fallbacks, the
    requirements the launcher must honour, and why each type won or lost. Pods that cannot run get a reason
    per NodePool.
 
