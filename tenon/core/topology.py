@@ -7,10 +7,10 @@ nodes sharing one value of the constraint's topology key. The solver splits them
   is any node label: zone and capacity type vary per offering of a new node, every other key (architecture,
   instance type, a NodePool's own labels...) is fixed per template. Pods are judged *per placement*, as the
   kube-scheduler does: against the counts of the pods running and of those placed before them in this plan,
-  never against pods placed later. Existing room is judged first (a room's domain is its label), then the
-  pods left are pinned to a domain their new node must be in. Pods that only match a counted selector (no
-  constraint of their own) are placed and counted first, then pods with only preferences, so every later
-  check sees them.
+  never against pods placed later. Each pod in turn goes onto existing room if it can (a room's domain is its
+  label), else it is pinned to a domain its new node must be in (:func:`pin_pod`). Pods that only match a
+  counted selector (no constraint of their own) are placed and counted first, then pods with only
+  preferences (:meth:`DomainRules.rank`), so every later check sees them.
 
   - spread (``maxSkew``, ``minDomains``): the domain must keep ``count + self - min(count) <= maxSkew``, the
     minimum taken over every domain with a node matching the pod's node affinity, tainted or not (Kubernetes'
