@@ -115,7 +115,7 @@ async def test_a_launcher_killed_during_create_fleet_never_yields_two_instances(
     async def launched() -> list[ev.Event]:
         return [e for e in await claim_events(jetstream_log, CLAIM) if isinstance(e, ev.NodeClaimLaunched)]
 
-    [event] = await until(launched, 40, what="the claim Launched by the next launcher")
+    [event] = await until(launched, 25, what="the claim Launched by the next launcher")
     [instance] = live(aws.url, CLAIM)
     assert event.provider_id == f"aws:///us-east-1a/{instance['InstanceId']}"
     [answer] = await story_of(jetstream_log, ev.Ec2FleetAnswered, subjects.ec2_fleet(CLAIM))
