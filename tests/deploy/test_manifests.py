@@ -55,10 +55,11 @@ NEEDS: dict[str, set[tuple[str, str, str]]] = {
     },
     # works on the management cluster (deploy/management-cluster); here it reads NodeClaims (leak evidence)
     "launcher-capi": {("karpenter.sh", "nodeclaims", "get")},
+    # EC2NodeClasses come from the log; it writes their status, reads Nodes (memory) and NodeClaims (leaks)
     "launcher-ec2": {
-        *{("karpenter.k8s.aws", "ec2nodeclasses", v) for v in ("get", "list", "watch")},
         ("karpenter.k8s.aws", "ec2nodeclasses/status", "patch"),
-        ("", "events", "create"),
+        ("", "nodes", "list"),
+        ("karpenter.sh", "nodeclaims", "get"),
     },
     "interruption-handler": set(),  # SQS and NATS only
 }
