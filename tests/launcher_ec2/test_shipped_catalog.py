@@ -25,6 +25,8 @@ def test_m5_large_has_karpenter_s_capacity_and_overhead_and_the_list_price() -> 
     assert on_demand == {on_demand_prices()["m5.large"]}
     spot = {o["price"] for o in m5["offerings"] if o["capacityType"] == "spot"}
     assert spot == {round(on_demand_prices()["m5.large"] * 0.35, 6)} and m5["priceEstimated"] is True
+    flags = {o["capacityType"]: o.get("priceEstimated", False) for o in m5["offerings"]}
+    assert flags == {"spot": True, "on-demand": False}  # the list price is no estimate
     assert {o["zone"] for o in m5["offerings"]} >= {"us-east-1a", "us-east-1b", "us-east-1c"}
     assert "spot prices estimated" in catalog["metadata"]["annotations"]["tenon.sh/catalog-notes"]
 

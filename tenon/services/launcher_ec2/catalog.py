@@ -30,8 +30,8 @@ What is left out is counted in the snapshot's ``notes``.
 **Prices.** On-demand from the shipped table. Spot from ``DescribeSpotPriceHistory`` when the answer is
 usable: recent (within :data:`SPOT_PRICE_MAX_AGE`) and not below a thousandth of the on-demand price (moto
 answers 0.00001 dated 2006 for everything). Otherwise the spot price is *estimated*:
-:data:`SPOT_PRICE_MODEL` x the on-demand price, and the entry says ``priceEstimated: true`` and a note says
-how many offerings were estimated and why.
+:data:`SPOT_PRICE_MODEL` x the on-demand price; that offering says ``priceEstimated: true`` (and so does its
+entry: some price of it is a guess), and a note says how many offerings were estimated and why.
 
 **Availability.** An offering marked unavailable (``(capacity type, type, zone)`` until a moment) is
 published with ``available: false`` until then, so the scheduler plans around it (Karpenter's 3-minute
@@ -353,18 +353,19 @@ class _Builder:
             if capacity_type not in classes:
                 continue
             for zone in zones:
-                price = on_demand
+                price, guessed = on_demand, False
                 if capacity_type == SPOT:
                     price, guessed = self.spot_price(name, zone, on_demand)
                     estimated = estimated or guessed
-                out.append(
-                    {
-                        "zone": zone,
-                        "capacityType": capacity_type,
-                        "price": price,
-                        "available": self.available(capacity_type, name, zone),
-                    }
-                )
+                offering = {
+                    "zone": zone,
+                    "capacityType": capacity_type,
+                    "price": price,
+                    "available": self.available(capacity_type, name, zone),
+                }
+                if guessed:
+                    offering["priceEstimated"] = True
+                out.append(offering)
         return out, estimated
 
     def spot_price(self, name: str, zone: str, on_demand: float) -> tuple[float, bool]:
