@@ -69,16 +69,28 @@ def replayed(run_dir: Path, service: str, recording: Path) -> str:
     return done.stdout.splitlines()[-1]
 
 
-def recording_of(run_dir: Path) -> Path:
-    """The demo's whole log, tapped from its broker's store (left in the run directory) as JSON lines."""
+def from_the_log(run_dir: Path, claim: str) -> tuple[Path, str]:
+    """The demo's whole log as JSON lines, and ``tenon explain <claim>``, both read from its broker's store
+    (left in the run directory) once the demo is over."""
     path = run_dir / "recording.jsonl"
     with LocalNatsServer(store_dir=run_dir / "jetstream", max_payload=LOCAL_MAX_PAYLOAD) as broker:
-        command = [sys.executable, "-m", "tenon.cli.main", "tap", "--server", broker.url]
+        tenon = [sys.executable, "-m", "tenon.cli.main"]
         tapped = subprocess.run(
-            [*command, "--no-follow", "--json"], capture_output=True, text=True, timeout=60, check=True
+            [*tenon, "tap", "--server", broker.url, "--no-follow", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        explained = subprocess.run(
+            [*tenon, "explain", "--server", broker.url, claim],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
         )
     path.write_text(tapped.stdout)
-    return path
+    return path, explained.stdout
 
 
 def test_a_spot_interruption_is_answered_replacement_first_with_no_pod_lost(tmp_path: Path) -> None:
@@ -99,8 +111,11 @@ def test_a_spot_interruption_is_answered_replacement_first_with_no_pod_lost(tmp_
     assert result["replacementClaim"] != result["interruptedClaim"]
     assert result["offeringMarkedUnavailable"] is True
     assert result["podsLost"] == 0
-    # what the EC2 services and disruption decided replays to the same, offline, from the log
-    recording = recording_of(tmp_path)
+    # the claim's story tells it; what the EC2 services and disruption decided replays to the same
+    recording, story = from_the_log(tmp_path, result["interruptedClaim"])
+    assert "DisruptionRequested  interruption: " in story
+    assert f"spot-interruption of aws:///{result['interruptedZone']}/" in story
+    assert f"replacement {result['replacementClaim']} is Initialized" in story
     for service in ("interruption-handler", "disruption", "launcher-ec2"):
         assert "0 differ from the log" in replayed(tmp_path, service, recording), service
 
