@@ -81,13 +81,25 @@ class PlainHelpParser(argparse.ArgumentParser):
         super().__init__(**kwargs)
 
 
-def plugin_modules() -> list[str]:
-    """Modules of the subcommands installed beside tenon (the development tools), by entry point name."""
+def command_modules() -> dict[str, str]:
+    """Every subcommand's module by the command's name: a built-in's name is its module's last part, a
+    plugin's is its entry point's name."""
     found = entry_points(group=PLUGIN_GROUP)
-    return [found[name].value for name in sorted(found.names)]
+    plugins = {name: found[name].value for name in sorted(found.names)}
+    return {module.rsplit(".", 1)[-1]: module for module in SUBCOMMANDS} | plugins
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _requested(argv: Sequence[str], modules: dict[str, str]) -> list[str]:
+    """The modules to import for ``argv``: only the named command's (its imports cost half a second for
+    ``tenon simulate`` otherwise), every one when no known command is named (``tenon --help``, a typo)."""
+    first = next((arg for arg in argv if not arg.startswith("-")), None)
+    if first in modules:
+        return [modules[first]]
+    return list(modules.values())
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``tenon`` parser; with ``argv``, only the subcommand it names is imported and registered."""
     parser = PlainHelpParser(
         prog="tenon",
         description="tenon: a Kubernetes node autoscaler speaking Karpenter's API, event-sourced over NATS.",
@@ -95,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(
         dest="command", metavar="COMMAND", required=True, parser_class=PlainHelpParser
     )
-    for module_path in (*SUBCOMMANDS, *plugin_modules()):
+    modules = command_modules()
+    for module_path in _requested(argv, modules) if argv is not None else modules.values():
         if importlib.util.find_spec(module_path.split(".")[0]) is None:
             continue  # a plugin whose package is not installed (a production image has no devtools)
         importlib.import_module(module_path).register(subparsers)
@@ -103,8 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(arguments)
+    args = parser.parse_args(arguments)
     try:
         code: int = args.func(args)
     except KeyboardInterrupt:
