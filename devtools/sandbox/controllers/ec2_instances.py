@@ -39,6 +39,7 @@ from tenon.core.wellknown import (
     HOSTNAME,
     INSTANCE_TYPE,
     OS,
+    REGION,
     UNREGISTERED_TAINT,
     ZONE,
 )
@@ -52,7 +53,6 @@ log = logging.getLogger(__name__)
 
 AWS_ENDPOINT_ENV = SANDBOX_AWS_ENDPOINT
 """The local AWS whose instances become Nodes (unset: no EC2 node lifecycle)."""
-REGION_LABEL = "topology.kubernetes.io/region"
 LIVE_STATES = ("pending", "running")
 MIB = 2**20
 GIB = 2**30
@@ -110,7 +110,7 @@ def node_for_instance(
         HOSTNAME: name,
         ARCH: _arch(described_type),
         OS: "linux",
-        REGION_LABEL: region,
+        REGION: region,
     }
     if zone:
         labels[ZONE] = zone
