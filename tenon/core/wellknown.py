@@ -105,6 +105,8 @@ SCALED_UP_FOR = "tenon.sh/scaled-up-for"
 """On a MachineDeployment: the claims a replica was added for and whose Machine is not bound yet."""
 SCALED_DOWN_FOR = "tenon.sh/scaled-down-for"
 """On a MachineDeployment: the Machines a replica was removed for and that are not gone yet."""
+CATALOG_NOTES = "tenon.sh/catalog-notes"
+"""On an InstanceCatalog tenon built: how it was built and what it left out (one line)."""
 REPLACE_ON_REBALANCE = "tenon.sh/replace-on-rebalance"
 """NodePool annotation: ``"true"`` replaces its nodes on an EC2 rebalance recommendation (by default one is
 only recorded: they come far more often than interruptions, and acting on each churns nodes)."""

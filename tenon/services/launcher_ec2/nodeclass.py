@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tenon.core.quantities import QuantityError, parse_quantity
+from tenon.core.wellknown import ARCH
 from tenon.services.launcher_ec2 import names
 
 ALIAS = re.compile(
@@ -341,7 +342,7 @@ class Resolution:
 
 
 def _arch_requirement(architecture: str) -> dict[str, Any]:
-    return {"key": "kubernetes.io/arch", "operator": "In", "values": [kube_arch(architecture)]}
+    return {"key": ARCH, "operator": "In", "values": [kube_arch(architecture)]}
 
 
 def kube_arch(architecture: str) -> str:

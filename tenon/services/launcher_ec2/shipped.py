@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
+from tenon.core.wellknown import CATALOG_NOTES
 from tenon.services.launcher_ec2.catalog import Inputs, build_catalog
 from tenon.services.launcher_ec2.nodeclass import Image, Resolution, Subnet, read_nodeclass
 
@@ -75,7 +76,7 @@ def offline_catalog(nodeclass: Mapping[str, Any], patterns: tuple[str, ...] = ()
         "kind": "InstanceCatalog",
         "metadata": {
             "name": spec.name,
-            "annotations": {"tenon.sh/catalog-notes": "; ".join((OFFLINE_NOTE, *content.notes))},
+            "annotations": {CATALOG_NOTES: "; ".join((OFFLINE_NOTE, *content.notes))},
         },
         "spec": {"instanceTypes": list(content.instance_types)},
     }

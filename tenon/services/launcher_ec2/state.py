@@ -30,6 +30,7 @@ from typing import Any
 import msgspec
 
 from proto import events as ev
+from tenon.core.wellknown import ARCH
 from tenon.domain.nodeclaim import ClaimBook, NodeClaim
 from tenon.services.launcher_ec2 import names
 from tenon.services.launcher_ec2.catalog import snapshot_content_hash
@@ -85,7 +86,7 @@ def catalog_record(event: ev.CatalogSnapshot) -> CatalogRecord:
     """What a published catalog says a launch needs (see :func:`.catalog.resolution_source`)."""
     types = {}
     for entry in event.instance_types:
-        arch = str((entry.get("labels") or {}).get("kubernetes.io/arch") or "amd64")
+        arch = str((entry.get("labels") or {}).get(ARCH) or "amd64")
         offerings = tuple(
             (str(o.get("capacityType")), str(o.get("zone")), float(o.get("price") or 0.0))
             for o in entry.get("offerings") or []
