@@ -185,3 +185,30 @@ def test_a_pod_deleted_before_it_landed_stops_holding_room() -> None:
     for event in (offered, *plan_batch(fresh, offered).events, soon):
         fresh.apply(event)
     assert len(planned(plan_batch(fresh, soon).events)) == 1
+
+
+def test_a_claim_launched_as_its_fallback_offers_the_fallback_s_room() -> None:
+    projection = demo_projection()
+    offered = batch("b1", pod("a-0", "3"))
+    first = plan_batch(projection, offered).events
+    for event in (offered, *first):
+        projection.apply(event)
+    [claim] = planned(first)
+    assert claim.choice.instance_type == "c3-8"
+    assert [c.instance_type for c in claim.fallbacks] == ["c3-16"]
+    # c3-8 was out of capacity: the launcher moved on to the fallback and launched a c3-16
+    projection.apply(
+        build_event(
+            ev.NodeClaimLaunchFailed, "f", nodeclaim=claim.nodeclaim, instance_type="c3-8", reason="full"
+        )
+    )
+    projection.apply(
+        build_event(
+            ev.NodeClaimLaunched, "l", nodeclaim=claim.nodeclaim, provider_id="p://1", instance_type="c3-16"
+        )
+    )
+    # 4 vCPU fit beside a-0 on a c3-16 (8 vCPU), not on a c3-8 (4 vCPU): nothing is bought
+    again = plan_batch(projection, batch("b2", pod("b-0", "4"))).events
+    assert planned(again) == []
+    [answer] = [e for e in again if isinstance(e, ev.BatchPlanned)]
+    assert answer.unschedulable == ()

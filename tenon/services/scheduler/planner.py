@@ -31,7 +31,15 @@ from datetime import datetime
 
 from proto import events as ev
 from proto.ids import derive_id
-from tenon.core import ClusterInput, InFlightNodeClaim, Plan, PlannedNodeClaim, assemble, solve
+from tenon.core import (
+    ClusterInput,
+    InFlightNodeClaim,
+    Plan,
+    PlannedNodeClaim,
+    Requirement,
+    assemble,
+    solve,
+)
 from tenon.core.wellknown import (
     CAPACITY_TYPE,
     INSTANCE_TYPE,
@@ -143,25 +151,47 @@ def _nodes_and_pods(projection: ClusterProjection, inputs: _Inputs) -> None:
             inputs.add(projection.parse("Pod", key, pod))
 
 
+def _requirements(planned: ev.NodeClaimPlanned) -> tuple[Requirement, ...]:
+    """The claim's requirements as the core reads them (those the scheduler itself wrote: well formed)."""
+    return tuple(
+        Requirement(
+            key=str(r.get("key")),
+            operator=str(r.get("operator")),
+            values=tuple(str(v) for v in r.get("values") or ()),
+        )
+        for r in planned.requirements
+        if r.get("key") and r.get("operator")
+    )
+
+
 def _in_flight(claim: NodeClaim, node_name: str | None, pending: tuple[str, ...]) -> InFlightNodeClaim:
+    """The claim's room as the core should count it: the type it was launched as, else the one its launcher
+    is trying now (a fallback after a failed launch), else its first choice."""
     assert claim.planned is not None
     planned = claim.planned
+    choice = claim.current_choice or planned.choice
+    instance_type, zone, capacity_type = choice.instance_type, choice.zone, choice.capacity_type
+    if claim.launched is not None:
+        instance_type = claim.launched.instance_type
+        zone = claim.launched.zone or zone
+        capacity_type = claim.launched.capacity_type or capacity_type
     labels = {
         **planned.labels,
         NODEPOOL: planned.nodepool,
-        INSTANCE_TYPE: planned.choice.instance_type,
-        CAPACITY_TYPE: planned.choice.capacity_type,
+        INSTANCE_TYPE: instance_type,
+        CAPACITY_TYPE: capacity_type,
     }
-    if planned.choice.zone:
-        labels[ZONE] = planned.choice.zone
+    if zone:
+        labels[ZONE] = zone
     return InFlightNodeClaim(
         name=claim.name,
         node_pool=planned.nodepool,
-        instance_type=planned.choice.instance_type,
-        zone=planned.choice.zone,
-        capacity_type=planned.choice.capacity_type,
+        instance_type=instance_type,
+        zone=zone,
+        capacity_type=capacity_type,
         labels=labels,
         pods=pending,
+        requirements=_requirements(planned),
         node_name=node_name or "",
     )
 
