@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from tenon.core import instance_types_for_node_pool
 from tenon.domain.disruption import consolidation, drift, emptiness
 from tenon.domain.disruption.budgets import Allowance
 from tenon.domain.disruption.candidates import (
@@ -21,7 +22,6 @@ from tenon.domain.disruption.candidates import (
     budget_mapping,
     candidates,
 )
-from tenon.domain.disruption.catalogs import pool_instance_types
 from tenon.domain.disruption.commands import Command
 from tenon.domain.disruption.consolidation import TENON, ResourceScreen, Rules
 from tenon.domain.disruption.simulation import Repacker
@@ -52,7 +52,7 @@ def type_prices(view: ClusterView) -> dict[str, list[tuple[int, int, float]]]:
     if view.core is None:
         return out
     for pool in view.core.node_pools:
-        types = pool_instance_types(view.core, pool)
+        types = instance_types_for_node_pool(view.core, pool)[0]
         out[pool.name] = [
             (t.allocatable.get("cpu", 0), t.allocatable.get("memory", 0), min(o.price for o in t.offerings))
             for t in types

@@ -21,10 +21,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from tenon.core import ClusterInput, assemble, parse_object
+from tenon.core import ClusterInput, assemble, instance_types_for_node_pool, parse_object
 from tenon.core.wellknown import CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, NODEPOOL, PRICE_PER_HOUR, ZONE
 from tenon.domain.disruption import expiration
-from tenon.domain.disruption.catalogs import pool_instance_types
 from tenon.domain.disruption.commands import Command
 from tenon.domain.disruption.consolidation import TENON, Rules
 from tenon.domain.disruption.rounds import decide_round
@@ -174,7 +173,7 @@ def _prices(core: ClusterInput) -> dict[tuple[str, str, str | None, str], float]
     """(pool, type, zone, capacity type) -> price, and (pool, type, None, capacity type) -> the cheapest."""
     out: dict[tuple[str, str, str | None, str], float] = {}
     for pool in core.node_pools:
-        types = pool_instance_types(core, pool)
+        types = instance_types_for_node_pool(core, pool)[0]
         for t in types:
             for o in t.offerings:
                 out[(pool.name, t.name, o.zone, o.capacity_type)] = o.price
@@ -192,7 +191,7 @@ def _replacement_node(cluster: Cluster, name: str, replacement: Any, core: Clust
     for pool in core.node_pools:
         if pool.name != replacement.nodepool:
             continue
-        for t in pool_instance_types(core, pool):
+        for t in instance_types_for_node_pool(core, pool)[0]:
             if t.name == replacement.choice.instance_type:
                 alloc = t.allocatable
                 allocatable = {
