@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup test lint schemas docs bench run clean
+.PHONY: setup test lint schemas docs bench chaos fuzz run clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,15 @@ docs: setup
 
 bench: setup
 	$(PY) -m bench $(BENCH_ARGS)
+
+# 10 minutes of churn while services, their replicas and broker nodes are SIGKILLed (not in CI); prints a table
+chaos: setup
+	$(PY) -m bench.chaos $(CHAOS_ARGS)
+
+# the property tests of tests/trust with a long budget, objects' shapes broken too (make test runs a few seconds)
+fuzz: setup
+	TENON_FUZZ_PROFILE=long TENON_FUZZ_SHAPES=1 $(PY) -m pytest -q tests/trust/test_fuzz_codec.py \
+		tests/trust/test_fuzz_deciders.py $(PYTEST_ARGS)
 
 run: setup
 	$(VENV)/bin/tenon up
