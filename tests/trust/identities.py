@@ -3,7 +3,6 @@ broker says when it refuses one."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from devtools.nats_permissions import Identities
 from tenon.runtime.eventlog.connection import ConnectionSettings
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
+from tests.support.waiting import until
 
 
 def as_user(url: str, identities: Identities, user: str) -> ConnectionSettings:
@@ -31,13 +31,17 @@ async def connect_as(
 
 async def broker_said(caplog: pytest.LogCaptureFixture, words: str, timeout: float = 5.0) -> str:
     """The first warning the client logged that holds ``words`` (the broker reports a refused publish on the
-    connection, asynchronously); AssertionError when none came within ``timeout``."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while asyncio.get_running_loop().time() < deadline:
+    connection, asynchronously); AssertionError naming what it did log when none came within ``timeout``."""
+
+    def said() -> str | None:
         for record in caplog.records:
             message = record.getMessage()
             if record.levelno >= logging.WARNING and words.lower() in message.lower():
                 return message
-        await asyncio.sleep(0.02)
-    said = [r.getMessage() for r in caplog.records]
-    raise AssertionError(f"the broker never said {words!r}; the client logged {said}")
+        return None
+
+    try:
+        return await until(said, timeout, interval=0.02, what=f"the broker saying {words!r}")
+    except AssertionError:
+        logged = [r.getMessage() for r in caplog.records]
+        raise AssertionError(f"the broker never said {words!r}; the client logged {logged}") from None

@@ -131,6 +131,6 @@ async def test_a_fact_the_scheduler_cannot_fold_is_dead_lettered_and_the_next_ba
             planned = [r async for r in event_log.read(subjects.BATCH_DECISIONS)]
             return any(isinstance(r.event, ev.BatchPlanned) for r in planned)
 
-        await until(answered, 10, what="the batch after the poison planned")
+        await until(answered, 5, what="the batch after the poison planned")
         letters = [r async for r in event_log.read(subjects.DEADLETTERS, stream=subjects.DEADLETTER_STREAM)]
         assert len(letters) == 1 and runtime.refused == 1
