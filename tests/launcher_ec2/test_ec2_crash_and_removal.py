@@ -88,13 +88,6 @@ async def story_of(event_log: JetStreamEventLog, kind: type[ev.Event], subject: 
     return [r.event async for r in event_log.read(subject) if isinstance(r.event, kind)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tenon/runtime: after a leader dies holding unacked deliveries, the next leader handles newer "
-    "records first and then skips the redelivered older ones (handle_batch: sequence <= handled), so the "
-    "claim's NodeClaimPlanned never reaches launcher-ec2's state; fix: redeliver from the ack floor in order "
-    "at the start of a term (see the EC2 helper's report)",
-)
 async def test_a_launcher_killed_during_create_fleet_never_yields_two_instances(
     jetstream_log, nats_server, local_aws, processes, tmp_path: Path
 ) -> None:

@@ -41,6 +41,7 @@ from tenon.runtime.eventlog.keyvalue import JetStreamKeyValue, KeyValue
 from tenon.runtime.eventlog.provisioning import (
     StreamSettings,
     default_streams,
+    deliver_in_order_from_ack_floor,
     ensure_consumer,
     ensure_stream,
 )
@@ -314,6 +315,8 @@ class JetStreamEventLog(EventLog):
 
         async def open_source() -> _JetStreamSource:
             await ensure_consumer(self.js, stream, settings)
+            if batch_handler is not None:  # ordered: what a dead leader left unacknowledged comes first
+                await deliver_in_order_from_ack_floor(self.js, stream, settings)
             subscription = await self.js.pull_subscribe_bind(settings.durable, stream)
             return _JetStreamSource(subscription)
 

@@ -138,3 +138,25 @@ async def ensure_consumer(js: JetStreamContext, stream: str, settings: ConsumerS
     ):
         wanted.deliver_policy = current.deliver_policy  # cannot change on a live consumer
         await js.add_consumer(stream, wanted)  # add with the same name updates
+
+
+async def deliver_in_order_from_ack_floor(
+    js: JetStreamContext, stream: str, settings: ConsumerSettings
+) -> None:
+    """Make an ordered consumer deliver again from its first unacknowledged record.
+
+    Records delivered to a leader that died (or lost its connection) before acknowledging them come back only
+    after ``ack_wait``, and by then the consumer has moved on: the next leader would get later records first,
+    and an ordered handler that skips what it has passed would never decide the older ones. With records
+    outstanding, the consumer is recreated to start right after its ack floor, so they come first, in order.
+    The handler skips those already handled (it keeps the sequence it reached), so nothing is decided twice.
+    """
+    info = await js.consumer_info(stream, settings.durable)
+    if not info.num_ack_pending:
+        return
+    floor = int(info.ack_floor.stream_seq) if info.ack_floor else 0
+    config = consumer_config(settings)
+    config.deliver_policy = DeliverPolicy.BY_START_SEQUENCE
+    config.opt_start_seq = floor + 1
+    await js.delete_consumer(stream, settings.durable)
+    await js.add_consumer(stream, config)
