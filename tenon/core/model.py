@@ -120,6 +120,12 @@ class Pod:
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    @cached_property
+    def label_set(self) -> frozenset[tuple[str, str]]:
+        """The labels as a hashable set: what selectors' memos key on (computed once per pod, which the
+        scheduler keeps parsed from one batch to the next)."""
+        return frozenset(self.labels.items())
+
 
 @dataclass(frozen=True)
 class DaemonSet:

@@ -256,10 +256,12 @@ class SpecCache:
 
     The key is the spec's exact encoding (msgpack keeps types apart: ``1`` and ``"1"``, ``1`` and ``True``),
     so two specs share a parse only when they are the same data; a spec that cannot be encoded is parsed
-    every time. At most :data:`SIZE` specs are kept, the least recently used going first.
+    every time. A bound pod's ``nodeName`` (a string) is left out of the key and set on the copy: the replicas
+    of a workload are spread over many nodes, and a scheduler rebuilt from a snapshot parses every bound pod
+    of the cluster once. At most :data:`SIZE` specs are kept, the least recently used going first.
     """
 
-    SIZE = 512
+    SIZE = 4096
 
     def __init__(self) -> None:
         self._pods: OrderedDict[bytes, Pod] = OrderedDict()
@@ -268,10 +270,15 @@ class SpecCache:
     def pod(
         self, ctx: Ctx, namespace: str, name: str, labels: dict[str, str], spec: Any, field: str, **extra: str
     ) -> Pod:
+        node = spec.get("nodeName") if isinstance(spec, dict) else None
+        if isinstance(node, str):
+            spec = {k: v for k, v in spec.items() if k != "nodeName"}
+        else:
+            node = None  # absent, or not a string: parsed (and refused) with the rest
         try:
             key = self._encode((ctx.kind, namespace, labels, spec, field, extra))
         except (TypeError, ValueError, OverflowError):  # not plain data (a YAML timestamp, a set...)
-            return parse_pod_spec(ctx, namespace, name, labels, spec, field, **extra)
+            return _placed(parse_pod_spec(ctx, namespace, name, labels, spec, field, **extra), name, node)
         found = self._pods.get(key)
         if found is None:
             found = parse_pod_spec(ctx, namespace, name, labels, spec, field, **extra)
@@ -280,4 +287,11 @@ class SpecCache:
                 self._pods.popitem(last=False)
         else:
             self._pods.move_to_end(key)
-        return found if found.name == name else replace(found, name=name)
+        return _placed(found, name, node)
+
+
+def _placed(pod: Pod, name: str, node: str | None) -> Pod:
+    """The cached ``pod`` as the replica ``name``, bound to ``node`` when it is."""
+    if pod.name == name and (node is None or pod.node_name == node):
+        return pod
+    return replace(pod, name=name) if node is None else replace(pod, name=name, node_name=node)

@@ -92,7 +92,7 @@ class SelectorIndex:
         return self.ids[sel]
 
     def matching(self, pod: Pod) -> tuple[int, ...]:
-        key = (pod.namespace, frozenset(pod.labels.items()))
+        key = (pod.namespace, pod.label_set)
         found = self._cache.get(key)
         if found is None:
             found = tuple(

@@ -63,7 +63,7 @@ class _ByLabels:
     def __init__(self, pods: Sequence[Pod]):
         self.buckets: dict[tuple[str, frozenset[tuple[str, str]]], list[Pod]] = {}
         for pod in pods:
-            self.buckets.setdefault((pod.namespace, frozenset(pod.labels.items())), []).append(pod)
+            self.buckets.setdefault((pod.namespace, pod.label_set), []).append(pod)
         self._found: dict[ScopedSelector, list[Pod]] = {}
 
     def matching(self, sel: ScopedSelector) -> list[Pod]:
