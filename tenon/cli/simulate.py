@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import gc
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -323,6 +323,7 @@ def read_inputs(paths: list[str]) -> ClusterInput:
     :class:`ReadError` or :class:`InputError`."""
     parts = []
     pods = 0
+    ec2_nodeclasses: list[tuple[str, int, dict[str, Any]]] = []
     for path in paths:
         for source, index, doc in documents(path):
             part = parse_object(source, index, doc)
@@ -332,11 +333,41 @@ def read_inputs(paths: list[str]) -> ClusterInput:
                     f"{source} document {index}: more than {MAX_PODS:,} pods in all (tenon plans fewer)"
                 )
             parts.append(part)
+            if isinstance(doc, dict) and doc.get("kind") == "EC2NodeClass":
+                ec2_nodeclasses.append((source, index, doc))
+    parts += _shipped_ec2_catalogs(ec2_nodeclasses, assemble(parts).catalogs)
     inputs = assemble(parts)
     for skipped in inputs.skipped:
         if skipped.field:  # an object that cannot be read, not merely one scheduling does not use
             raise ReadError(f"{skipped.source} ({skipped.kind} {skipped.name}): {skipped.reason}")
     return inputs
+
+
+def _shipped_ec2_catalogs(
+    nodeclasses: list[tuple[str, int, dict[str, Any]]], catalogs: Mapping[str, Any]
+) -> list[ClusterInput]:
+    """For each EC2NodeClass without an InstanceCatalog of its name among the inputs, the catalog
+    launcher-ec2 would build for it from the instance types and prices tenon ships (spot prices estimated),
+    so a what-if on Karpenter's manifests plans what the live launcher would buy."""
+    missing = [entry for entry in nodeclasses if _name(entry[2]) not in catalogs]
+    if not missing:
+        return []
+    from tenon.services.launcher_ec2.nodeclass import NodeClassInvalid
+    from tenon.services.launcher_ec2.shipped import offline_catalog
+
+    parts = []
+    for source, index, doc in missing:
+        try:
+            catalog = offline_catalog(doc)
+        except NodeClassInvalid as err:
+            raise ReadError(f"{source} document {index}: {err}") from None
+        parts.append(parse_object(f"{source} (EC2NodeClass {_name(doc)}: shipped catalog)", index, catalog))
+    return parts
+
+
+def _name(doc: Mapping[str, Any]) -> str:
+    metadata = doc.get("metadata")
+    return str(metadata.get("name", "")) if isinstance(metadata, Mapping) else ""
 
 
 def run(args: argparse.Namespace) -> int:

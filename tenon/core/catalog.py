@@ -348,7 +348,10 @@ def _catalog_offering(ctx: Ctx, raw: Any, path: str) -> Offering:
     available = off.get("available", True)
     if not isinstance(available, bool):
         raise ctx.error(f"{path}.available", f"must be true or false, got {show(available)}")
-    return Offering(zone or None, str(off.get("capacityType") or ON_DEMAND), price, available)
+    estimated = off.get("priceEstimated", False)
+    if not isinstance(estimated, bool):
+        raise ctx.error(f"{path}.priceEstimated", f"must be true or false, got {show(estimated)}")
+    return Offering(zone or None, str(off.get("capacityType") or ON_DEMAND), price, available, estimated)
 
 
 def _catalog_type(ctx: Ctx, entry: Any, path: str, catalog: str) -> InstanceType:

@@ -82,11 +82,14 @@ class ChoiceFacts:
     chosen: str
     price: float
     price_estimated: bool
+    """Priced by tenon's model for want of a price (a MachineDeployment without the annotation)."""
     needs: tuple[tuple[str, int], ...]
     """What the node must hold, per resource (base units), DaemonSets excluded; zero resources left out."""
     fallbacks: tuple[str, ...]
     """Other types that fit, can be bought where the chosen one is, cheaper first."""
     considered: tuple[Verdict, ...]
+    offering_estimated: bool = False
+    """The chosen offering's price is an estimate its catalog flagged (EC2 gave no usable spot price)."""
 
 
 def verdict_words(verdict: Verdict) -> str:
@@ -114,6 +117,8 @@ def chosen_words(facts: ChoiceFacts) -> str:
     because = f"{facts.chosen} at {facts.price:g}/h is the cheapest type that fits {needs}"
     if facts.price_estimated:
         because += " (price estimated from its resources: no tenon.sh/price-per-hour annotation)"
+    elif facts.offering_estimated:
+        because += " (an estimated price: the provider gave no usable figure for this offering)"
     return because
 
 
@@ -173,6 +178,7 @@ def choice_facts(
         chosen=chosen.instance_type.name,
         price=price,
         price_estimated=chosen.instance_type.price_estimated,
+        offering_estimated=offer is not None and chosen.instance_type.offering_estimated(*offer),
         needs=tuple((r, u) for r, u in zip(resource_names, used, strict=True) if u),
         fallbacks=_fallback_names(fallbacks, chosen.instance_type.name),
         considered=_kept(considered, price),

@@ -150,6 +150,7 @@ class Offering:
     capacity_type: str
     price: float
     available: bool = True
+    price_estimated: bool = False  # priced by a model: the provider gave no usable figure (EC2 spot)
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,13 @@ class InstanceType:
     @property
     def allocatable(self) -> Resources:
         return {name: max(0, amount - self.overhead.get(name, 0)) for name, amount in self.capacity.items()}
+
+    def offering_estimated(self, zone: str | None, capacity_type: str) -> bool:
+        """Whether the price of the offering bought in ``zone`` as ``capacity_type`` is an estimate."""
+        return any(
+            o.price_estimated and o.capacity_type == capacity_type and o.zone in (zone, None)
+            for o in self.offerings
+        )
 
 
 @dataclass(frozen=True)

@@ -236,7 +236,8 @@ class ClaimMaker:
             zone=zone,
             capacity_type=ct,
             price=b.price,
-            price_estimated=b.template.instance_type.price_estimated,
+            price_estimated=b.template.instance_type.price_estimated
+            or b.template.instance_type.offering_estimated(zone, ct),
             pods=tuple(sorted(pods)),
             fallbacks=tuple(fallbacks),
             requirements=tuple(self._requirements(pool, b, fallbacks, fitting)),
