@@ -92,7 +92,10 @@ class Ctx:
         return value if isinstance(value, str) else str(value)
 
     def labels(self, value: Any, field: str) -> dict[str, str]:
-        return {str(k): self.text(v, f"{field}.{k}") for k, v in self.mapping(value, field).items()}
+        mapping = self.mapping(value, field)
+        if all(type(k) is str and type(v) is str for k, v in mapping.items()):
+            return dict(mapping)  # what the API server gives: strings only (every pod's labels, parsed once)
+        return {str(k): self.text(v, f"{field}.{k}") for k, v in mapping.items()}
 
 
 def requirement(ctx: Ctx, raw: Any, field: str, operators: tuple[str, ...]) -> Requirement:
