@@ -17,10 +17,10 @@ A service that decides from the log is three things (see :mod:`tenon.services`):
    folded; later records are left for the consumer (folded and *decided* when it delivers them), except the
    service's own decisions, folded at once as the live service did when it made them. Rebuild cost is the tail
    since the last snapshot, not the log's history.
-2. **Follow** the decider's inputs with a durable consumer, one record at a time (a decision must see every
-   record before its input): fold, decide, carry out and record each decision, fold the decision at once (the
-   next input must see it), then ack. A record the aggregate refuses (an impossible story) is dead-lettered
-   with the reason, never acted on. A decision on a claim that moved on meanwhile is deferred: decisions are
+2. **Follow** the decider's inputs with a durable consumer, in log order (a decision must see every record
+   before its input): fold, decide, carry out and record each decision, fold the decision at once (the next
+   input must see it), then ack. A record the aggregate refuses (an impossible story) is dead-lettered with
+   the reason, never acted on. A decision on a claim that moved on meanwhile is deferred: decisions are
    level-triggered, so it is decided again when the conflicting event is folded.
 3. **Tick** every ``tick_seconds``: ``decider.tick(state, now)``; its decisions carry ``basis`` (the last
    sequence the state covered) so a replay decides them from the same state.
@@ -29,6 +29,21 @@ A service that decides from the log is three things (see :mod:`tenon.services`):
 
 Executors with inputs from outside the log (a user's ``kubectl delete nodeclaim``) call :meth:`submit`; such
 decisions carry neither causation nor basis, and a replay reports them as external.
+
+**Deciding on batches** (opt-in, ``decides_on_batches = True``). A decider whose ``decide`` is level-triggered
+(what it answers is a function of the whole state; the input gives only the answer's cause and moment) is not
+asked once per record: the runtime folds every record of a fetched batch and decides once, on its last input,
+so a burst of 200 ``NodeClaimPlanned`` costs one decision (one MachineDeployment patch), not 200. An input
+whose answer is about the input itself (a ``PendingBatch`` to plan) is named by the decider's
+``decided_alone(event)``: the batch is cut right after it and it is decided on the state as of itself.
+``tenon replay`` knows the rule (:mod:`tenon.runtime.replay`): an answer recorded on an input reproduces when
+every input up to it is folded, and an input answered by nothing owes nothing by the batch's end.
+
+**Carrying out** a call's decisions: in order, except that decisions on different aggregates run together.
+The decider's ``lane(decision)`` names the aggregate a decision belongs to (default: its claim, for claim
+events); decisions of one lane keep their order, and a decision with no lane (None) waits for everything
+before it and holds back everything after it. So the Registered of 100 claims (a Node patch and an append
+each) take one round trip's time, not 100.
 """
 
 from __future__ import annotations
@@ -39,7 +54,7 @@ import gc
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, Protocol, TypeVar
@@ -96,6 +111,47 @@ class Decider(Protocol[S]):
     def encode(self, state: S) -> bytes: ...
 
     def decode(self, data: bytes) -> S: ...
+
+
+Lane = Hashable | None
+"""What a decision belongs to for carrying out: decisions of different lanes are independent (None: a barrier,
+ordered against every other decision)."""
+
+
+def claim_lane(decision: ev.Event) -> Lane:
+    """The default lanes: a claim event belongs to its claim; anything else is a barrier."""
+    return ("nodeclaim", decision.nodeclaim) if isinstance(decision, ev.NodeClaimEvent) else None
+
+
+def decides_on_batches(decider: object) -> bool:
+    """Whether ``decider`` decides once per batch of inputs (see the module docstring)."""
+    return bool(getattr(decider, "decides_on_batches", False))
+
+
+def decided_alone(decider: object, event: ev.Event) -> bool:
+    """Whether a batch-deciding ``decider`` answers ``event`` on the state as of itself (a cut in a batch)."""
+    alone = getattr(decider, "decided_alone", None)
+    return bool(alone(event)) if alone is not None else False
+
+
+def lanes(decider: object, decisions: Sequence[ev.Event]) -> list[list[list[ev.Event]]]:
+    """``decisions`` as steps carried out one after the other, each step a set of lanes carried out together,
+    each lane in order: a barrier is a step of its own."""
+    lane_of = getattr(decider, "lane", None) or claim_lane
+    steps: list[list[list[ev.Event]]] = []
+    current: dict[Hashable, list[ev.Event]] = {}
+    for decision in decisions:
+        lane = lane_of(decision)
+        if lane is None:
+            if current:
+                steps.append(list(current.values()))
+                current = {}
+            steps.append([[decision]])
+        else:
+            current.setdefault(lane, []).append(decision)
+    if current:
+        steps.append(list(current.values()))
+    return steps
 
 
 class Executor(Protocol):
@@ -328,36 +384,36 @@ class DeciderRuntime(Generic[S]):
 
     async def handle_batch(self, records: list[LogRecord]) -> dict[int, str]:
         """Records in log order: fold each, decide, carry out; returns the ones refused (sequence -> reason),
-        which the consumer dead-letters. A decider that ``decides_on_batches`` (its decisions are a function
-        of the whole state: level-triggered) decides once, after the batch is folded."""
+        which the consumer dead-letters. A decider that ``decides_on_batches`` decides once per batch, on its
+        last input, and at each input it ``decided_alone`` (see the module docstring)."""
         refused: dict[int, str] = {}
         handled: list[ev.Event] = []
+        per_batch = decides_on_batches(self.decider)
         async with self.lock:
-            last: tuple[LogRecord, ev.Event] | None = None
+            undecided: ev.Event | None = None
+            reached = self.handled
             for record in records:
                 if record.sequence <= self.handled:
                     continue  # handled before this leader's rebuild, or in a batch redelivered
+                reached = record.sequence
                 event = self._fold_input(record, refused)
                 if event is None:
-                    self.handled = max(self.handled, record.sequence)
+                    if undecided is None:
+                        self.handled = max(self.handled, record.sequence)
                     continue
-                if self._per_batch:
-                    last = (record, event)
-                else:
-                    await self._decide_and_carry_out(event)
-                    self.handled = record.sequence
                 handled.append(event)
-            if last is not None:
-                await self._decide_and_carry_out(last[1])
-                self.handled = max(self.handled, last[0].sequence)
+                if per_batch and not decided_alone(self.decider, event):
+                    undecided = event  # decided with the rest of the batch
+                    continue
+                await self._decide_and_carry_out(event)
+                self.handled, undecided = record.sequence, None
+            if undecided is not None:
+                await self._decide_and_carry_out(undecided)
+                self.handled = max(self.handled, reached)
         for event in handled:
             await self.executor.observed(event)
         self._maybe_snapshot()
         return refused
-
-    @property
-    def _per_batch(self) -> bool:
-        return bool(getattr(self.decider, "decides_on_batches", False))
 
     def _fold_input(self, record: LogRecord, refused: dict[int, str]) -> ev.Event | None:
         """The record's event, folded; None (and the reason in ``refused``) when it cannot be trusted."""
@@ -440,12 +496,17 @@ class DeciderRuntime(Generic[S]):
         if not decisions:
             return
         started = time.perf_counter()
-        # new claims are independent aggregates: record them together, then everything else in order
-        planned = [d for d in decisions if isinstance(d, ev.NodeClaimPlanned)]
-        await asyncio.gather(*(self._carry_out_one(d, cause) for d in planned))
-        for decision in decisions:
-            if not isinstance(decision, ev.NodeClaimPlanned):
-                await self._carry_out_one(decision, cause)
+        for step in lanes(self.decider, decisions):
+            if len(step) == 1:
+                await self._carry_out_lane(step[0], cause)
+                continue
+            # every lane runs to its end before a failure is raised: a retry must not race a running lane
+            outcomes = await asyncio.gather(
+                *(self._carry_out_lane(lane, cause) for lane in step), return_exceptions=True
+            )
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
         metrics.DECISION_DURATION.labels(service=self.name).observe(time.perf_counter() - started)
         log.info(
             "decided",
@@ -456,6 +517,10 @@ class DeciderRuntime(Generic[S]):
                 "ms": round((time.perf_counter() - started) * 1000),
             },
         )
+
+    async def _carry_out_lane(self, lane: list[ev.Event], cause: ev.Event | None) -> None:
+        for decision in lane:
+            await self._carry_out_one(decision, cause)
 
     async def _carry_out_one(self, decision: ev.Event, cause: ev.Event | None) -> None:
         if decision.id in self._recent:

@@ -24,6 +24,20 @@ decides now with what was recorded then. The replay walks the log as the live ru
 * A decider that checks its own output (``replays_itself = True``: the pod-watcher's batching, whose inputs
   are
   recorded inside its PendingBatch events) is compared against the input record itself.
+* A decider that ``decides_on_batches`` (:mod:`tenon.runtime.decider`) answered a whole fetched batch on its
+  last input, and the log does not say where batches began. Its decisions are level-triggered, so the replay
+  still decides at every input, and:
+
+  - an input with recorded answers is compared with them exactly (every input up to it is folded, as the live
+    runtime had folded its whole batch);
+  - an input the live runtime certainly decided on is compared too, answered or not: one it
+    ``decided_alone``, and one a tick's ``basis`` names (a tick runs between batches, so the runtime had
+    decided on that input);
+  - any other input with no recorded answer may have been in the middle of a batch: what the replay decides
+    there is *owed*, and the debt is settled by the next input that is compared (the batch's answer, checked
+    exactly, answers whatever is still owed then) or that owes nothing (what was owed became moot before the
+    batch could end). A debt still open at the end of the range is a difference: the live service owed
+    those decisions and recorded none.
 
 Decisions are compared without ``decidedAt`` (the only envelope field that legitimately differs).
 """
@@ -41,7 +55,7 @@ from proto import subjects
 from proto.codec import UndecodableEvent
 from proto.events import Event, NodeClaimEvent
 from tenon.domain.nodeclaim import ImpossibleStory
-from tenon.runtime.decider import Decider
+from tenon.runtime.decider import Decider, decided_alone, decides_on_batches
 from tenon.runtime.eventlog.records import LogRecord
 
 
@@ -107,6 +121,11 @@ class _Recording:
     ticks: dict[int, dict[Any, list[tuple[int, Event]]]] = field(default_factory=lambda: defaultdict(dict))
     external: set[str] = field(default_factory=set)
 
+    @property
+    def tick_bases(self) -> set[int]:
+        """Input sequences a tick's state covered: the live runtime had decided on each of them."""
+        return set(self.ticks)
+
     @classmethod
     def of(cls, decider: Decider[Any], decoded: Sequence[tuple[LogRecord, Event]]) -> _Recording:
         recording = cls()
@@ -139,6 +158,11 @@ class _Replayer:
         self.recorded_so_far: set[str] = set()
         self.awaiting: list[tuple[int, Event]] = []
         self.report = ReplayReport()
+        self.per_batch = decides_on_batches(decider)
+        self.decided_at = self.recording.tick_bases
+        self.owed: tuple[int, str, list[Event]] | None = None
+        """For a batch decider, a debt no answer has settled yet: the first input that owed it (its sequence
+        and type) and what is owed as of the latest input."""
 
     def _fold(self, event: Event, sequence: int) -> None:
         if event.id in self.folded:
@@ -187,8 +211,29 @@ class _Replayer:
         self._fold(event, record.sequence)
         replayed = self._worth_comparing(self.decider.decide(self.state, event))
         recorded = self.recording.answers.get(event.id, [])
+        if self.per_batch and not recorded and not self._decided_live(record, event):
+            if not replayed:
+                self.owed = None  # owes nothing here: whatever was owed before became moot
+            else:  # owed since the first input that owed, what is owed as of this one
+                since = self.owed or (record.sequence, type(event).__name__, replayed)
+                self.owed = (since[0], since[1], replayed)
+            return
+        self.owed = None  # the batch's answer, compared exactly, settles what was owed in it
         self._compare(record.sequence, type(event).__name__, replayed, recorded)
         self._settle(recorded)
+
+    def _decided_live(self, record: LogRecord, event: Event) -> bool:
+        """Whether the live runtime is known to have decided on this input (not just folded it)."""
+        return record.sequence in self.decided_at or decided_alone(self.decider, event)
+
+    def close(self) -> None:
+        """The end of the range: what is still awaited or owed was never recorded."""
+        if self.awaiting:  # recorded, and no replayed answer reproduced them
+            first, event = self.awaiting[0]
+            self._compare(first, type(event).__name__, [], self.awaiting)
+        if self.owed is not None:
+            sequence, kind, owed = self.owed
+            self._compare(sequence, f"{kind} (owed to the end of the range)", owed, [])
 
     def ticks_after(self, sequence: int) -> None:
         for (moment, basis), recorded in sorted(self.recording.ticks.pop(sequence, {}).items()):
@@ -233,8 +278,6 @@ def replay(decider: Decider[Any], records: Iterable[LogRecord]) -> ReplayReport:
         elif event.producer == decider.name and event.id in replayer.recording.external:
             replayer.report.external += 1
             replayer._fold(event, record.sequence)
-    if replayer.awaiting:  # recorded, and no replayed answer reproduced them
-        first, event = replayer.awaiting[0]
-        replayer._compare(first, type(event).__name__, [], replayer.awaiting)
+    replayer.close()
     replayer.report.ticks_outside = sum(len(groups) for groups in replayer.recording.ticks.values())
     return replayer.report

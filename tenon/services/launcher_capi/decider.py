@@ -8,8 +8,14 @@ launcher-capi`` run it.
   observations and the evidence, so everything a decision depends on is in the log.
 * ``evolve`` folds them into :class:`.state.LauncherState`.
 * ``decide`` answers an input with :func:`.launching.plan` on the whole state (level-triggered), with the
-  input as the decisions' cause and its ``decidedAt`` as their moment. Inputs that change nothing the launcher
-  decides on (:data:`NOTHING_TO_DECIDE`) are folded, not decided on.
+  input as the decisions' cause and its ``decidedAt`` as their moment. It ``decides_on_batches``: the runtime
+  folds a whole fetched batch of inputs and decides once, on its last input, so 200 claims planned at once
+  cost one MachineDeployment patch per MachineDeployment, not 200 patches serialised on its
+  resourceVersion. (Whatever the last input's type: a plan owes what the whole state owes.)
+* ``lane``: the decisions of one plan on different Machines, and on different claims, are carried out
+  together (a bind is one Machine's patch); a MachineDeployment's scale waits for everything before it (its
+  decrements need their Machines marked first, its records the Machines bound first) and holds back
+  everything after it.
 * ``tick`` runs the same plan with no cause: whatever a dropped decision (a conflict, an API error) left to do
   is decided again there. The leak grace is not in the decider: the executor asks for evidence
   (:func:`.removal.leak_suspects`) and the decision follows from the recorded evidence.
@@ -23,23 +29,9 @@ from datetime import datetime
 from proto import events as ev
 from proto import registry
 from tenon.domain.nodeclaim import ClaimBook
+from tenon.runtime.decider import Lane
 from tenon.services.launcher_capi.launching import plan
 from tenon.services.launcher_capi.state import LauncherState, decode_state, encode_state
-
-NOTHING_TO_DECIDE = (
-    ev.NodeClaimRegistered,
-    ev.NodeClaimInitialized,
-    ev.DisruptionRequested,
-    ev.NodeClassesSnapshot,
-    ev.MachineDeploymentScaled,
-    ev.MachineBound,
-    ev.MachineRemovalDecided,
-    ev.MachineKept,
-)
-"""Inputs folded but not decided on: nothing the launcher decides reads what they change, or (its own actions
-on Cluster API, coming back through the log) what they change was folded, and decided on, when they were made.
-Its own claim events are decided on: a failed launch moves the claim to its next choice."""
-
 
 OBSERVATIONS: tuple[type[ev.Event], ...] = (
     ev.MachineDeploymentObserved,
@@ -55,6 +47,7 @@ class CapiLauncherDecider:
     inputs = registry.inputs_of(registry.LAUNCHER_CAPI)
     state_format = "launcher-capi/1"
     observations = OBSERVATIONS
+    decides_on_batches = True
 
     def initial_state(self) -> LauncherState:
         return LauncherState()
@@ -63,9 +56,14 @@ class CapiLauncherDecider:
         return state.apply(event, sequence)
 
     def decide(self, state: LauncherState, event: ev.Event) -> Sequence[ev.Event]:
-        if isinstance(event, NOTHING_TO_DECIDE):
-            return ()
         return plan(state, event, event.decided_at)
+
+    def lane(self, decision: ev.Event) -> Lane:
+        if isinstance(decision, ev.NodeClaimEvent):
+            return ("nodeclaim", decision.nodeclaim)
+        if isinstance(decision, ev.MachineBound | ev.MachineRemovalDecided | ev.MachineKept):
+            return ("machine", decision.namespace, decision.machine)
+        return None  # a MachineDeployment's scale: after what precedes it, before what follows
 
     def tick(self, state: LauncherState, now: datetime) -> Sequence[ev.Event]:
         return plan(state, None, now)

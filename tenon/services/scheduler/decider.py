@@ -2,8 +2,15 @@
 
 ``evolve`` folds every event into the :class:`ClusterProjection`; ``decide`` then looks at the state *with*
 the event folded in and answers: a PendingBatch with NodeClaims (:mod:`.planner`), an abandoned claim by
-planning its pods again, Node and claim events with lifecycle steps (:mod:`.lifecycle`). ``tick`` abandons
-claims that waited too long for their machine or their node.
+planning its pods again, a disruption's replacements with their claims; and, whatever the input, every claim
+with the lifecycle step now true and not yet recorded (:mod:`.lifecycle`, level-triggered). ``tick``
+abandons claims that waited too long for their machine or their node.
+
+It ``decides_on_batches`` (:mod:`tenon.runtime.decider`): a fetched batch of Node observations and claim
+events is folded whole and decided once, so the 100 claims whose Nodes joined meanwhile are registered by one
+decision (their Node patches and appends carried out together), not one after another. An input whose answer
+is about itself (:func:`decided_alone`: a batch to plan, an abandoned claim, replacements) is decided on the
+state as of itself.
 """
 
 from __future__ import annotations
@@ -17,11 +24,15 @@ from tenon.domain.nodeclaim import ClaimBook
 from tenon.domain.projection import ClusterProjection, decode_projection, encode_projection
 from tenon.services.scheduler import lifecycle, planner, replacements
 
+ANSWERED_ALONE = (ev.PendingBatch, ev.ReplacementsRequested, ev.NodeClaimAbandoned)
+"""Inputs whose answer is about the input itself: each is decided on the state as of itself."""
+
 
 class SchedulerDecider:
     name = registry.SCHEDULER
     inputs = registry.inputs_of(registry.SCHEDULER)
     state_format = "scheduler/1"
+    decides_on_batches = True
 
     def __init__(
         self,
@@ -38,15 +49,18 @@ class SchedulerDecider:
     def evolve(self, state: ClusterProjection, event: ev.Event, sequence: int = 0) -> ClusterProjection:
         return state.apply(event, sequence)
 
+    def decided_alone(self, event: ev.Event) -> bool:
+        return isinstance(event, ANSWERED_ALONE)
+
     def decide(self, state: ClusterProjection, event: ev.Event) -> Sequence[ev.Event]:
-        if isinstance(event, ev.PendingBatch):
-            return planner.plan_batch(state, event).events
-        if isinstance(event, ev.ReplacementsRequested):
-            return replacements.plan_replacements(state, event)
         decisions: list[ev.Event] = []
-        if isinstance(event, ev.NodeClaimAbandoned):
+        if isinstance(event, ev.PendingBatch):
+            decisions += planner.plan_batch(state, event).events
+        elif isinstance(event, ev.ReplacementsRequested):
+            decisions += replacements.plan_replacements(state, event)
+        elif isinstance(event, ev.NodeClaimAbandoned):
             decisions += planner.replan_abandoned(state, event).events
-        return decisions + lifecycle.decide(state, event)
+        return decisions + lifecycle.due_everywhere(state, event)
 
     def tick(self, state: ClusterProjection, now: datetime) -> Sequence[ev.Event]:
         return lifecycle.expired_claims(

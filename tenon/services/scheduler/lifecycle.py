@@ -29,12 +29,16 @@ from typing import Any
 from proto import events as ev
 from proto.ids import derive_id
 from tenon.core.wellknown import REGISTERED, TERMINATION_FINALIZER, UNREGISTERED_TAINT
-from tenon.domain.nodeclaim import NodeClaim
+from tenon.domain.nodeclaim import NodeClaim, Phase
 from tenon.domain.projection import ClusterProjection, KubeObject
 
 PRODUCER = "scheduler"
 LAUNCH_TIMEOUT = timedelta(minutes=5)
 REGISTRATION_TIMEOUT = timedelta(minutes=15)
+
+
+_STEPPING = frozenset({Phase.FAILED, Phase.LAUNCHED, Phase.REGISTERED})
+"""The phases in which a claim may have a lifecycle step due (:func:`due`)."""
 
 
 def _ready(node: KubeObject) -> bool:
@@ -135,10 +139,22 @@ def due(projection: ClusterProjection, claim: NodeClaim, cause: ev.Event) -> lis
 
 
 def decide(projection: ClusterProjection, event: ev.Event) -> list[ev.Event]:
-    """Lifecycle events that became true with ``event`` (already folded into ``projection``)."""
+    """Lifecycle events that became true with ``event`` (already folded into ``projection``), for the claims
+    it concerns."""
     decisions: list[ev.Event] = []
     for claim in affected_claims(projection, event):
         decisions += due(projection, claim, event)
+    return decisions
+
+
+def due_everywhere(projection: ClusterProjection, cause: ev.Event) -> list[ev.Event]:
+    """Every claim's lifecycle events that are true now and not yet recorded, answering ``cause`` (what the
+    scheduler decides on a whole batch of inputs: whichever of them made a step true)."""
+    decisions: list[ev.Event] = []
+    for name in sorted(projection.claims):
+        claim = projection.claims[name]
+        if claim.phase in _STEPPING:
+            decisions += due(projection, claim, cause)
     return decisions
 
 
