@@ -78,13 +78,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import itertools
 import math
 import os
+import pstats
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from bench.suite import Suite, Target
@@ -653,14 +656,68 @@ async def measure_scale_to_zero(
     }
 
 
+PROFILE_ENV = "TENON_BENCH_PROFILE"
+"""A directory: every process of the stack (sandbox, each service; or those named, comma-separated, in
+``TENON_BENCH_PROFILE_ONLY``) runs under cProfile and writes ``<dir>/<measure>/<process>.pstats`` when it
+stops; the suite keeps each one's busiest functions with its figures."""
+
+_PROFILE_HOOK = """\
+import atexit, cProfile, os, sys
+_out = os.environ.get("TENON_BENCH_PROFILE_OUT")
+_identity = os.environ.get("TENON_IDENTITY")
+_name = _identity.split("-1-")[0] if _identity else "sandbox" if "sandbox" in sys.argv else str(os.getpid())
+_only = [n for n in os.environ.get("TENON_BENCH_PROFILE_ONLY", "").split(",") if n]
+# only the stack's processes have the variable (at this point sys.argv is still ["-m", ...])
+if _out and (not _only or _name in _only):
+    _profile = cProfile.Profile()
+    _profile.enable()
+
+    @atexit.register
+    def _dump() -> None:
+        _profile.disable()
+        _profile.dump_stats(os.path.join(_out, _name + ".pstats"))
+"""
+
+
+def _profiled_env(measure: str) -> dict[str, str]:
+    """The stack's extra environment when :data:`PROFILE_ENV` names a directory: a ``sitecustomize`` that
+    profiles each process of the stack (the env hook is the bench's own; nothing in tenon knows of it)."""
+    root = os.environ.get(PROFILE_ENV)
+    if not root:
+        return {}
+    out = Path(root).resolve() / measure
+    hook = out / "hook"
+    hook.mkdir(parents=True, exist_ok=True)
+    (hook / "sitecustomize.py").write_text(_PROFILE_HOOK)
+    path = os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH", "")) if p)
+    only = os.environ.get("TENON_BENCH_PROFILE_ONLY", "")
+    return {"PYTHONPATH": path, "TENON_BENCH_PROFILE_OUT": str(out), "TENON_BENCH_PROFILE_ONLY": only}
+
+
+def profile_summary(measure: str, top: int = 25) -> dict[str, list[str]]:
+    """Each profiled process's busiest functions (own time), as printed lines; empty when not profiling."""
+    root = os.environ.get(PROFILE_ENV)
+    if not root:
+        return {}
+    summary: dict[str, list[str]] = {}
+    for path in sorted((Path(root).resolve() / measure).glob("*.pstats")):
+        stream = io.StringIO()
+        stats = pstats.Stats(str(path), stream=stream)
+        stats.sort_stats("tottime").print_stats(top)
+        summary[path.stem] = stream.getvalue().splitlines()
+    return summary
+
+
 def run_provisioning(deployments: int, replicas: int, timeout: float) -> dict[str, Any]:
-    with LocalStack(profile="fast") as stack:
-        return asyncio.run(measure_provisioning(stack, deployments, replicas, timeout))
+    with LocalStack(profile="fast", extra_env=_profiled_env("provisioning")) as stack:
+        result = asyncio.run(measure_provisioning(stack, deployments, replicas, timeout))
+    return {**result, "profile": profile_summary("provisioning")} if os.environ.get(PROFILE_ENV) else result
 
 
 def run_scale_to_zero(nodes: int, timeout: float) -> dict[str, Any]:
-    with LocalStack(profile="fast") as stack:
-        return asyncio.run(measure_scale_to_zero(stack, nodes, timeout))
+    with LocalStack(profile="fast", extra_env=_profiled_env("scale_to_zero")) as stack:
+        result = asyncio.run(measure_scale_to_zero(stack, nodes, timeout))
+    return {**result, "profile": profile_summary("scale_to_zero")} if os.environ.get(PROFILE_ENV) else result
 
 
 # ---------------------------------------------------------------------------------------------------- suite
