@@ -35,6 +35,8 @@ def decode(data: bytes) -> Event:
         raise UndecodableEvent(_explain(data, exc)) from None
     except msgspec.DecodeError as exc:
         raise UndecodableEvent(f"not valid JSON: {exc}") from None
+    except RecursionError:  # msgspec descends once per level: a hostile object nested thousands deep
+        raise UndecodableEvent("nested too deep to be a Kubernetes object or a tenon event") from None
 
 
 def _explain(data: bytes, exc: msgspec.ValidationError) -> str:

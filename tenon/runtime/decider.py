@@ -339,12 +339,27 @@ class DeciderRuntime(Generic[S]):
         return folded, 1
 
     def _rebuild_fold(self, event: ev.Event, sequence: int) -> bool:
+        reason = self._evolve(event, sequence)
+        if reason is not None:
+            log.warning("impossible event skipped at rebuild", extra={"service": self.name, "why": reason})
+            return False
+        return True
+
+    def _evolve(self, event: ev.Event, sequence: int) -> str | None:
+        """Fold ``event`` into the state; why it was refused, if it was. Whatever ``evolve`` raises refuses
+        the event, not the service: an input the decider cannot fold (a story its aggregate refuses, or an
+        object no kube-apiserver would serve that a check missed) must not stop every input after it."""
         try:
             self.state = self.decider.evolve(self.state, event, sequence)
         except ImpossibleStory as exc:
-            log.warning("impossible event skipped at rebuild", extra={"service": self.name, "why": str(exc)})
-            return False
-        return True
+            return str(exc)
+        except Exception as exc:  # a hostile or malformed input that reached a fold: loud, then refused
+            log.exception(
+                "folding an event failed; refused",
+                extra={"service": self.name, "sequence": sequence, "type": type(event).__name__},
+            )
+            return f"{type(event).__name__} could not be folded: {type(exc).__name__}: {exc}"
+        return None
 
     async def _load_snapshot(self) -> str:
         stored = await self.event_log.snapshots().load(self.name)
@@ -426,10 +441,7 @@ class DeciderRuntime(Generic[S]):
         if reason is None and event.id in self.prefolded:
             self.prefolded.discard(event.id)
         elif reason is None and record.sequence > self.folded:
-            try:
-                self.state = self.decider.evolve(self.state, event, record.sequence)
-            except ImpossibleStory as exc:
-                reason = str(exc)
+            reason = self._evolve(event, record.sequence)
         if reason is not None:
             self.refused += 1
             log.warning(

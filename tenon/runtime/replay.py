@@ -54,7 +54,6 @@ import msgspec
 from proto import subjects
 from proto.codec import UndecodableEvent
 from proto.events import Event, NodeClaimEvent
-from tenon.domain.nodeclaim import ImpossibleStory
 from tenon.runtime.decider import Decider, decided_alone, decides_on_batches
 from tenon.runtime.eventlog.records import LogRecord
 
@@ -170,8 +169,8 @@ class _Replayer:
         self.folded.add(event.id)
         try:
             self.state = self.decider.evolve(self.state, event, sequence)
-        except ImpossibleStory:
-            pass  # the live runtime refused it too (dead-lettered)
+        except Exception:  # ImpossibleStory, or an input no fold can take: the live runtime refused it too
+            pass
 
     def _worth_comparing(self, decisions: Iterable[Event]) -> list[Event]:
         """Replayed decisions the live runtime would have recorded."""
