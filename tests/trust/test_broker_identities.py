@@ -126,3 +126,19 @@ async def test_a_strict_broker_refuses_a_client_without_credentials(caplog: pyte
         with caplog.at_level(logging.WARNING), pytest.raises(EventLogError, match="cannot reach NATS"):
             await JetStreamEventLog.connect(settings, provision=False)
         await broker_said(caplog, "authorization violation")
+
+
+async def test_the_operator_cannot_delete_a_snapshot_and_is_told_so(broker: LocalNatsServer) -> None:
+    scheduler = await connect_as(broker.url, IDENTITIES, "scheduler", provision=True)
+    operator = await connect_as(broker.url, IDENTITIES, OPERATOR)
+    try:
+        await scheduler.snapshots().save("scheduler", b"state", format="scheduler/test", covers=7)
+        with pytest.raises(EventLogError, match="could not delete the snapshots of scheduler"):
+            await operator.snapshots().delete("scheduler")
+        kept = await operator.snapshots().load("scheduler")
+        assert kept is not None and kept.data == b"state"
+        await scheduler.snapshots().delete("scheduler")  # its owner may
+        assert await operator.snapshots().load("scheduler") is None
+    finally:
+        await operator.close()
+        await scheduler.close()
