@@ -17,6 +17,7 @@ from tenon.runtime.eventlog.connection import ConnectionSettings
 from tenon.runtime.eventlog.factories import make_event
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tenon.runtime.eventlog.provisioning import default_streams
+from tenon.runtime.observability import metrics
 
 
 def node_event(name: str, version: int = 1) -> NodeObserved:
@@ -126,11 +127,17 @@ async def test_undecodable_message_is_dead_lettered_and_the_consumer_goes_on(
     good = node_event("good")
     await jetstream_log.publish(subjects.node("good"), good)
 
+    def counted() -> float:
+        value = metrics.REGISTRY.get_sample_value("tenon_deadletters_total", {"consumer": "nodes"})
+        return value or 0.0
+
+    before = counted()
     runner = jetstream_log.consumer(ConsumerSettings("nodes", (subjects.NODES,)), handler)
     await runner.start()
     await wait_until(lambda: runner.handled == 1 and runner.dead_lettered == 2)
     await runner.stop()
     assert handled == [good.id]
+    assert counted() - before == 2
 
     letters = [
         r.decode() async for r in jetstream_log.read(subjects.DEADLETTERS, stream=subjects.DEADLETTER_STREAM)

@@ -34,6 +34,7 @@ from proto.ids import derive_id
 from tenon.runtime.eventlog import tracing
 from tenon.runtime.eventlog.interface import BatchHandler, ConsumerRunner, Handler
 from tenon.runtime.eventlog.records import ConsumerSettings, LogRecord, PermanentError
+from tenon.runtime.observability import metrics
 
 log = logging.getLogger("tenon.eventlog.runner")
 
@@ -323,6 +324,7 @@ class PullConsumerRunner(ConsumerRunner):
             await self._nak(delivery, self.settings.backoff_for(record.delivery_count))
             return
         self._dead_lettered += 1
+        metrics.DEADLETTERS.labels(consumer=self.settings.durable).inc()
         log.error(
             "message dead-lettered",
             extra={
