@@ -32,9 +32,13 @@ from proto.codec import UndecodableEvent
 from proto.events import DeadLetter
 from proto.ids import derive_id
 from tenon.runtime.eventlog import tracing
+from tenon.runtime.eventlog.connection import ReconnectBackoff
 from tenon.runtime.eventlog.interface import BatchHandler, ConsumerRunner, Handler
 from tenon.runtime.eventlog.records import ConsumerSettings, LogRecord, PermanentError
 from tenon.runtime.observability import metrics
+
+_FETCH_BACKOFF = ReconnectBackoff(first=0.25, cap=5.0)
+"""Waits after failed fetches in a row: 0.125-0.25 s after the first, doubling to 2.5-5 s."""
 
 log = logging.getLogger("tenon.eventlog.runner")
 
@@ -90,6 +94,7 @@ class PullConsumerRunner(ConsumerRunner):
         self._stopping = False
         self._handled = 0
         self._dead_lettered = 0
+        self._fetch_failures = 0
 
     @property
     def handled(self) -> int:
@@ -134,35 +139,43 @@ class PullConsumerRunner(ConsumerRunner):
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
                 continue
-            try:
-                deliveries = await self._source.fetch(min(free, self.settings.fetch_batch), timeout=1.0)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # broker restarting, connection lost: the client reconnects by itself
-                log.warning(
-                    "fetch failed, retrying", extra={"consumer": self.settings.durable, "error": str(exc)}
-                )
-                await asyncio.sleep(0.25)
-                continue
+            deliveries = await self._fetch(min(free, self.settings.fetch_batch))
             for delivery in deliveries:
                 task = asyncio.create_task(self._process(delivery))
                 self._inflight.add(task)
                 task.add_done_callback(self._task_done)
 
+    async def _fetch(self, count: int) -> list[Delivery]:
+        """Up to ``count`` deliveries; none after a failed fetch, once a backoff with jitter has passed (the
+        broker restarting or electing a leader: the client reconnects by itself, and the consumers of every
+        service must not poll it in step four times a second meanwhile)."""
+        assert self._source is not None
+        try:
+            deliveries = await self._source.fetch(count, timeout=1.0)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._fetch_failures += 1
+            wait = _FETCH_BACKOFF.delay(self._fetch_failures)
+            log.warning(
+                "fetch failed, retrying",
+                extra={
+                    "consumer": self.settings.durable,
+                    "error": str(exc),
+                    "failures": self._fetch_failures,
+                    "retry_in_s": round(wait, 2),
+                },
+            )
+            await asyncio.sleep(wait)
+            return []
+        self._fetch_failures = 0
+        return deliveries
+
     async def _fetch_batches(self) -> None:
         """One batch at a time, in log order: fetch, hand over, dead-letter what the handler refused, ack."""
         assert self._source is not None and self._batch_handler is not None
         while not self._stopping:
-            try:
-                deliveries = await self._source.fetch(self.settings.fetch_batch, timeout=1.0)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # broker restarting, connection lost: the client reconnects by itself
-                log.warning(
-                    "fetch failed, retrying", extra={"consumer": self.settings.durable, "error": str(exc)}
-                )
-                await asyncio.sleep(0.25)
-                continue
+            deliveries = await self._fetch(self.settings.fetch_batch)
             if deliveries:
                 task = asyncio.create_task(
                     self._process_batch(sorted(deliveries, key=lambda d: d.record.sequence))
