@@ -12,9 +12,16 @@ it.
   ``DisruptionRequested`` with method ``delete``, so it takes the same graceful path as every other removal;
   an ``InterruptionNotice`` (folded into the state's notices) is answered by :mod:`.interruption`: the
   replacement first, as a confirmed command of method ``interruption`` (forceful: no budget holds it back).
+  Both, and a queue's next requests (below), are level-triggered: the decider ``decides_on_batches``
+  (:mod:`tenon.runtime.decider`), a fetched batch of observations folded whole and decided once; a notice
+  is decided alone, on the state as of itself.
 * ``tick`` moves interruption commands on by :func:`.interruption.tick` (the drain once the replacement is
   Initialized or the deadline is near), not by the replacement rules of the other methods: an interrupted
   machine goes whether or not its replacement made it.
+* Emptiness is a queue (:mod:`.queue`): one proposal of every empty candidate of the pools whose budget lets
+  one go, settled once, then requested as the budget lets them go. ``decide`` moves a confirmed queue on
+  with every batch of inputs (a claim Terminated makes room), so the budget stays full: the next node starts
+  when one finishes, not at the next tick.
 """
 
 from __future__ import annotations
@@ -46,28 +53,34 @@ from tenon.services.disruption.projection_view import (
     encode_state,
     hashes_at_plan,
 )
+from tenon.services.disruption.queue import empty_queue, is_queue, queued_requests
 
 PRODUCER = registry.DISRUPTION
 __all__ = ["DisruptionDecider", "request"]
 
 
-def node_deleted_by_user(state: DisruptionState, event: ev.NodeObserved) -> list[ev.Event]:
-    meta = event.node.get("metadata") or {}
-    if event.change == "removed" or not meta.get("deletionTimestamp"):
+def nodes_deleted_by_users(state: DisruptionState, cause: ev.Event) -> list[ev.Event]:
+    """A ``delete`` request for every claim whose Node is being deleted (a deletion timestamp, held by tenon's
+    finalizer) and whose termination was not requested: a user's ``kubectl delete node``."""
+    deleting = {
+        name
+        for name, node in state.projection.nodes.items()
+        if (node.get("metadata") or {}).get("deletionTimestamp")
+    }
+    if not deleting:
         return []
-    name = meta.get("name")
     return [
         request(
             claim.name,
             method="delete",
-            reason=f"Node {name} deleted by a user",
-            at=event.decided_at,
-            node=name,
-            cause=event.id,
+            reason=f"Node {claim.registered.node} deleted by a user",
+            at=cause.decided_at,
+            node=claim.registered.node,
+            cause=cause.id,
         )
-        for claim in state.projection.claims.values()
+        for _, claim in sorted(state.projection.claims.items())
         if claim.registered is not None
-        and claim.registered.node == name
+        and claim.registered.node in deleting
         and claim.disruption is None
         and not claim.ended
     ]
@@ -98,8 +111,9 @@ def fold_decision(state: DisruptionState, decision: ev.DisruptionDecision) -> No
     underway = state.commands.get(key)
     if underway is None or decision.stage == "proposed":
         state.commands[key] = _underway(decision)
-    else:
+    else:  # a confirmation names the candidates that are still candidates
         underway.stage, underway.decided_at = "confirmed", decision.decided_at
+        underway.candidates = tuple(c.nodeclaim for c in decision.candidates)
 
 
 def fold_request(state: DisruptionState, event: ev.DisruptionRequested) -> None:
@@ -129,6 +143,7 @@ class DisruptionDecider:
     name = PRODUCER
     inputs = registry.inputs_of(PRODUCER)
     state_format = "disruption/3"
+    decides_on_batches = True
     observations = (ev.NodeClaimDrained,)
     """What termination (the executor) records of what it did: the pods evicted, whether the grace period
     ran out. A replay folds it as an input, never expects the decider to have decided it."""
@@ -159,12 +174,18 @@ class DisruptionDecider:
             del state.hashes[name]  # forgotten with its claim
         return state
 
+    def decided_alone(self, event: ev.Event) -> bool:
+        return isinstance(event, ev.InterruptionNotice)
+
     def decide(self, state: DisruptionState, event: ev.Event) -> Sequence[ev.Event]:
-        if isinstance(event, ev.NodeObserved):
-            return node_deleted_by_user(state, event)
+        decisions: list[ev.Event] = []
         if isinstance(event, ev.InterruptionNotice):
-            return interruption.on_notice(state.interruptions, state.projection, event)
-        return ()
+            decisions += interruption.on_notice(state.interruptions, state.projection, event)
+        decisions += nodes_deleted_by_users(state, event)
+        for underway in sorted(state.commands.values(), key=lambda u: u.id):
+            if underway.stage == "confirmed" and is_queue(underway):
+                decisions += self._queue_step(state, underway, event.decided_at, cause=event.id)
+        return decisions
 
     def tick(self, state: DisruptionState, now: datetime) -> Sequence[ev.Event]:
         view = build_view(state, now)
@@ -215,7 +236,8 @@ class DisruptionDecider:
         )
         if key == self._quiet:
             return Round(None)
-        played = decide_round(view)
+        queue = empty_queue(view)
+        played = Round(queue) if queue is not None else decide_round(view)
         self._quiet = key if played.command is None else None
         return played
 
@@ -233,6 +255,8 @@ class DisruptionDecider:
         return [decision, *orchestration.confirm(state, _underway(decision), decision.id, now)]
 
     def _validate(self, state: DisruptionState, underway: Underway, now: datetime) -> list[ev.Event]:
+        if is_queue(underway):
+            return self._validate_queue(state, underway, now)
         view = build_view(state, now, settling=frozenset(underway.candidates))
         why = judge_again(view, underway)
         if why is not None:
@@ -240,7 +264,35 @@ class DisruptionDecider:
         confirmed = self._stage(underway, view, now, "confirmed", underway.reason)
         return [confirmed, *orchestration.confirm(state, underway, underway.id, now)]
 
+    def _queue_step(
+        self, state: DisruptionState, underway: Underway, now: datetime, *, cause: str | None = None
+    ) -> list[ev.Event]:
+        """A confirmed queue's next requests, or its end when a waiting candidate is no longer empty."""
+        step = queued_requests(state, underway, now, cause=cause)
+        if step.stopped is None:
+            return list(step.requests)
+        view = build_view(state, now, with_core=False)
+        return [self._stage(underway, view, now, "abandoned", f"queue ended: {step.stopped}", cause=cause)]
+
+    def _validate_queue(self, state: DisruptionState, underway: Underway, now: datetime) -> list[ev.Event]:
+        """A settled queue: confirmed with the candidates still empty (the budget is checked at each request,
+        not here), and its first requests."""
+        view = build_view(state, now, settling=frozenset(underway.candidates), with_core=False)
+        found, _ = candidates(view)
+        still = {c.name for c in emptiness.empty_candidates(view, found)}
+        kept = tuple(name for name in underway.candidates if name in still)
+        if not kept:
+            return [self._stage(underway, view, now, "abandoned", "abandoned after settling: none is empty")]
+        dropped = len(underway.candidates) - len(kept)
+        reason = underway.reason + (f" ({dropped} no longer empty after settling)" if dropped else "")
+        confirmed = msgspec.structs.replace(underway, stage="confirmed", candidates=kept, decided_at=now)
+        decision = self._stage(confirmed, view, now, "confirmed", reason)
+        # its first requests are decided on the state the confirmation makes: the same candidates, confirmed
+        return [decision, *self._queue_step(state, confirmed, now)]
+
     def _progress(self, state: DisruptionState, underway: Underway, now: datetime) -> list[ev.Event]:
+        if is_queue(underway):
+            return self._queue_step(state, underway, now)
         if not underway.replacements:
             return orchestration.terminations(state, underway, underway.id, now)
         claims = [state.projection.claims.get(r.nodeclaim) for r in underway.replacements]
@@ -259,13 +311,21 @@ class DisruptionDecider:
         return [self._stage(underway, view, now, "abandoned", why)]
 
     def _stage(
-        self, underway: Underway, view: ClusterView, now: datetime, stage: str, reason: str
+        self,
+        underway: Underway,
+        view: ClusterView,
+        now: datetime,
+        stage: str,
+        reason: str,
+        *,
+        cause: str | None = None,
     ) -> ev.DisruptionDecision:
         decision_id = derive_id(PRODUCER, "DisruptionDecision", stage, underway.id)
         return ev.DisruptionDecision(
             id=decision_id,
             decided_at=now,
             producer=PRODUCER,
+            causation_id=cause,
             correlation_id=underway.id,
             method=underway.method,  # type: ignore[arg-type]
             candidates=tuple(

@@ -10,6 +10,7 @@ notices of the machines it runs.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -229,10 +230,17 @@ def core_input(projection: ClusterProjection, now: datetime) -> ClusterInput:
 
 
 def build_view(
-    state: DisruptionState, now: datetime, *, settling: frozenset[str] = frozenset()
+    state: DisruptionState,
+    now: datetime,
+    *,
+    settling: frozenset[str] = frozenset(),
+    with_core: bool = True,
+    claims: Iterable[str] | None = None,
 ) -> ClusterView:
     """The view at ``now``; claims of commands under way are busy, except those in ``settling`` (the
-    candidates of a proposal being judged again)."""
+    candidates of a proposal being judged again). Without ``with_core`` it has no scheduling core's input
+    (what only consolidation's repacking reads, and most of the cost): enough to tell candidates and empty
+    ones; with ``claims``, only those claims are in it (to judge a few)."""
     projection = state.projection
     busy = state.busy() - settling
     view = ClusterView(
@@ -242,13 +250,14 @@ def build_view(
         nodeclasses={key.split("/")[-1]: nc for key, nc in projection.nodeclasses.items()},
         last_pod_event=projection.last_pod_activity,
         catalog_types=_offers(projection),
-        core=core_input(projection, now),
+        core=core_input(projection, now) if with_core else None,
         pdbs=list(projection.pdbs.values()),
     )
     view.pods_by_node = {node: list(pods.values()) for node, pods in projection.pods_by_node.items() if node}
     view.pending_pods = [p for k, p in projection.pending.items() if projection.still_pending(k, now)]
-    for name, claim in projection.claims.items():
-        facts = claim_facts(state, claim, now, busy)
+    names = projection.claims if claims is None else [n for n in claims if n in projection.claims]
+    for name in names:
+        facts = claim_facts(state, projection.claims[name], now, busy)
         if facts is not None:
             view.claims[name] = facts
     return view

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -39,6 +39,7 @@ from tenon.runtime.service import (
 from tenon.runtime.settings import setting
 from tenon.services.disruption.decider import DisruptionDecider, request
 from tenon.services.disruption.projection_view import DisruptionState, build_view
+from tenon.services.disruption.queue import QUEUED_METHOD
 from tenon.services.disruption.termination import Terminator, remove_stale_taints
 
 log = logging.getLogger("tenon.disruption")
@@ -77,6 +78,7 @@ class DisruptionExecutor(BaseExecutor):
         self.poll_seconds = poll_seconds
         self.max_backoff = max_backoff
         self.terminations: dict[str, asyncio.Task[None]] = {}
+        self._explaining: set[asyncio.Task[None]] = set()
         self._watch: asyncio.Task[None] | None = None
         self.drift_marked: dict[str, str] = {}
 
@@ -104,7 +106,7 @@ class DisruptionExecutor(BaseExecutor):
         self._watch = asyncio.create_task(self._watch_user_deletes(), name="disruption:user-deletes")
 
     async def stop(self) -> None:
-        tasks = [t for t in (self._watch, *self.terminations.values()) if t is not None]
+        tasks = [t for t in (self._watch, *self.terminations.values(), *self._explaining) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -124,18 +126,37 @@ class DisruptionExecutor(BaseExecutor):
             await self._command_moved(decision)
         if isinstance(decision, ev.DisruptionRequested):
             self._ensure_termination(decision.nodeclaim)
+            # the Event explains, it decides nothing: off the decision path
+            self._background(self._explain_request(decision))
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._explaining.add(task)
+        task.add_done_callback(self._explaining.discard)
+
+    async def _explain_request(self, decision: ev.DisruptionRequested) -> None:
+        try:
             obj = await self.kube.get_or_none(NODECLAIMS, decision.nodeclaim)
             if obj is not None:
                 suffix = f" (decision {decision.decision_id})" if decision.decision_id else ""
                 message = f"{decision.method}: {decision.reason}{suffix}"
                 await post_event(self.kube, obj, reason="DisruptionRequested", message=message)
+        except KubeApiError as exc:
+            log.warning(
+                "could not post the DisruptionRequested Event",
+                extra={"nodeclaim": decision.nodeclaim, "error": str(exc)},
+            )
 
     async def _command_moved(self, decision: ev.DisruptionDecision) -> None:
-        """Confirmed: the candidates are tainted before anything is launched or drained (Karpenter's queue);
+        """Confirmed: the candidates are tainted before anything is launched or drained (Karpenter's queue),
+        except an emptiness queue's, which wait their turn untainted (a pod may still use them meanwhile;
+        each is tainted as its drain begins, and dropped from the queue if it is no longer empty by then);
         abandoned: the taint goes (unless the node is being disrupted anyway)."""
         assert self.terminator is not None
         try:
-            if decision.stage == "confirmed":
+            if decision.stage == "confirmed" and not (
+                decision.method == QUEUED_METHOD and not decision.replacements
+            ):
                 for candidate in decision.candidates:
                     if candidate.node:
                         await self.terminator.taint(candidate.node)

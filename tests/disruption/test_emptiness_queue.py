@@ -1,0 +1,157 @@
+"""Emptiness as a queue kept at the budget: every empty node settled once, then removed as the budget lets
+each one go, the next one as soon as another finishes; never more at once than the budget, and the whole
+story replays to the same."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from proto import events as ev
+from proto import registry
+from tenon.runtime.decider import BaseExecutor, DeciderRuntime
+from tenon.runtime.eventlog.memory import InMemoryEventLog
+from tenon.runtime.replay import replay
+from tenon.services.disruption.decider import DisruptionDecider
+from tenon.services.disruption.projection_view import DisruptionState
+from tests.disruption.test_budgets_and_emptiness import T0, app_pod, cluster, cluster_events, nodepool
+from tests.support.events import append_to_claim, build_event
+from tests.support.services import caught_up, running
+from tests.support.waiting import until
+
+SETTLE = timedelta(seconds=1)
+
+
+def record(decider: DisruptionDecider, state: DisruptionState, decisions: list[ev.Event]) -> None:
+    for decision in decisions:
+        decider.evolve(state, decision)
+
+
+def finished(
+    name: str, request: ev.DisruptionRequested
+) -> tuple[ev.NodeClaimDrained, ev.NodeClaimTerminated]:
+    """What termination and then the launcher write when the claim's node and machine are gone."""
+    drained = build_event(
+        ev.NodeClaimDrained, f"drained-{name}", causation=request.id, nodeclaim=name, node=request.node
+    )
+    terminated = build_event(ev.NodeClaimTerminated, f"terminated-{name}", nodeclaim=name, reason="gone")
+    return drained, terminated
+
+
+def of_type(decisions: list[ev.Event], kind: type[ev.Event]) -> list[Any]:
+    return [d for d in decisions if isinstance(d, kind)]
+
+
+def test_every_empty_node_is_settled_once_and_requested_as_the_budget_lets_it_go() -> None:
+    decider = DisruptionDecider(settle=SETTLE)
+    state = cluster(6, nodepool([{"nodes": "2"}], consolidateAfter="0s"))
+    later = T0 + timedelta(minutes=1)
+
+    [proposal] = decider.tick(state, later)
+    assert isinstance(proposal, ev.DisruptionDecision) and proposal.stage == "proposed"
+    assert len(proposal.candidates) == 6  # the whole empty pool, beyond the budget of 2
+    record(decider, state, [proposal])
+    assert decider.tick(state, later + SETTLE / 2) == []  # settling
+
+    confirmed, *requests = decider.tick(state, later + SETTLE)
+    assert isinstance(confirmed, ev.DisruptionDecision) and confirmed.stage == "confirmed"
+    assert len(confirmed.candidates) == 6
+    assert len(requests) == 2 and all(isinstance(r, ev.DisruptionRequested) for r in requests)
+    record(decider, state, [confirmed, *requests])
+    assert decider.tick(state, later + 2 * SETTLE) == []  # the budget is full
+
+    # one finishes: the next goes in answer to that, not at a tick
+    first = requests[0]
+    drained, terminated = finished(first.nodeclaim, first)
+    record(decider, state, [drained])
+    assert decider.decide(state, drained) == []  # drained is not gone: its machine still counts
+    record(decider, state, [terminated])
+    [following] = decider.decide(state, terminated)
+    assert isinstance(following, ev.DisruptionRequested) and following.causation_id == terminated.id
+    assert following.decision_id == confirmed.command
+    assert following.nodeclaim not in {r.nodeclaim for r in requests}
+
+
+def test_a_queued_node_that_is_no_longer_empty_ends_the_queue_and_keeps_its_node() -> None:
+    decider = DisruptionDecider(settle=SETTLE)
+    state = cluster(3, nodepool([{"nodes": "1"}], consolidateAfter="0s"))
+    later = T0 + timedelta(minutes=1)
+    [proposal] = decider.tick(state, later)
+    record(decider, state, [proposal])
+    confirmed, first = decider.tick(state, later + SETTLE)
+    record(decider, state, [confirmed, first])
+    queued = [c.nodeclaim for c in confirmed.candidates if c.nodeclaim != first.nodeclaim]
+
+    # a pod lands on the next node in the queue while the first drains
+    node = state.projection.claims[queued[0]].node_name
+    pod = {**app_pod("web-0"), "spec": {"nodeName": node}}
+    landed = ev.BoundPodObserved(
+        id="landed", decided_at=later, producer="pod-watcher", change="added", pod=pod
+    )
+    record(decider, state, [landed])
+    drained, terminated = finished(first.nodeclaim, first)
+    record(decider, state, [drained, terminated])
+    [ended] = decider.decide(state, terminated)
+    assert isinstance(ended, ev.DisruptionDecision) and ended.stage == "abandoned"
+    assert f"{queued[0]} is no longer an empty candidate" in ended.reason
+    assert ended.causation_id == terminated.id
+    record(decider, state, [ended])
+    assert state.commands == {}  # the pool is free for a new round, which leaves the busy node alone
+    [again] = decider.tick(state, later + 3 * SETTLE)
+    assert isinstance(again, ev.DisruptionDecision) and again.stage == "proposed"
+    assert [c.nodeclaim for c in again.candidates] == queued[1:]
+
+
+class Terminating(BaseExecutor):
+    """Stands for termination and the launcher: a requested claim is drained and terminated a moment later,
+    and how many are in flight at once is watched."""
+
+    def __init__(self, event_log: InMemoryEventLog) -> None:
+        self.event_log = event_log
+        self.in_flight: set[str] = set()
+        self.peak = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self, runtime: DeciderRuntime[Any]) -> None:
+        self.runtime = runtime
+
+    async def recorded(self, decision: ev.Event, cause: ev.Event | None) -> None:
+        if isinstance(decision, ev.DisruptionRequested):
+            self.in_flight.add(decision.nodeclaim)
+            self.peak = max(self.peak, len(self.in_flight))
+            task = asyncio.create_task(self._finish(decision))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _finish(self, request: ev.DisruptionRequested) -> None:
+        await asyncio.sleep(0.05)
+        drained, terminated = finished(request.nodeclaim, request)
+        await append_to_claim(self.event_log, drained)
+        await asyncio.sleep(0.05)
+        self.in_flight.discard(request.nodeclaim)
+        await append_to_claim(self.event_log, terminated)
+
+
+async def test_the_live_queue_keeps_the_budget_full_and_replays_to_the_same() -> None:
+    event_log = InMemoryEventLog()
+    for event in cluster_events(8, nodepool([{"nodes": "2"}], consolidateAfter="0s")):
+        await event_log.publish(registry.subject_of(event), event)
+    executor = Terminating(event_log)
+    settle = timedelta(seconds=0.2)
+    # ticks far apart: whatever goes after the first two goes because another finished
+    async with running(DisruptionDecider(settle=settle), executor, event_log, tick_seconds=0.5) as runtime:
+        await until(
+            lambda: all(c.terminated for c in runtime.state.projection.claims.values()),
+            timeout=30,
+            what="every node gone",
+        )
+        await until(lambda: caught_up(runtime))
+    assert executor.peak == 2
+    requests = [e for e in event_log.events() if isinstance(e, ev.DisruptionRequested)]
+    assert len(requests) == 8
+    answered = [r for r in requests if r.causation_id is not None]
+    terminated_ids = {e.id for e in event_log.events() if isinstance(e, ev.NodeClaimTerminated)}
+    assert len(answered) == 6 and all(r.causation_id in terminated_ids for r in answered)
+    report = replay(DisruptionDecider(settle=settle), event_log.records())
+    assert not report.differing, [c.differences() for c in report.differing]
