@@ -116,7 +116,7 @@ def test_percentile_is_nearest_rank() -> None:
 def test_overlap_counts_claims_between_request_and_termination_against_the_budget_of_the_time() -> None:
     claims = [f"c{i}" for i in range(20)]
     events = [at(0.0, planned(c)) for c in claims]
-    # decision 1: 20 alive -> budget 2; c0 and c1 overlap, c2 starts after c0 ended
+    # 20 alive -> budget 2; c0 and c1 overlap, c2 starts after c0 ended
     events += [
         at(1.0, decision("d1")),
         at(1.1, requested("c0")),
@@ -133,7 +133,7 @@ def test_overlap_counts_claims_between_request_and_termination_against_the_budge
     overlap = disruption_overlap(events, 10)
     assert (overlap.peak, overlap.violations, overlap.worst_excess) == (3, 1, 1)
 
-    # after the pool shrank to 9 claims, a new decision's budget is ceil(0.9) = 1
+    # after the pool shrank to 9 claims, the budget is ceil(0.9) = 1
     shrunk = [at(0.0, planned(c)) for c in claims[:10]]
     shrunk += [
         at(1.0, decision("d1")),
@@ -145,6 +145,37 @@ def test_overlap_counts_claims_between_request_and_termination_against_the_budge
     ]
     overlap = disruption_overlap(shrunk, 10)
     assert (overlap.initial_budget, overlap.peak, overlap.budget_at_peak, overlap.violations) == (1, 2, 1, 1)
+
+
+def test_the_budget_counts_the_claims_alive_at_each_request_and_how_full_it_was_kept() -> None:
+    claims = [f"c{i}" for i in range(20)]
+    events = [at(0.0, planned(c)) for c in claims]
+    # 20 alive: a budget of 2, kept full from 1 s to 3 s (c2 starts the moment c0 ends)
+    events += [
+        at(1.0, requested("c0")),
+        at(1.0, requested("c1")),
+        at(2.0, terminated("c0")),
+        at(2.0, requested("c2")),
+        at(3.0, terminated("c1")),
+        at(3.0, requested("c3")),
+    ]
+    overlap = disruption_overlap(events, 10)
+    assert (overlap.initial_budget, overlap.peak, overlap.violations) == (2, 2, 0)
+    assert overlap.utilisation == 1.0
+    # half of it idle for a second: c4 comes a second after c2 ended
+    events += [at(4.0, terminated("c2")), at(5.0, requested("c4"))]
+    overlap = disruption_overlap(events, 10)
+    assert overlap.utilisation is not None and round(overlap.utilisation, 3) == round(3.5 / 4, 3)
+    # 10 claims left: ceil(10% of 10) = 1, so a second one at once is over the budget of the moment
+    shrunk = [at(0.0, planned(c)) for c in claims[:11]]
+    shrunk += [
+        at(1.0, requested("c0")),
+        at(1.5, terminated("c0")),
+        at(2.0, requested("c1")),
+        at(2.1, requested("c2")),
+    ]
+    overlap = disruption_overlap(shrunk, 10)
+    assert (overlap.initial_budget, overlap.peak, overlap.budget_at_peak, overlap.violations) == (2, 2, 1, 1)
 
 
 def test_planning_waves_separate_pods_offered_again_from_the_first_wave() -> None:
