@@ -30,6 +30,7 @@ from tenon.runtime.eventlog.connection import ConnectionSettings
 from tenon.runtime.eventlog.interface import EventLog
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tenon.runtime.eventlog.provisioning import default_streams
+from tenon.runtime.eventlog.records import EventLogError
 from tenon.runtime.eventlog.tracing import configure_tracing
 from tenon.runtime.leader import LeaderElection, ServiceFailed
 from tenon.runtime.logs import configure_logging
@@ -316,3 +317,7 @@ def main(definition: ServiceDefinition[Any], argv: Sequence[str] | None = None) 
     except ObservabilityConfigError as exc:
         print(f"tenon run {definition.name}: {exc}", file=sys.stderr)
         return 2
+    except EventLogError as exc:  # the broker cannot be reached or provisioned: one line, not a traceback
+        log.error("cannot go on without the event log", extra={"error": str(exc)})
+        print(f"tenon run {definition.name}: {exc}", file=sys.stderr)
+        return 1
