@@ -17,6 +17,7 @@ from typing import Any
 
 from proto import events as ev
 from proto import subjects
+from proto.objects import event_refusal
 from proto.subjects import NODECLAIM_STEPS
 
 POD_WATCHER = "pod-watcher"
@@ -233,7 +234,8 @@ def inputs_of(service: str) -> tuple[str, ...]:
 
 def refusal(subject: str, event: ev.Event) -> str | None:
     """Why ``event`` found on ``subject`` cannot be trusted (None when it can): a type the registry does not
-    know, a subject that is not its type's, or a producer that does not write it. The broker's permissions
+    know, a subject that is not its type's, a producer that does not write it, or a Kubernetes object in it
+    that no API server would serve (:mod:`proto.objects`). The broker's permissions
     enforce the subject side for each service's identity; this check catches what they cannot (and a broker
     run without them)."""
     spec = BY_TYPE.get(type(event))
@@ -244,7 +246,7 @@ def refusal(subject: str, event: ev.Event) -> str | None:
     if not spec.written_by(event.producer):
         writers = " or ".join(spec.writers)
         return f"{type(event).__name__} written by {event.producer!r}: only {writers} may write it"
-    return None
+    return event_refusal(event)
 
 
 def writes_of(service: str) -> tuple[str, ...]:
