@@ -18,6 +18,7 @@ from tenon.runtime.eventlog.factories import make_event
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tenon.runtime.eventlog.provisioning import default_streams
 from tenon.runtime.observability import metrics
+from tests.support.waiting import until
 
 
 def node_event(name: str, version: int = 1) -> NodeObserved:
@@ -47,6 +48,15 @@ async def wait_until(predicate, timeout: float = 10.0) -> None:  # type: ignore[
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError("condition not met in time")
         await asyncio.sleep(0.02)
+
+
+async def acknowledged_through(event_log: JetStreamEventLog, durable: str, sequence: int) -> bool:
+    """Whether the durable consumer has every record up to ``sequence`` acknowledged and nothing outstanding:
+    the broker will deliver none of them again (what "nothing is redelivered" means, observed, not slept
+    on)."""
+    info = await event_log.js.consumer_info(subjects.EVENTS_STREAM, durable)
+    floor = info.ack_floor.stream_seq if info.ack_floor else 0
+    return not info.num_ack_pending and not info.num_pending and (floor or 0) >= sequence
 
 
 async def test_provisioning_is_idempotent_and_applies_changed_settings(
@@ -109,9 +119,12 @@ async def test_read_by_sequence_subject_and_stop(jetstream_log: JetStreamEventLo
 async def test_read_leaves_no_consumer_behind(jetstream_log: JetStreamEventLog) -> None:
     await jetstream_log.publish(subjects.node("n1"), node_event("n1"))
     assert len([r async for r in jetstream_log.read()]) == 1
-    await asyncio.sleep(0.1)
-    info = await jetstream_log.js.stream_info(subjects.EVENTS_STREAM)
-    assert info.state.consumer_count == 0
+
+    async def no_consumer() -> bool:
+        info = await jetstream_log.js.stream_info(subjects.EVENTS_STREAM)
+        return info.state.consumer_count == 0
+
+    await until(no_consumer, 5, what="the read's consumer gone")
 
 
 async def test_undecodable_message_is_dead_lettered_and_the_consumer_goes_on(
@@ -150,12 +163,8 @@ async def test_undecodable_message_is_dead_lettered_and_the_consumer_goes_on(
     binary_letter = by_subject[subjects.node("worse")]
     assert binary_letter.data_encoding == "base64" and "not valid JSON" in binary_letter.error
 
-    # acked: a new runner on the same durable consumer sees nothing more
-    again = jetstream_log.consumer(ConsumerSettings("nodes", (subjects.NODES,)), handler)
-    await again.start()
-    await asyncio.sleep(0.5)
-    await again.stop()
-    assert handled == [good.id]
+    # all three acknowledged (the dead letters too): the broker will deliver none of them again
+    assert await acknowledged_through(jetstream_log, "nodes", 3)
 
 
 async def test_a_handler_that_always_fails_is_dead_lettered_after_the_configured_attempts(
@@ -172,9 +181,9 @@ async def test_a_handler_that_always_fails_is_dead_lettered_after_the_configured
     runner = jetstream_log.consumer(settings, handler)
     await runner.start()
     await wait_until(lambda: runner.dead_lettered == 1)
-    await asyncio.sleep(0.3)  # would a fourth attempt come?
     await runner.stop()
     assert attempts == {1: 3}
+    assert await acknowledged_through(jetstream_log, "failing", 1)  # no fourth attempt can come
     [letter] = [r.decode() async for r in jetstream_log.read(stream=subjects.DEADLETTER_STREAM)]
     assert isinstance(letter, DeadLetter)
     assert letter.delivery_count == 3
@@ -263,12 +272,7 @@ async def test_stop_drains_in_flight_handlers(jetstream_log: JetStreamEventLog) 
     await started.wait()
     await runner.stop()
     assert finished == [1] and runner.handled == 1
-    # it was acked: nothing is redelivered to the next runner
-    again = jetstream_log.consumer(ConsumerSettings("draining", (subjects.NODES,)), slow)
-    await again.start()
-    await asyncio.sleep(0.4)
-    await again.stop()
-    assert finished == [1]
+    assert await acknowledged_through(jetstream_log, "draining", 1)  # acked before stop returned
 
 
 async def test_broker_restart_loses_nothing_and_repeats_nothing(nats_server: LocalNatsServer) -> None:
@@ -305,7 +309,8 @@ async def test_broker_restart_loses_nothing_and_repeats_nothing(nats_server: Loc
 
     await publish_after_restart()
     await wait_until(lambda: len(effects) == 80, timeout=30)
-    await asyncio.sleep(0.5)  # anything redelivered twice would show up now
+    # once all 80 are acknowledged nothing can come again: a duplicate would have been handled before that
+    await until(lambda: acknowledged_through(consumer_log, "effects", 80), 30, what="all 80 acknowledged")
     await runner.stop()
     await producer.close()
     await consumer_log.close()
