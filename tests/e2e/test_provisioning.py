@@ -12,7 +12,11 @@ from typing import Any
 import pytest
 
 from devtools.stack import DEMO_DIR, LocalStack, apply_manifests, connect, load_manifests
+from proto import events as ev
 from proto import subjects
+from tenon.runtime.eventlog import EventLogError
+from tenon.runtime.eventlog.connection import ConnectionSettings
+from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tenon.runtime.kube import MACHINEDEPLOYMENTS, MACHINES, NODECLAIMS, PODS, Kube
 from tests.support.waiting import until
 
@@ -23,11 +27,40 @@ def workload(name: str) -> list[dict[str, Any]]:
     return load_manifests([DEMO_DIR / name])
 
 
+async def infrastructure_in_the_log(stack: LocalStack) -> None:
+    """Wait until the NodePool and the catalog of its MachineDeployments are in the log: pods applied before
+    would be batched while the scheduler knows no pool, and wait for the next offer."""
+    event_log = await JetStreamEventLog.connect(
+        ConnectionSettings(servers=(stack.nats_url,)), provision=False
+    )
+
+    async def known() -> bool:
+        try:
+            return await facts_recorded()
+        except EventLogError:  # no service has provisioned the stream yet
+            return False
+
+    async def facts_recorded() -> bool:
+        pools = catalog = False
+        async for record in event_log.read(subjects.NODEPOOLS):
+            event = record.event
+            pools = isinstance(event, ev.NodePoolsSnapshot) and bool(event.nodepools)
+        async for record in event_log.read(subjects.CATALOGS):
+            event = record.event
+            catalog = isinstance(event, ev.CatalogSnapshot) and bool(event.sources or event.instance_types)
+        return pools and catalog
+
+    try:
+        await until(known, 30, what="the NodePool and the catalog in the log")
+    finally:
+        await event_log.close()
+
+
 async def provision(stack: LocalStack, manifest: str, app: str) -> tuple[Kube, Kube]:
     """Apply the demo infrastructure and a workload; wait until every pod of ``app`` runs."""
     kube, management = await connect(stack)
     await apply_manifests(kube, management, load_manifests([DEMO_DIR / f for f in INFRASTRUCTURE]))
-    await asyncio.sleep(0.5)
+    await infrastructure_in_the_log(stack)
     await apply_manifests(kube, management, workload(manifest))
 
     async def all_running() -> list[dict[str, Any]] | None:
