@@ -121,6 +121,13 @@ class Pod:
         return f"{self.namespace}/{self.name}"
 
     @cached_property
+    def limits_nothing(self) -> bool:
+        """Whether the pod restricts no node it lands on (no anti-affinity, spread or host port): most bound
+        pods, which then only count for the selectors they match."""
+        hostname_rules = self.pod_anti_affinity or self.preferred_pod_anti_affinity or self.topology_spread
+        return not (hostname_rules or self.host_ports)
+
+    @cached_property
     def label_set(self) -> frozenset[tuple[str, str]]:
         """The labels as a hashable set: what selectors' memos key on (computed once per pod, which the
         scheduler keeps parsed from one batch to the next)."""

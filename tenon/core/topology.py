@@ -155,6 +155,8 @@ class HostnameRules:
 
     def _features(self, pod: Pod) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
         matches = self.index.matching(pod)
+        if pod.limits_nothing:
+            return matches, ()
         limits: dict[int, int] = {}
         for term in pod.pod_anti_affinity:
             if term.topology_key == HOSTNAME:
