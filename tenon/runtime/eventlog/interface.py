@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 
 from proto import subjects
@@ -56,6 +56,13 @@ class EventLog(abc.ABC):
         self, subject: str, event: Event, *, headers: Mapping[str, str] | None = None
     ) -> PublishResult:
         """Store ``event``; a second publish of the same event id is a no-op reported as ``duplicate``."""
+
+    async def publish_in_order(self, items: Sequence[tuple[str, Event]]) -> list[PublishResult]:
+        """Publish each ``(subject, event)``, stored in the order given; the results in that order. This one
+        waits for each before the next; a log that keeps the order of what it is sent without waiting (a
+        broker connection) publishes them all at once (about one round trip). Raises the first failure; what
+        came before it is stored."""
+        return [await self.publish(subject, event) for subject, event in items]
 
     @abc.abstractmethod
     async def append(
