@@ -137,6 +137,7 @@ async def test_a_re_assertion_never_lands_after_a_newer_change_of_the_same_node(
         await term._publish_observations([change])
 
     await asyncio.gather(term.reassert(due), the_watch_sees_a_change())
+    await term.outbox.flushed()
     last = [r async for r in event_log.last_per_subject(subjects.node("n0"))]
     assert [r.event.node["metadata"]["labels"] for r in last] == [{"zone": "b"}]  # type: ignore[union-attr]
     assert len(event_log.events()) == 3  # added, re-asserted, changed

@@ -10,9 +10,13 @@ MachineDeployment or carry tenon's ownership mark.
 
 What was published last is compared by content (without the resourceVersion), starting from what the rebuilt
 state holds, so a restart publishes exactly what changed while no leader watched (objects gone while it was
-away become ``removed``), and a status update by the Cluster API controller publishes nothing. The answers to
-the launcher's own patches are fed in the same way (:meth:`ClusterWatch.note_deployment`), so the decider
-sees its writes without waiting for the watch; a watch event older than what the cache holds is ignored.
+away become ``removed``), and a status update by the Cluster API controller publishes nothing. Observations
+go out through an outbox (:mod:`tenon.runtime.eventlog.outbox`): in the order they were made, a burst at
+once, and retried until the broker takes them (a lost observation would leave the decider behind); the
+watches, and the executor's patches waiting for the same lock, do not wait a round trip per observation.
+The answers to the launcher's own patches are fed in the same way (:meth:`ClusterWatch.note_deployment`), so
+the decider sees its writes without waiting for the watch; a watch event older than what the cache holds is
+ignored.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from proto import events as ev
 from proto import registry
 from proto.events import ObservedChange
 from tenon.core.wellknown import DEPLOYMENT_NAME, KARPENTER_MEMBER, NODECLAIM
-from tenon.runtime.eventlog import EventLog
+from tenon.runtime.eventlog import EventLog, PublishResult
+from tenon.runtime.eventlog.outbox import Outbox
 from tenon.runtime.kube import MACHINEDEPLOYMENTS, MACHINES, Kube, Relisted, list_and_watch
 from tenon.runtime.kube.resources import ResourceRef
 from tenon.services.launcher_capi.observations import (
@@ -113,20 +118,26 @@ class ClusterWatch:
         self.ready = False
         self.observations = 0
         self._lock = asyncio.Lock()
+        self.outbox = Outbox(event_log, on_published=self._published, retry=0.5)
 
     async def run(self) -> None:
         """Both watches, until cancelled."""
-        await asyncio.gather(
-            self._watch(MACHINEDEPLOYMENTS, self.deployments, KARPENTER_MEMBER, self._deployment_changed),
-            self._watch(MACHINES, self.machines, None, self._machine_changed),
-        )
+        try:
+            await asyncio.gather(
+                self._watch(MACHINEDEPLOYMENTS, self.deployments, KARPENTER_MEMBER, self._deployment_changed),
+                self._watch(MACHINES, self.machines, None, self._machine_changed),
+            )
+        finally:
+            await self.outbox.close()
 
     async def synced(self) -> None:
-        """Wait for both first lists, then publish what differs from the state (the start of a term)."""
+        """Wait for both first lists, then publish what differs from the state (the start of a term), and
+        wait until it is stored."""
         await asyncio.gather(self.deployments.synced.wait(), self.machines.synced.wait())
         async with self._lock:
             await self._reconcile()
             self.ready = True
+        await self.outbox.flushed()
 
     async def _watch(
         self,
@@ -279,19 +290,8 @@ class ClusterWatch:
             await self._note_machine(machine, "changed")
 
     async def _publish(self, event: ev.MachineDeploymentObserved | ev.MachineObserved) -> None:
-        """Publish, retrying until the broker takes it: a lost observation would leave the decider behind."""
-        delay = 0.2
-        while True:
-            try:
-                await self.event_log.publish(registry.subject_of(event), event)
-                self.observations += 1
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning(
-                    "observation not published, retrying",
-                    extra={"type": type(event).__name__, "error": str(exc)},
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+        """Hand the observation to the outbox: stored after everything observed before it."""
+        await self.outbox.put(registry.subject_of(event), event)
+
+    def _published(self, event: ev.Event, result: PublishResult) -> None:
+        self.observations += 1

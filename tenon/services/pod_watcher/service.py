@@ -21,11 +21,17 @@ replica holds no watches). A term has three phases:
 3. **Stop** on ``stopping``: watches end, the open batching window is flushed as a ``shutdown`` batch, and
    the term returns, which releases the lease for the next leader.
 
+**Publishing** Node and bound-pod observations goes through one outbox (:mod:`tenon.runtime.eventlog.outbox`):
+a watch hands its events over and goes on, and whatever accumulated is published at once, in order (a burst
+of 2,000 pod changes costs a few round trips, and the Node turning Ready a decision waits for does not queue
+behind them one round trip each).
+
 **Resync** (:mod:`.resync`): every Node, bound pod and snapshot is published again, unchanged, once per
 ``resync_interval`` (a quarter of ``TENON_EVENTS_MAX_AGE``), spread over the interval by a hash of each key,
-so nothing a decision reads ages out of the log. Re-assertions and watch changes of nodes and pods go out
-under one lock, so the log's last word on an object is always its latest published version; a catch-up (a
-leader back after more than an interval) goes out in chunks, never holding the watches back for long.
+so nothing a decision reads ages out of the log. Re-assertions and watch changes of nodes and pods go
+through the same outbox, in the order they were decided, so the log's last word on an object is always its
+latest published version; a catch-up (a leader back after more than an interval) goes out in chunks, each
+stored before the next is decided, never holding the watches back.
 
 Snapshots are debounced (``snapshot_debounce_seconds``, ~100 ms) so that applying ten NodePools at once logs
 one snapshot, and go out only when their content changed (or their resync is due). Publishing failures are
@@ -56,6 +62,7 @@ from proto.events import (
     PodDisruptionBudgetsSnapshot,
 )
 from tenon.runtime.eventlog.interface import EventLog
+from tenon.runtime.eventlog.outbox import Outbox
 from tenon.runtime.eventlog.records import PublishResult
 from tenon.runtime.kube import resources
 from tenon.runtime.kube.client import load_kube
@@ -222,8 +229,8 @@ class PodWatcher:
         self.resync = ResyncSchedule(settings.resync_interval)
         self._pending_changed = asyncio.Event()
         self._resync_changed = asyncio.Event()
-        self._observations = asyncio.Lock()
-        """Held while Node and bound-pod events are published: a re-assertion never lands after a change."""
+        self.outbox = Outbox(event_log, on_published=self._stored)
+        """Node and bound-pod events, re-assertions included, stored in the order they are decided."""
         self.published: dict[str, int] = {}
         """Events stored per type during this term (duplicates the broker dropped are not counted)."""
         self.reasserted = 0
@@ -240,6 +247,7 @@ class PodWatcher:
     async def run(self, stopping: asyncio.Event) -> None:
         await self.recover()
         tasks = [
+            self._task(self.outbox.failure(), "outbox"),
             self._task(self._watch_pods(), "pods"),
             self._task(self._watch_nodes(), "nodes"),
             self._task(self._batch_loop(), "batches"),
@@ -261,6 +269,7 @@ class PodWatcher:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(stop, *tasks, return_exceptions=True)
+        await self.outbox.flushed()
         for batch in self.batcher.flush(self._now()):
             await self._publish_batch(batch)
         log.info(
@@ -354,6 +363,10 @@ class PodWatcher:
 
     async def _publish(self, subject: str, event: Event) -> PublishResult:
         result = await self.event_log.publish(subject, event)
+        self._stored(event, result)
+        return result
+
+    def _stored(self, event: Event, result: PublishResult) -> None:
         self._track(event)
         if not result.duplicate:
             name = type(event).__name__
@@ -361,25 +374,21 @@ class PodWatcher:
         log.debug(
             "published",
             extra={
-                "subject": subject,
                 "type": type(event).__name__,
                 "id": event.id,
                 "sequence": result.sequence,
                 "duplicate": result.duplicate,
             },
         )
-        return result
 
     @staticmethod
     def _subject(event: Event) -> str:
         return obs.node_subject(event) if isinstance(event, NodeObserved) else obs.bound_pod_subject(event)
 
     async def _publish_observations(self, events: list[Event]) -> None:
-        if not events:
-            return
-        async with self._observations:
-            for event in events:
-                await self._publish(self._subject(event), event)
+        """Hand the events to the outbox (they are stored in this order, after what was handed before)."""
+        for event in events:
+            await self.outbox.put(self._subject(event), event)
 
     def _watch(self, ref: ResourceRef) -> Any:
         return list_and_watch(self.kube, ref, watch_timeout=self.settings.watch_timeout_seconds)
@@ -476,21 +485,21 @@ class PodWatcher:
     async def reassert(self, due: list[tuple[str, int]]) -> None:
         """Publish these facts again, unchanged, each with the id of its resync epoch."""
         at = self._moment()
-        async with self._observations:
-            events: list[Event] = []
-            for key, epoch in due:
-                kind, _, ident = key.partition("/")
-                if kind == "snapshot":
-                    source = self.snapshots[ident]  # type: ignore[index]
-                    source.resync = epoch
-                    source.dirty.set()  # re-asserted by its own loop, in order with its changes
-                    continue
-                tracker = self.nodes if kind == "node" else self.bound_pods
-                event = tracker.reassert(ident, epoch, decided_at=at)
-                if event is not None:
-                    events.append(event)
-            await asyncio.gather(*(self._publish(self._subject(e), e) for e in events))
-            self.reasserted += len(events)
+        events: list[Event] = []
+        for key, epoch in due:
+            kind, _, ident = key.partition("/")
+            if kind == "snapshot":
+                source = self.snapshots[ident]  # type: ignore[index]
+                source.resync = epoch
+                source.dirty.set()  # re-asserted by its own loop, in order with its changes
+                continue
+            tracker = self.nodes if kind == "node" else self.bound_pods
+            event = tracker.reassert(ident, epoch, decided_at=at)
+            if event is not None:
+                events.append(event)
+        await self._publish_observations(events)
+        await self.outbox.flushed()  # this chunk stored before the next is decided
+        self.reasserted += len(events)
         if events:
             log.info(
                 "re-asserted", extra={"facts": len(events), "why": "resync: keep them inside the retention"}
