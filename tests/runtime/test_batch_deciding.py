@@ -206,12 +206,11 @@ def test_decisions_on_other_claims_and_machines_share_a_step_and_a_scale_waits_f
         replicas_to=2,
         reason="records",
     )
-    decisions: list[ev.Event] = [bound("m1"), bound("m2"), scaled, launched("claim-a"), launched("claim-b")]
+    decisions: list[ev.Event] = [launched("claim-a"), launched("claim-b"), bound("m1"), bound("m2"), scaled]
     steps = lanes(CapiLauncherDecider(), decisions)
     assert [[[e.id for e in lane] for lane in step] for step in steps] == [
-        [["bound-m1"], ["bound-m2"]],
+        [["launched-claim-a"], ["launched-claim-b"], ["bound-m1"], ["bound-m2"]],
         [["scaled"]],
-        [["launched-claim-a"], ["launched-claim-b"]],
     ]
 
 

@@ -12,10 +12,10 @@ launcher-capi`` run it.
   folds a whole fetched batch of inputs and decides once, on its last input, so 200 claims planned at once
   cost one MachineDeployment patch per MachineDeployment, not 200 patches serialised on its
   resourceVersion. (Whatever the last input's type: a plan owes what the whole state owes.)
-* ``lane``: the decisions of one plan on different Machines, and on different claims, are carried out
-  together (a bind is one Machine's patch); a MachineDeployment's scale waits for everything before it (its
-  decrements need their Machines marked first, its records the Machines bound first) and holds back
-  everything after it.
+* ``lane``: the decisions of one plan on different claims and different Machines are carried out together
+  (a claim's Launched is one append, a bind one Machine's patch); a MachineDeployment's scale waits for
+  everything before it (its decrements need their Machines marked first, its records the Machines bound
+  first) and holds back everything after it.
 * ``tick`` runs the same plan with no cause: whatever a dropped decision (a conflict, an API error) left to do
   is decided again there. The leak grace is not in the decider: the executor asks for evidence
   (:func:`.removal.leak_suspects`) and the decision follows from the recorded evidence.

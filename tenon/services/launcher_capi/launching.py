@@ -72,9 +72,10 @@ E = TypeVar("E", bound=ev.Event)
 
 @dataclass
 class Plan:
-    """The decisions of one call, in the order they are carried out: removals, binds, scales, claim events,
+    """The decisions of one call, in the order they are carried out: claim events, removals, binds, scales,
     and the Machines kept (a removal's mark precedes its decrement; a bind precedes the scale that records
-    it)."""
+    it). A claim event of a plan never rests on that plan's Cluster API actions (a claim is Launched as the
+    Machine an earlier plan bound), so it goes first, together with the marks and binds."""
 
     state: LauncherState
     cause: ev.Event | None
@@ -87,7 +88,7 @@ class Plan:
 
     @property
     def decisions(self) -> list[ev.Event]:
-        return [*self.removals, *self.binds, *self.scales, *self.claim_events, *self.kept]
+        return [*self.claim_events, *self.removals, *self.binds, *self.scales, *self.kept]
 
     def event(
         self, event_type: type[E], key: tuple[object, ...], correlation: str | None, **fields: Any
