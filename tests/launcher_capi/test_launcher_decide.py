@@ -133,22 +133,21 @@ def test_restart_between_the_scale_up_and_the_machine_does_not_scale_again() -> 
     state = state_with("a")
     md(state, 1, up=("a",))
     assert decide(state) == []
-    # the Machine appears: it is bound, and the claim leaves the list
+    # the Machine appears: still provisioning (no providerID), it waits; nothing is scaled again
     machine(state, "c3-8-x")
+    assert decide(state) == []
+    # provisioned: bound, its claim Launched right after the bind, and the claim leaves the list
+    machine(state, "c3-8-x", provider_id="openstack:///1")
     decisions = decide(state)
-    assert [(b.machine, b.nodeclaim, b.nodepool) for b in of(decisions, ev.MachineBound)] == [
-        ("c3-8-x", "a", "default")
-    ]
-    assert [(s.replicas_to, s.scaled_up_for) for s in of(decisions, ev.MachineDeploymentScaled)] == [(1, ())]
-    record(state, decisions)
-    assert state.machines["default/c3-8-x"].claim == "a" and decide(state) == []
-    # bound, no providerID yet: nothing; with one: Launched, answering the input that showed it
-    machine(state, "c3-8-x", "a", provider_id="openstack:///1")
-    [launched] = decide(state)
+    bind, launched, scale = decisions
+    assert isinstance(bind, ev.MachineBound)
+    assert (bind.machine, bind.nodeclaim, bind.nodepool) == ("c3-8-x", "a", "default")
     assert isinstance(launched, ev.NodeClaimLaunched) and launched.causation_id == INPUT.id
     assert (launched.provider_id, launched.machine, launched.zone) == ("openstack:///1", "c3-8-x", "zone-a")
-    record(state, [launched])
-    assert decide(state) == []
+    assert isinstance(scale, ev.MachineDeploymentScaled)
+    assert (scale.replicas_to, scale.scaled_up_for) == (1, ())
+    record(state, decisions)
+    assert state.machines["default/c3-8-x"].claim == "a" and decide(state) == []
 
 
 def test_machines_the_deployment_already_had_are_not_handed_to_new_claims() -> None:
@@ -428,11 +427,13 @@ def test_an_observation_older_than_an_action_does_not_undo_it() -> None:
             "resourceVersion": "3",
             "labels": {"cluster.x-k8s.io/deployment-name": "c3-8"},
         },
+        "spec": {"providerID": "p1"},
     }
     state.apply(machine_observed(obj, "added", at=T0), 20)
-    [bind, scale] = decide(state)
+    bind, launched, scale = decide(state)
     state.apply(bind, 30)  # recorded at 30 (and folded at once)
-    state.apply(scale, 31)
+    state.apply(launched, 31)
+    state.apply(scale, 32)
     # the watch saw the Machine change before the bind (a label, say): stored at 25, it reaches the decider
     # now
     obj["metadata"]["resourceVersion"] = "4"
@@ -442,9 +443,9 @@ def test_an_observation_older_than_an_action_does_not_undo_it() -> None:
     # what was stored after the action counts again
     obj["metadata"]["resourceVersion"] = "6"
     obj["metadata"]["annotations"] = {"tenon.sh/nodeclaim": "a"}
-    obj["spec"] = {"providerID": "p1"}
-    state.apply(machine_observed(obj, "changed", at=T0, after=bind.id), 32)
-    assert state.machines["default/c3-8-x"].provider_id == "p1"
+    obj["metadata"]["labels"]["karpenter.sh/nodepool"] = "default"
+    state.apply(machine_observed(obj, "changed", at=T0, after=bind.id), 33)
+    assert state.machines["default/c3-8-x"].nodepool == "default"
     assert state.machines["default/c3-8-x"].bound_since == bind.decided_at
 
 

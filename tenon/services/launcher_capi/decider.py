@@ -13,9 +13,9 @@ launcher-capi`` run it.
   cost one MachineDeployment patch per MachineDeployment, not 200 patches serialised on its
   resourceVersion. (Whatever the last input's type: a plan owes what the whole state owes.)
 * ``lane``: the decisions of one plan on different claims and different Machines are carried out together
-  (a claim's Launched is one append, a bind one Machine's patch); a MachineDeployment's scale waits for
-  everything before it (its decrements need their Machines marked first, its records the Machines bound
-  first) and holds back everything after it.
+  (a claim's Launched is one append, a bind one Machine's patch, before its claim's Launched); a
+  MachineDeployment's scale waits for everything before it (its decrements need their Machines marked first,
+  its records the Machines bound first) and holds back everything after it.
 * ``tick`` runs the same plan with no cause: whatever a dropped decision (a conflict, an API error) left to do
   is decided again there. The leak grace is not in the decider: the executor asks for evidence
   (:func:`.removal.leak_suspects`) and the decision follows from the recorded evidence.
@@ -59,9 +59,9 @@ class CapiLauncherDecider:
         return plan(state, event, event.decided_at)
 
     def lane(self, decision: ev.Event) -> Lane:
-        if isinstance(decision, ev.NodeClaimEvent):
-            return ("nodeclaim", decision.nodeclaim)
-        if isinstance(decision, ev.MachineBound | ev.MachineRemovalDecided | ev.MachineKept):
+        if isinstance(decision, ev.NodeClaimEvent | ev.MachineBound):
+            return ("nodeclaim", decision.nodeclaim)  # a bind, then its claim's Launched
+        if isinstance(decision, ev.MachineRemovalDecided | ev.MachineKept):
             return ("machine", decision.namespace, decision.machine)
         return None  # a MachineDeployment's scale: after what precedes it, before what follows
 

@@ -13,11 +13,11 @@ decisions; the executor does the I/O around them:
 
   - ``MachineDeploymentScaled``: a merge patch of ``spec.replicas`` and the two record annotations,
     preconditioned on the resourceVersion of the object the executor holds, and only when what the decider
-    read (replicas, records, max size, paused) is what that object says. A conflict (409) reads the object
-    again: while only fields no decision reads changed (the controller writing status) the same patch is
-    retried on the new version, otherwise the decision is dropped and the new object observed. Every Machine
-    the patch counts a replica fewer for must be marked ``delete-machine`` first (in the state), or nothing is
-    patched;
+    read (replicas, records, max size, paused) is what that object says. A conflict (409) takes the newer
+    version as the watch brings it (read again if it does not come within half a second): while only fields
+    no decision reads changed (the controller writing status) the same patch is retried on it, otherwise the
+    decision is dropped and the new object observed. Every Machine the patch counts a replica fewer for must
+    be marked ``delete-machine`` first (in the state), or nothing is patched;
   - ``MachineBound``: the claim annotation and the nodepool label, on a Machine still unbound and not marked;
   - ``MachineRemovalDecided``: the ``delete-machine`` mark, on a Machine still bound to that claim; for a
     leak, after looking once more that no NodeClaim object of that name appeared in the workload cluster;
@@ -71,6 +71,8 @@ KEPT_EVENT_REASON = "TenonMachineKept"
 
 CONFLICT_ATTEMPTS = 4
 """Patches tried on a conflict when the object changed only in what no decision reads."""
+CONFLICT_WATCH_WAIT = 0.5
+"""Seconds a patch refused on a conflict waits for the watch to bring the newer version before reading it."""
 
 Guard = Callable[[dict[str, Any]], str | None]
 """Why an object no longer matches what a decision was made from (None: it does)."""
@@ -277,7 +279,8 @@ class LauncherExecutor(BaseExecutor):
                 await self.watch.correct(_kind(ref), key, believed, dropped)
                 return None
             meta = dict(body.get("metadata") or {})
-            meta["resourceVersion"] = str((current.get("metadata") or {}).get("resourceVersion") or "")
+            version = str((current.get("metadata") or {}).get("resourceVersion") or "")
+            meta["resourceVersion"] = version
             try:
                 updated: dict[str, Any] = await self.management.patch(
                     ref, name, {**body, "metadata": meta}, namespace=namespace
@@ -288,15 +291,32 @@ class LauncherExecutor(BaseExecutor):
                     return None
                 if exc.status != 409:
                     raise
-                current = await self.management.get_or_none(ref, name, namespace)
-                if current is not None:
-                    await self._observe(ref, current)
+                current = await self._newer(ref, cache, key, version)
                 continue
             updated.setdefault("kind", _kind(ref))
             await self.watch.written(updated)
             return updated
         log.info("decision dropped after repeated conflicts: decided again", extra={"object": key})
         return None
+
+    async def _newer(
+        self, ref: ResourceRef, cache: ObjectCache, key: str, version: str
+    ) -> dict[str, Any] | None:
+        """The object after a conflict: the version the watch brings (it brings every change, and reading it
+        again would cost the API server a request, and most conflicts are a controller's status write a
+        moment earlier), else read again."""
+        try:
+            seen = int(version)
+        except ValueError:
+            seen = 0
+        newer = await cache.newer_than(key, seen, timeout=CONFLICT_WATCH_WAIT) if seen else None
+        if newer is not None:
+            return newer
+        namespace, _, name = key.partition("/")
+        current = await self.management.get_or_none(ref, name, namespace)
+        if current is not None:
+            await self._observe(ref, current)
+        return current
 
     async def _observe(self, ref: ResourceRef, obj: dict[str, Any]) -> None:
         assert self.watch is not None

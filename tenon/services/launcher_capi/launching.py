@@ -30,8 +30,11 @@ list makes that moment safe.
 **Binding** annotates a Machine ``tenon.sh/nodeclaim: <claim>`` and labels it ``karpenter.sh/nodepool``. Only
 claims on the scaled-up list take unbound Machines (in list order, newest Machine first): the Machines an MD
 already had are someone's running nodes, not new machines (Karpenter's provider binds any "unclaimed" Machine,
-which hands a claim a node that may already be full). Live claims come first; a claim that went away still
-takes the Machine its replica produced, which is then removed like any Machine bound to a gone claim.
+which hands a claim a node that may already be full). Live claims come first and take a Machine once it has
+its ``spec.providerID`` (the cloud's instance exists; until then the Cluster API controller rewrites the
+Machine every step, and a bind preconditioned on its version would be refused again and again), and that
+claim is Launched in the same plan, right after the bind; a claim that went away still takes the Machine its
+replica produced at once, which is then removed like any Machine bound to a gone claim.
 
 **Launched**: a live claim with a bound Machine that has ``spec.providerID`` gets ``NodeClaimLaunched``.
 
@@ -72,16 +75,17 @@ E = TypeVar("E", bound=ev.Event)
 
 @dataclass
 class Plan:
-    """The decisions of one call, in the order they are carried out: claim events, removals, binds, scales,
-    and the Machines kept (a removal's mark precedes its decrement; a bind precedes the scale that records
-    it). A claim event of a plan never rests on that plan's Cluster API actions (a claim is Launched as the
-    Machine an earlier plan bound), so it goes first, together with the marks and binds."""
+    """The decisions of one call, in the order they are carried out: claim events, removals, binds (each
+    followed by the Launched of its claim when the Machine has its providerID), scales, and the Machines kept
+    (a removal's mark precedes its decrement; a bind precedes the scale that records it, and its claim's
+    Launched). The other claim events never rest on that plan's Cluster API actions (a claim is Launched as
+    the Machine an earlier plan bound), so they go first, together with the marks and binds."""
 
     state: LauncherState
     cause: ev.Event | None
     at: datetime
     removals: list[ev.MachineRemovalDecided] = field(default_factory=list)
-    binds: list[ev.MachineBound] = field(default_factory=list)
+    binds: list[ev.MachineBound | ev.NodeClaimLaunched] = field(default_factory=list)
     scales: list[ev.MachineDeploymentScaled] = field(default_factory=list)
     claim_events: list[ev.NodeClaimEvent] = field(default_factory=list)
     kept: list[ev.MachineKept] = field(default_factory=list)
@@ -120,9 +124,16 @@ class Plan:
         )
 
     def launched(
-        self, claim: NodeClaim, choice: ev.InstanceChoice, zone: str | None, machine: MachineView
+        self,
+        claim: NodeClaim,
+        choice: ev.InstanceChoice,
+        zone: str | None,
+        machine: MachineView,
+        *,
+        after_bind: bool = False,
     ) -> None:
-        self.claim_events.append(
+        """The claim's Launched; ``after_bind``: right after this plan's bind of its Machine."""
+        (self.binds if after_bind else self.claim_events).append(
             self.event(
                 ev.NodeClaimLaunched,
                 (claim.name, "launched"),
@@ -269,14 +280,16 @@ def plan(state: LauncherState, cause: ev.Event | None, at: datetime) -> list[ev.
     for machine in state.machines.values():
         if machine.claim is not None and not machine.deleting:
             bound.setdefault(machine.claim, []).append(machine)
-    waiting = _waiting_claims(decided, bound)
+    targets = Targets(state)
+    waiting = _waiting_claims(decided, bound, targets)
 
     by_md: dict[str, list[MachineView]] = {}
     for machine in state.machines.values():
         if machine.deployment is not None:
             by_md.setdefault(f"{machine.namespace}/{machine.deployment}", []).append(machine)
     for ref in sorted(state.deployments):
-        _decide_deployment(decided, state.deployments[ref], by_md.get(ref, []), bound, waiting.get(ref, []))
+        machines = by_md.get(ref, [])
+        _decide_deployment(decided, state.deployments[ref], machines, bound, waiting.get(ref, []), targets)
 
     # a drained claim whose Machine is gone (deleted, not just deleting) has ended: say so in its story
     with_machine = {m.claim for m in state.machines.values() if m.claim is not None}
@@ -287,12 +300,13 @@ def plan(state: LauncherState, cause: ev.Event | None, at: datetime) -> list[ev.
     return decided.decisions
 
 
-def _waiting_claims(decided: Plan, bound: Mapping[str, list[MachineView]]) -> dict[str, list[NodeClaim]]:
+def _waiting_claims(
+    decided: Plan, bound: Mapping[str, list[MachineView]], targets: Targets
+) -> dict[str, list[NodeClaim]]:
     """Claims waiting for a replica, by the MD their current choice maps to (in the order they were planned);
     Launched for those whose Machine has its providerID, LaunchFailed for those no MD offers."""
     waiting: dict[str, list[NodeClaim]] = {}
     state = decided.state
-    targets = Targets(state)
     for claim in sorted(state.claims.values(), key=lambda c: c.first_sequence):
         # cheapest questions first: most claims are launched (or another launcher's) once a cluster runs,
         # and a claim whose Machine is still booting has nothing to decide
@@ -345,14 +359,47 @@ def _removals(
     return decrements
 
 
+def _bind(
+    decided: Plan,
+    listed_live: list[str],
+    listed_gone: list[str],
+    unbound: list[MachineView],
+    targets: Targets,
+) -> set[str]:
+    """Bind the listed claims to the unbound Machines (newest first): a live claim to a Machine with its
+    providerID, and Launched right after; a claim gone, at once. The claims bound."""
+    state = decided.state
+    provisioned = [m for m in unbound if m.provider_id]
+    newly_bound: set[str] = set()
+    for name in listed_live:
+        if not provisioned:
+            break
+        machine = provisioned.pop(0)
+        unbound.remove(machine)
+        claim = state.claims[name]
+        decided.bind(machine, name, claim.nodepool or "")
+        newly_bound.add(name)
+        choice = claim.current_choice
+        if choice is not None and claim.planned is not None:
+            _, zone = targets.of(claim.planned.node_class, choice)
+            decided.launched(claim, choice, zone, machine, after_bind=True)
+    for name in listed_gone:
+        if not unbound:
+            break
+        gone = state.claims.get(name)
+        decided.bind(unbound.pop(0), name, (gone.nodepool if gone is not None else None) or "")
+        newly_bound.add(name)
+    return newly_bound
+
+
 def _decide_deployment(
     decided: Plan,
     view: MachineDeploymentView,
     machines: list[MachineView],
     bound: Mapping[str, list[MachineView]],
     waiting: list[NodeClaim],
+    targets: Targets,
 ) -> None:
-    state = decided.state
     active = [m for m in machines if not m.deleting]
     decrements = _removals(decided, view, active, bound)
 
@@ -374,14 +421,8 @@ def _decide_deployment(
         listed_live.append(owed.pop(0).name)
 
     unbound = _newest_first([m for m in active if m.claim is None and not m.marked])
-    newly_bound: set[str] = set()
     # owed claims do not take Machines that were there before: a running node is not a new machine
-    for name in (*listed_live, *listed_gone):
-        if not unbound:
-            break
-        claim = state.claims.get(name)
-        decided.bind(unbound.pop(0), name, (claim.nodepool if claim is not None else None) or "")
-        newly_bound.add(name)
+    newly_bound = _bind(decided, listed_live, listed_gone, unbound, targets)
 
     replicas = max(0, view.replicas - len(decrements))
     granted = _grant(decided, view, replicas, owed)

@@ -62,10 +62,13 @@ class ObjectCache:
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, Any]] = {}
         self.synced = asyncio.Event()
+        self._bumped = asyncio.Event()
+        """Set (and replaced) whenever the cache takes an object: what :meth:`newer_than` waits on."""
 
     def replace_all(self, items: list[dict[str, Any]]) -> None:
         self.objects = {ref_of(item): item for item in items}
         self.synced.set()
+        self._bump()
 
     def put(self, obj: dict[str, Any]) -> bool:
         """Keep ``obj`` unless the cache holds a newer version of it; whether it was kept."""
@@ -73,8 +76,30 @@ class ObjectCache:
         current = self.objects.get(ref)
         if current is None or _version_number(obj) >= _version_number(current) or _version_number(obj) == 0:
             self.objects[ref] = obj
+            self._bump()
             return True
         return False
+
+    async def newer_than(self, ref: str, version: int, timeout: float) -> dict[str, Any] | None:
+        """The object at ``ref`` once the cache holds a version after ``version`` (the watch brings every
+        change), or None if none came within ``timeout`` seconds or the object is gone."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            obj = self.objects.get(ref)
+            if obj is None or _version_number(obj) > version:
+                return obj
+            bumped, left = self._bumped, deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return None
+            try:
+                async with asyncio.timeout(left):
+                    await bumped.wait()
+            except TimeoutError:
+                return None
+
+    def _bump(self) -> None:
+        self._bumped.set()  # wakes whoever waits for a newer version
+        self._bumped = asyncio.Event()
 
     def remove(self, obj: Mapping[str, Any]) -> None:
         self.objects.pop(ref_of(obj), None)
