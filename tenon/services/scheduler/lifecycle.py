@@ -8,7 +8,10 @@ The scheduler is the single writer of a claim's state (Karpenter's lifecycle con
   booted with so nothing lands on it before that happened (:func:`registration_patch`).
 * **Initialized** when that Node is Ready and none of the NodePool's startup taints, nor the unregistered
   taint,
-  remain: from then on pods may land and the claim counts as a Node.
+  remain: from then on pods may land and the claim counts as a Node. A Node already Ready when it is
+  registered is judged as the registration leaves it (the unregistered taint gone, the pool's taints on): if
+  that is initialized, both steps are decided together, Initialized right after Registered (whose Node patch
+  must have succeeded first), instead of waiting for the Node's next observation to show the patch.
 * **Abandoned** when a claim was not launched within ``launch_timeout`` (5 min) or not registered within
   ``registration_timeout`` (15 min) of being planned, or when every instance type failed to launch. The
   launcher removes its machine, and the scheduler plans its pods again.
@@ -90,6 +93,17 @@ def registration_patch(claim: NodeClaim, node: KubeObject) -> dict[str, Any] | N
     return patch or None
 
 
+def as_registered(claim: NodeClaim, node: KubeObject) -> KubeObject:
+    """``node`` as its registration patch leaves it (what :func:`registration_patch` changes applied)."""
+    patch = registration_patch(claim, node)
+    if not patch:
+        return node
+    meta = node.get("metadata") or {}
+    labels = {**(meta.get("labels") or {}), **((patch.get("metadata") or {}).get("labels") or {})}
+    spec = {**(node.get("spec") or {}), **(patch.get("spec") or {})}
+    return {**node, "metadata": {**meta, "labels": labels}, "spec": spec}
+
+
 def _event_time(event: ev.Event) -> datetime:
     return event.decided_at
 
@@ -127,8 +141,8 @@ def due(projection: ClusterProjection, claim: NodeClaim, cause: ev.Event) -> lis
         node = projection.node_by_provider_id(claim.launched.provider_id)
         if node is not None:
             registered = _registered(claim, node, cause)
-            if is_initialized(claim, node):
-                # the node was Ready with its startup taints gone by the time tenon saw it
+            if is_initialized(claim, as_registered(claim, node)):
+                # Ready, and nothing but the registration's own taint kept it from being initialized
                 return [registered, _initialized(claim, registered.node, cause)]
             return [registered]
     if claim.phase == "Registered" and claim.registered is not None:
