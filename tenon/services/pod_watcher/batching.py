@@ -20,6 +20,14 @@ Rules
 * Every pod of a closed batch remembers when it was batched. If it is still pending ``rebatch`` later it joins
   a window again, at that moment. The scheduler counts in-flight NodeClaims, so offering a pod again never
   buys twice; it is the safety net for claims that were abandoned or for a batch the scheduler never saw.
+* **Capacity arrived** (:meth:`PendingBatcher.capacity_arrived`: a Node became schedulable). The
+  kube-scheduler packs pods its own way, not as the plan assumed, so when the nodes bought for a batch are up
+  some of its pods may be left with no room. Once no capacity has arrived for half of ``idle`` (the burst of
+  nodes is over and the kube-scheduler, which tries again on every Node change, has had its turn), every pod
+  batched before the last arrival and still pending joins a window at that moment, without waiting out its
+  re-batch delay: the pods the new nodes did not take are offered again within a second or two, not
+  ``rebatch`` later. (One offered a moment before the kube-scheduler places it costs a plan, never a node:
+  the scheduler sees the room it is about to take.)
 * :meth:`PendingBatcher.flush` closes an open window at shutdown, so a stopping leader hands over what it
   collected instead of dropping it.
 
@@ -130,6 +138,8 @@ class PendingBatcher:
         self._rebatch_due: list[
             tuple[Micros, str]
         ] = []  # heap; entries whose time no longer matches are stale
+        self._capacity_at: Micros | None = None
+        """The last moment capacity arrived while pods batched before it may still be waiting for it."""
 
     # --- what the watch reports -----------------------------------------------------------------------------
 
@@ -176,6 +186,11 @@ class PendingBatcher:
         for uid, pod in pods.items():
             self.pod_pending(uid, pod, now)
 
+    def capacity_arrived(self, now: Micros) -> None:
+        """A Node became schedulable at ``now``: the pods batched before it that are still pending join a
+        window half of ``idle`` after the last such moment (see the module docstring)."""
+        self._capacity_at = self.advance(now)
+
     def remember_batched(self, uids: Iterable[str], at: Micros) -> None:
         """These pods were batched at ``at`` (by this or an earlier leader): none is offered again before its
         re-batch time."""
@@ -191,9 +206,9 @@ class PendingBatcher:
         candidates = []
         if self._window is not None:
             candidates.append(self._close_time(self._window)[0])
-        due = self._next_rebatch()
-        if due is not None:
-            candidates.append(due)
+        for due in (self._next_rebatch(), self._reoffer_time()):
+            if due is not None:
+                candidates.append(due)
         return min(candidates) if candidates else None
 
     def advance(self, now: Micros) -> Micros:
@@ -203,14 +218,17 @@ class PendingBatcher:
         now = self._now = max(now, self._now)
         while True:
             close = self._close_time(self._window) if self._window is not None else None
-            due = self._next_rebatch()
+            due = min(
+                (t for t in (self._next_rebatch(), self._reoffer_time()) if t is not None), default=None
+            )
             if close is not None and close[0] <= now and (due is None or close[0] <= due):
                 self._close(*close)
             elif due is not None and due <= now:
+                if due == self._reoffer_time():
+                    self._reoffer(due)
+                    continue
                 _, uid = heapq.heappop(self._rebatch_due)
-                pod = self._pending.get(uid)
-                if pod is not None and not (self._window is not None and uid in self._window.pods):
-                    self._join(uid, pod, due)
+                self._join_again(uid, due)
             else:
                 return now
 
@@ -228,6 +246,21 @@ class PendingBatcher:
         return self.poll(now)
 
     # --- internals ------------------------------------------------------------------------------------------
+
+    def _reoffer_time(self) -> Micros | None:
+        return None if self._capacity_at is None else self._capacity_at + self.idle // 2
+
+    def _reoffer(self, at: Micros) -> None:
+        """The capacity that arrived by ``at - idle / 2`` had its turn: the pods batched before it join."""
+        assert self._capacity_at is not None
+        arrived, self._capacity_at = self._capacity_at, None
+        for uid in sorted(u for u, batched in self._batched_at.items() if batched < arrived):
+            self._join_again(uid, at)
+
+    def _join_again(self, uid: str, at: Micros) -> None:
+        pod = self._pending.get(uid)
+        if pod is not None and not (self._window is not None and uid in self._window.pods):
+            self._join(uid, pod, at)
 
     def _join(self, uid: str, pod: dict[str, Any], at: Micros) -> None:
         if self._window is None:

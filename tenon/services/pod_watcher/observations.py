@@ -150,6 +150,20 @@ def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
     return None
 
 
+def is_schedulable(node: Mapping[str, Any]) -> bool:
+    """Whether pods may land on ``node`` now: Ready, not cordoned, no taint that keeps pods off it."""
+    ready = _condition(node, "Ready")
+    if ready is None or ready.get("status") != "True":
+        return False
+    spec = node.get("spec") or {}
+    if spec.get("unschedulable"):
+        return False
+    return not any(
+        isinstance(taint, Mapping) and taint.get("effect") in ("NoSchedule", "NoExecute")
+        for taint in spec.get("taints") or ()
+    )
+
+
 def _owned_by_daemonset(pod: Mapping[str, Any]) -> bool:
     return any(
         isinstance(ref, Mapping) and ref.get("kind") == "DaemonSet"

@@ -233,6 +233,8 @@ class PodWatcher:
         """Node and bound-pod events, re-assertions included, stored in the order they are decided."""
         self.published: dict[str, int] = {}
         """Events stored per type during this term (duplicates the broker dropped are not counted)."""
+        self.schedulable: set[str] | None = None
+        """The Nodes pods may land on, as last seen (None until the first list)."""
         self.reasserted = 0
         """Re-assertions published during this term (duplicates included)."""
 
@@ -426,13 +428,25 @@ class PodWatcher:
             if isinstance(item, Relisted):
                 nodes = [n for n in item.items if readable(n, NODE_READS)]
                 events = self.nodes.relisted(nodes, decided_at=at)
+                self._capacity({obs.name_of(n) for n in nodes if obs.is_schedulable(n)})
             elif not readable(item.object, NODE_READS):
                 continue
             elif item.type == "DELETED":
                 events = [e for e in [self.nodes.forget(item.object, decided_at=at)] if e is not None]
+                self._capacity((self.schedulable or set()) - {obs.name_of(item.object)})
             else:
                 events = [e for e in [self.nodes.observe(item.object, decided_at=at)] if e is not None]
+                name = obs.name_of(item.object)
+                now = (self.schedulable or set()) - {name}
+                self._capacity(now | {name} if obs.is_schedulable(item.object) else now)
             await self._publish_observations(events)
+
+    def _capacity(self, schedulable: set[str]) -> None:
+        """Tell the batcher when a Node became schedulable (not at the term's first list: nothing arrived)."""
+        before, self.schedulable = self.schedulable, schedulable
+        if before is not None and schedulable - before:
+            self.batcher.capacity_arrived(self._now())
+            self._pending_changed.set()
 
     # --- batches --------------------------------------------------------------------------------------------
 
