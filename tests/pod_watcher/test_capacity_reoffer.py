@@ -1,5 +1,5 @@
-"""Pods the new nodes did not take are offered again half a second after the nodes stopped arriving, not
-after the re-batch delay; and ``tenon replay pod-watcher`` still decides those windows the same."""
+"""Pods the new nodes did not take are offered again a second after the nodes stopped arriving, not after
+the re-batch delay; and ``tenon replay pod-watcher`` still decides those windows the same."""
 
 from __future__ import annotations
 
@@ -22,34 +22,34 @@ def batcher() -> PendingBatcher:
     return PendingBatcher(idle=micros(1.0), max_duration=micros(10.0), rebatch=micros(30.0))
 
 
-def test_pods_left_pending_join_again_half_the_idle_window_after_the_last_node_arrived() -> None:
+def test_pods_left_pending_join_again_idle_after_the_last_node_arrived() -> None:
     b = batcher()
     for uid in ("a", "b", "c"):
         b.pod_pending(uid, pod(uid), T0)
     [first] = b.poll(T0 + S)  # batched at T0+1 s
     assert first.uids == ("a", "b", "c")
-    # nodes become schedulable at 3 s and 3.3 s; b lands on one of them
+    # nodes become schedulable at 3 s and 3.5 s; b lands on one of them
     b.capacity_arrived(T0 + 3 * S)
-    b.capacity_arrived(T0 + 3 * S + 3 * S // 10)
-    b.pod_not_pending("b", T0 + 3 * S + 4 * S // 10)
-    assert b.next_deadline() == T0 + 3 * S + 8 * S // 10  # half a second after the last node, not T0+31 s
-    assert b.poll(T0 + 3 * S + 7 * S // 10) == []
+    b.capacity_arrived(T0 + 3 * S + S // 2)
+    b.pod_not_pending("b", T0 + 4 * S)
+    assert b.next_deadline() == T0 + 4 * S + S // 2  # a second after the last node, not at T0+31 s
+    assert b.poll(T0 + 4 * S + S // 4) == []
     [again] = b.poll(T0 + 6 * S)
     assert again.uids == ("a", "c")
-    assert (again.opened_at, again.closed_at) == (T0 + 3 * S + 8 * S // 10, T0 + 4 * S + 8 * S // 10)
+    assert (again.opened_at, again.closed_at) == (T0 + 4 * S + S // 2, T0 + 5 * S + S // 2)
 
 
 def test_only_pods_batched_before_the_node_arrived_are_offered_again() -> None:
     b = batcher()
     b.pod_pending("old", pod("old"), T0)
     assert [batch.uids for batch in b.poll(T0 + S)] == [("old",)]
-    b.pod_pending("new", pod("new"), T0 + 2 * S)  # its window opens...
+    b.pod_pending("new", pod("new"), T0 + 2 * S + S // 2)  # its window opens...
     b.capacity_arrived(T0 + 2 * S + 6 * S // 10)  # ...a node comes...
     # ...and it is batched after the node came: planned with it in view, it waits for its own re-batch time
-    assert [batch.uids for batch in b.poll(T0 + 3 * S)] == [("new",)]
+    assert [batch.uids for batch in b.poll(T0 + 3 * S + S // 2)] == [("new",)]
     [again] = b.poll(T0 + 6 * S)
-    assert (again.uids, again.opened_at) == (("old",), T0 + 3 * S + S // 10)
-    assert b.next_deadline() == T0 + 3 * S + 30 * S  # no capacity since: new's usual re-batch
+    assert (again.uids, again.opened_at) == (("old",), T0 + 3 * S + 6 * S // 10)
+    assert b.next_deadline() == T0 + 3 * S + S // 2 + 30 * S  # no capacity since: new's usual re-batch
 
 
 def test_a_window_of_pods_offered_again_replays_to_the_same() -> None:
@@ -58,7 +58,7 @@ def test_a_window_of_pods_offered_again_replays_to_the_same() -> None:
         b.pod_pending(uid, pod(uid), T0)
     closed = b.poll(T0 + S)
     b.capacity_arrived(T0 + 2 * S)
-    b.pod_pending("late", pod("late"), T0 + 2 * S + 3 * S // 4)  # joins the window the re-offer opened
+    b.pod_pending("late", pod("late"), T0 + 3 * S + S // 4)  # joins the window the re-offer opened
     closed += b.poll(T0 + 5 * S)
     assert [batch.uids for batch in closed] == [("a", "b"), ("a", "b", "late")]
     recorded = [e for batch in closed for e in window_events(batch, 1_000_000).events]

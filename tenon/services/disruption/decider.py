@@ -34,7 +34,7 @@ import msgspec
 from proto import events as ev
 from proto import registry
 from proto.ids import derive_id
-from tenon.domain.disruption import consolidation, emptiness, expiration
+from tenon.domain.disruption import consolidation, drift, emptiness, expiration
 from tenon.domain.disruption.candidates import budget_mapping, candidates, consolidatable
 from tenon.domain.disruption.commands import EPSILON, Command
 from tenon.domain.disruption.rounds import Round, decide_round
@@ -188,7 +188,7 @@ class DisruptionDecider:
         return decisions
 
     def tick(self, state: DisruptionState, now: datetime) -> Sequence[ev.Event]:
-        view = build_view(state, now)
+        view = build_view(state, now, with_core=False)  # the scheduling core's input only where it is read
         events: list[ev.Event] = self._expire(view, now)
         events += interruption.tick(state.interruptions, state.projection, now)
         for underway in sorted(state.commands.values(), key=lambda u: u.id):
@@ -223,6 +223,7 @@ class DisruptionDecider:
         ]
 
     def _round(self, state: DisruptionState, view: ClusterView) -> Round:
+        """One round on ``view`` (made without the core's input: built here when a method would read it)."""
         found, _ = candidates(view)
         key = (
             state.version,
@@ -237,7 +238,12 @@ class DisruptionDecider:
         if key == self._quiet:
             return Round(None)
         queue = empty_queue(view)
-        played = Round(queue) if queue is not None else decide_round(view)
+        if queue is not None:
+            played = Round(queue)
+        elif drift.drifted(view) or consolidation.eligible(view, found):
+            played = decide_round(build_view(state, view.now))  # they read the core: repacking
+        else:
+            played = decide_round(view)  # nothing drifted, nothing to consolidate: the core goes unread
         self._quiet = key if played.command is None else None
         return played
 

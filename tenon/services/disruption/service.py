@@ -170,7 +170,7 @@ class DisruptionExecutor(BaseExecutor):
     async def ticked(self, now: datetime) -> None:
         """Keep the Drifted condition on drifted claims' NodeClaim objects (once per claim and reason)."""
         try:
-            drifted = drift.drifted(build_view(self.state, now))
+            drifted = drift.drifted(build_view(self.state, now, with_core=False))
         except Exception as exc:  # the condition is a view for people; decisions do not depend on it
             log.warning("could not judge drift for the Drifted condition", extra={"error": str(exc)})
             return

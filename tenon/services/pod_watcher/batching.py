@@ -22,12 +22,13 @@ Rules
   buys twice; it is the safety net for claims that were abandoned or for a batch the scheduler never saw.
 * **Capacity arrived** (:meth:`PendingBatcher.capacity_arrived`: a Node became schedulable). The
   kube-scheduler packs pods its own way, not as the plan assumed, so when the nodes bought for a batch are up
-  some of its pods may be left with no room. Once no capacity has arrived for half of ``idle`` (the burst of
-  nodes is over and the kube-scheduler, which tries again on every Node change, has had its turn), every pod
-  batched before the last arrival and still pending joins a window at that moment, without waiting out its
-  re-batch delay: the pods the new nodes did not take are offered again within a second or two, not
-  ``rebatch`` later. (One offered a moment before the kube-scheduler places it costs a plan, never a node:
-  the scheduler sees the room it is about to take.)
+  some of its pods may be left with no room. Once no capacity has arrived for ``idle`` (the burst of nodes is
+  over and the kube-scheduler, which tries again on every Node change, has had its turn), every pod batched
+  before the last arrival and still pending joins a window at that moment, without waiting out its re-batch
+  delay: the pods the new nodes did not take are offered again within two seconds, not ``rebatch`` later.
+  (One offered a moment before the kube-scheduler places it costs a plan, never a node: the scheduler sees
+  the room it is about to take. Half a second proved too short on a busy machine: the registrations of one
+  wave of nodes pause that long, and pods were offered before the kube-scheduler had placed them.)
 * :meth:`PendingBatcher.flush` closes an open window at shutdown, so a stopping leader hands over what it
   collected instead of dropping it.
 
@@ -188,7 +189,7 @@ class PendingBatcher:
 
     def capacity_arrived(self, now: Micros) -> None:
         """A Node became schedulable at ``now``: the pods batched before it that are still pending join a
-        window half of ``idle`` after the last such moment (see the module docstring)."""
+        window ``idle`` after the last such moment (see the module docstring)."""
         self._capacity_at = self.advance(now)
 
     def remember_batched(self, uids: Iterable[str], at: Micros) -> None:
@@ -248,10 +249,10 @@ class PendingBatcher:
     # --- internals ------------------------------------------------------------------------------------------
 
     def _reoffer_time(self) -> Micros | None:
-        return None if self._capacity_at is None else self._capacity_at + self.idle // 2
+        return None if self._capacity_at is None else self._capacity_at + self.idle
 
     def _reoffer(self, at: Micros) -> None:
-        """The capacity that arrived by ``at - idle / 2`` had its turn: the pods batched before it join."""
+        """The capacity that arrived by ``at - idle`` had its turn: the pods batched before it join now."""
         assert self._capacity_at is not None
         arrived, self._capacity_at = self._capacity_at, None
         for uid in sorted(u for u, batched in self._batched_at.items() if batched < arrived):
