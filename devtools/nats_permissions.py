@@ -12,11 +12,13 @@ nats-server configuration, :meth:`Identities.env` a service process's ``TENON_NA
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from proto import registry, subjects
+from tenon.runtime.eventlog.connection import inbox_prefix
 
 JETSTREAM_API = (
     "$JS.API.INFO",
@@ -75,11 +77,19 @@ def users_block(password_of: Mapping[str, str], indent: str = "        ") -> str
             f"{indent}  user: {user}, password: {password_of[user]}",
             f"{indent}  permissions: {{",
             f"{indent}    publish: [{quoted}]",
-            f'{indent}    subscribe: ["_INBOX.>"]',
+            f"{indent}    subscribe: [{', '.join(json.dumps(inbox) for inbox in inboxes(user))}]",
             f"{indent}  }}",
             f"{indent}}}",
         ]
     return "\n".join(lines)
+
+
+def inboxes(user: str) -> tuple[str, ...]:
+    """Where ``user`` may receive replies: its own inbox prefix (a service reads no other service's replies);
+    the operator also the default one, for clients without credentials (``no_auth_user``) and other NATS
+    tools, since it may read the whole log anyway."""
+    own = f"{inbox_prefix(user)}.>"
+    return (own, "_INBOX.>") if user == OPERATOR else (own,)
 
 
 def deployment_passwords() -> dict[str, str]:

@@ -307,7 +307,7 @@ def test_nats_is_a_tls_cluster_of_three_with_a_user_per_service(overlay: str) ->
         assert own == WRITES[service] | {subjects.DEADLETTERS, f"tenon.snapshot.{service}.>"}, service
         jetstream = set(user["publish"]) - own
         assert not {"$JS.API.>", "$JS.API.STREAM.DELETE.*", "$JS.>"} & jetstream  # the log cannot be deleted
-        assert user["subscribe"] == ["_INBOX.>"]
+        assert user["subscribe"] == [f"_INBOX_{service}.>"]  # its own replies, no other service's
         assert server_env[user["password"][0]] == service  # the server reads the password the service gets
         [container] = _pod(deployment)["containers"]
         env = {e["name"]: e for e in container["env"]}

@@ -30,9 +30,11 @@ def workload(name: str) -> list[dict[str, Any]]:
 async def infrastructure_in_the_log(stack: LocalStack) -> None:
     """Wait until the NodePool and the catalog of its MachineDeployments are in the log: pods applied before
     would be batched while the scheduler knows no pool, and wait for the next offer."""
-    event_log = await JetStreamEventLog.connect(
-        ConnectionSettings(servers=(stack.nats_url,)), provision=False
+    operator = "operator"  # a stack may refuse anonymous clients (``anonymous=None``): read as the operator
+    settings = ConnectionSettings(
+        servers=(stack.nats_url,), user=operator, password=stack.identities.passwords[operator]
     )
+    event_log = await JetStreamEventLog.connect(settings, provision=False)
 
     async def known() -> bool:
         try:

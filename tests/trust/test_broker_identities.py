@@ -19,7 +19,7 @@ from proto import events as ev
 from proto import subjects
 from tenon.runtime.claims import append_claim_event
 from tenon.runtime.eventlog import EventLogError
-from tenon.runtime.eventlog.connection import ConnectionSettings
+from tenon.runtime.eventlog.connection import ConnectionSettings, inbox_prefix
 from tenon.runtime.eventlog.factories import make_event
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tests.trust.identities import broker_said, connect_as
@@ -87,6 +87,22 @@ async def test_the_launchers_identity_cannot_write_drained_but_writes_its_own_st
         assert drained not in history and len(history) == 2
     finally:
         await launcher.close()
+        await scheduler.close()
+
+
+async def test_a_service_reads_its_own_replies_and_cannot_listen_to_another_services(
+    broker: LocalNatsServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    scheduler = await connect_as(broker.url, IDENTITIES, "scheduler", provision=True)
+    try:
+        # its own requests are answered on its own inbox: reading the log works
+        assert [r async for r in scheduler.read(subjects.nodeclaim("default-none"))] == []
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            await scheduler.client.subscribe(f"{inbox_prefix('launcher-capi')}.>")
+            said = await broker_said(caplog, "permissions violation for subscription")
+        assert inbox_prefix("launcher-capi").lower() in said.lower()
+    finally:
         await scheduler.close()
 
 

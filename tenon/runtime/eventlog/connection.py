@@ -32,6 +32,12 @@ class _PoolServer(Protocol):
     """Failed attempts on it in a row since it last answered."""
 
 
+def inbox_prefix(user: str) -> str:
+    """Where replies to ``user``'s requests arrive (JetStream API answers, pull consumers' deliveries): a
+    prefix of its own, so the broker can let each identity read its own replies and no one else's."""
+    return "_INBOX_" + "".join(c if c.isalnum() or c in "-_" else "_" for c in user)
+
+
 @dataclass(frozen=True)
 class ReconnectBackoff:
     """How long a client waits before its next reconnect attempt, and on which server."""
@@ -136,6 +142,7 @@ class ConnectionSettings:
         if self.user is not None:
             options["user"] = self.user
             options["password"] = self.password or ""
+            options["inbox_prefix"] = inbox_prefix(self.user)
         if self.token is not None:
             options["token"] = self.token
         if self.creds_file is not None:
