@@ -6,10 +6,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from devtools.sandbox.testing import running_sandbox
 from proto import events as ev
+from proto import registry
 from tenon.domain.projection import ClusterProjection
+from tenon.runtime.eventlog.memory import InMemoryEventLog
+from tenon.runtime.kube import NODES, load_kube
 from tenon.services.scheduler.decider import SchedulerDecider
-from tests.support.events import build_event
+from tenon.services.scheduler.service import SchedulerExecutor
+from tests.scheduler.test_nodeclaim_objects import CountingKube
+from tests.support.events import append_to_claim, build_event
+from tests.support.objects import demo_facts
+from tests.support.services import running
+from tests.support.waiting import until
 
 CLAIM = "default-abcde"
 
@@ -67,3 +76,50 @@ def test_a_startup_taint_the_registration_puts_on_keeps_it_from_being_initialize
     agent = {"key": "example.com/agent-not-ready", "effect": "NoSchedule"}
     steps = decisions_on_join(launched_claim(startup_taints=(agent,)), joined(ready=True))
     assert steps == ["NodeClaimRegistered"]
+
+
+async def test_registered_and_initialized_together_cost_the_node_one_patch() -> None:
+    async with running_sandbox(controllers=False) as sandbox:
+        client = await load_kube(str(sandbox.workload_kubeconfig))
+        kube = CountingKube(client)
+        try:
+            node = await kube.create(NODES, {"apiVersion": "v1", "kind": "Node", **joined(ready=True)})
+            event_log = InMemoryEventLog()
+            for fact in demo_facts():
+                await event_log.publish(registry.subject_of(fact), fact)
+            for event in projection_events():
+                await append_to_claim(event_log, event)
+            observed = build_event(ev.NodeObserved, "joined", change="added", node=node)
+            await event_log.publish(registry.subject_of(observed), observed)
+            kube.requests.clear()
+            executor = SchedulerExecutor(kube)
+            async with running(SchedulerDecider(), executor, event_log) as runtime:
+                await until(lambda: runtime.state.claims[CLAIM].initialized, what="the claim Initialized")
+            labels = (await client.get(NODES, "node-a"))["metadata"]["labels"]
+            assert (
+                labels["karpenter.sh/registered"] == "true" and labels["karpenter.sh/initialized"] == "true"
+            )
+            assert kube.requests["PATCH node-a"] == 1
+        finally:
+            await client.close()
+
+
+def projection_events() -> list[ev.NodeClaimEvent]:
+    """The claim's story up to its launch, as launched_claim folds it."""
+    return [
+        build_event(
+            ev.NodeClaimPlanned,
+            "planned",
+            nodeclaim=CLAIM,
+            nodepool="default",
+            node_class="default",
+            choice=ev.InstanceChoice("c3-8", None, "on-demand", 0.1),
+            fallbacks=(),
+            pods=(),
+            requirements=(),
+            labels={"karpenter.sh/nodepool": "default"},
+        ),
+        build_event(
+            ev.NodeClaimLaunched, "launched", nodeclaim=CLAIM, provider_id="p://a", instance_type="c3-8"
+        ),
+    ]

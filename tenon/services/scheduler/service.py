@@ -5,7 +5,8 @@ this module adds what the decisions need around them in the workload cluster:
 
 * before ``NodeClaimRegistered`` is recorded, the Node gets the NodePool's labels and taints and loses
   ``karpenter.sh/unregistered`` (:func:`.lifecycle.registration_patch`); before ``NodeClaimInitialized``, the
-  label ``karpenter.sh/initialized``;
+  label ``karpenter.sh/initialized`` (in the registration's own patch when both are decided together: one
+  round trip to the API server, not two);
 * after every claim event, the ``karpenter.sh/v1`` NodeClaim object is brought up to date, off the decision
   path
   (:mod:`.objects`);
@@ -87,6 +88,8 @@ class SchedulerExecutor(BaseExecutor):
         self.runtime: DeciderRuntime[ClusterProjection] | None = None
         self.objects = NodeClaimObjects(kube, lambda: self.state)
         self._nodepool_status: dict[str, Any] = {}
+        self._labelled_initialized: set[str] = set()
+        """Nodes whose registration patch carried the initialized label (their Initialized needs no patch)."""
 
     @property
     def state(self) -> ClusterProjection:
@@ -108,10 +111,17 @@ class SchedulerExecutor(BaseExecutor):
             claim = self.state.claims.get(decision.nodeclaim)
             node = self.state.nodes.get(decision.node)
             patch = lifecycle.registration_patch(claim, node) if claim and node else None
+            if claim and node and lifecycle.is_initialized(claim, lifecycle.as_registered(claim, node)):
+                # Initialized is decided with it (lifecycle.due): one Node patch carries both labels
+                patch = patch or {}
+                patch.setdefault("metadata", {}).setdefault("labels", {})[INITIALIZED] = "true"
+                self._labelled_initialized.add(decision.node)
             if patch:
                 await self._patch_node(decision.node, patch)
         elif isinstance(decision, ev.NodeClaimInitialized):
-            await self._patch_node(decision.node, {"metadata": {"labels": {INITIALIZED: "true"}}})
+            if decision.node not in self._labelled_initialized:
+                await self._patch_node(decision.node, {"metadata": {"labels": {INITIALIZED: "true"}}})
+            self._labelled_initialized.discard(decision.node)
         return True
 
     async def recorded(self, decision: ev.Event, cause: ev.Event | None) -> None:
