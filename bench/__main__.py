@@ -32,6 +32,7 @@ SUITES: tuple[str, ...] = (
     "failover",
     "e2e",
     "ec2",
+    "scale",
 )
 
 RESULTS_PATH = Path(__file__).parent / "results.json"

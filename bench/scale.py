@@ -1,0 +1,612 @@
+"""The scale run (issue 16): 10,000 pods in 100 Deployments onto ~2,000 nodes, churn, then back to zero.
+
+Out of CI (``python -m bench --only scale``); ``--quick`` runs a tenth of it (1,000 pods, 10 Deployments) in a
+few minutes.
+
+The stack
+    :class:`devtools.stack.LocalStack` with the sandbox's ``fast`` profile: a real ``nats-server``, the
+    sandbox (workload + management clusters) and every service its own process, as ``tenon up`` runs them.
+    The infrastructure is the demo's (:func:`bench.e2e.infrastructure`: NodePool, ClusterAPINodeClass, the
+    100m DaemonSet) with each of its three MachineDeployments (c3-4, c3-8, c3-16) copied into three zones
+    (``spec.template.spec.failureDomain`` ``zone-a``/``-b``/``-c``: nine MachineDeployments; the demo has no
+    zone, and zonal spread and affinity need some), each allowed :data:`MAX_SIZE_PER_MD` machines, the pool's
+    ``limits.cpu`` lifted to match, ``consolidateAfter: 1h`` while the waves run (so consolidation does not
+    move pods under the measurement; churn frees room that later waves reuse).
+
+The workload
+    ``D`` Deployments whose templates are Karpenter's benchmark constraint mix
+    (:func:`bench.scheduling_workloads.diverse_pods`, ``makeDiversePods``): a fifth each generic, zonal
+    spread (maxSkew 1, DoNotSchedule), hostname spread, zonal self-affinity and hostname anti-affinity
+    (``app: nginx`` across all of them, so every anti-affine pod gets a node of its own: 2,000 of the 10,000
+    pods, which is what makes the ~2,000 nodes), each with one request drawn from {100..1500}m x
+    {100..4096}Mi. Every Deployment's full size is ``P`` replicas.
+
+The waves (each waits until every Deployment has exactly its replicas Running, or gives up)
+    ``up-10%`` -> ``up-40%`` -> ``up-100%`` (1k -> 4k -> 10k pods at full size), then the churn, one hour
+    compressed: ``churn-1`` the first half of the Deployments down to half, ``churn-2`` them back up and the
+    second half down to half, ``churn-3`` the reverse, ``churn-4`` everything at full size again; then
+    ``zero``: ``consolidateAfter`` lowered to 1 s (as :mod:`bench.e2e` does once pods run) and every
+    Deployment scaled to 0, until no Node is left.
+
+Figures, per wave
+    * pending -> Running p50/p99/max: for each pod first seen by the bench's pod watch during the wave, from
+      that moment (its creation, within the watch's lag) to the first time the watch sees it Running; pods
+      of the wave never seen Running are counted;
+    * all Running: whether every Deployment reached exactly its replicas Running;
+    * events per second and log size: ``TENON_EVENTS`` stream info (messages, bytes) at the start and end
+      of the wave (as the operator, who may read stream info);
+    * CPU seconds of each process (sandbox, each service; nats-server not counted) during the wave, from
+      ``/proc/<pid>/stat``; peak RSS of each, sampled from ``/proc/<pid>/status`` ``VmRSS`` every
+      :data:`RSS_SAMPLE_S` (and ``VmHWM``, the kernel's own high-water mark, at the end: the target uses
+      it, so a spike between two samples is not missed);
+    * decision latency per batch: for each ``PendingBatch`` recorded during the wave that led to claims,
+      from its ``recorded_at`` to the ``recorded_at`` of the last ``NodeClaimPlanned`` caused by it (p50/p99/
+      max over batches; batches whose pods all fitted existing capacity plan nothing and are counted apart);
+    * nodes at the end of the wave (the bench's own Node watch).
+
+    Growth: each figure of the 10,000-pod wave (``up-100%``) divided by the same figure of the 1,000-pod
+    wave (``up-10%``); the pods each wave added (1,000 then 6,000) are printed beside them, so a ratio far
+    above the work's says the cost follows the log's history or the cluster's size, not the work.
+
+Targets (rows, never asserts): every pod Running at each wave; no tenon service over 1 GiB peak RSS; 0 nodes
+at the end.
+
+Everything gives up when nothing has moved for :data:`STALL_S` (no pod changed to/from Running, no node
+removed) and the figures then say what never happened, so the suite always ends.
+
+Reused from :mod:`bench.e2e` (imported, not copied): the stack setup and its wait for the catalog, the pod
+watch (its ``bench=e2e`` label is why the pods carry it), the log reader, the waits that give up when nothing
+moves, ``/proc`` CPU readings, :func:`bench.e2e.percentile`.
+
+Measured
+    (not yet: see the suite's output; figures are added here once measured)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import nats
+
+from bench.e2e import (
+    PodTracker,
+    TimedEvent,
+    _cpu_delta,
+    _cpu_seconds,
+    _read_log,
+    _setup,
+    _track_pods,
+    _wait_for_progress,
+    infrastructure,
+    percentile,
+)
+from bench.scheduling_workloads import diverse_pods
+from bench.suite import Suite, Target
+from devtools.stack import LocalStack, apply_manifests, connect
+from proto import subjects
+from proto.events import NodeClaimPlanned, PendingBatch
+from tenon.runtime.kube import NODEPOOLS, NODES, Kube
+from tenon.runtime.kube.resources import DEPLOYMENTS
+from tenon.runtime.kube.watching import Relisted, WatchChange, list_and_watch
+
+NAMESPACE = "default"
+ZONES = ("zone-a", "zone-b", "zone-c")
+MAX_SIZE_PER_MD = 3000
+"""Each of the nine MachineDeployments may grow this far (the anti-affine fifth alone needs 2,000 nodes, and
+nothing keeps them out of one zone's cheapest type)."""
+OWNER_LABEL = "bench.tenon.sh/deployment"
+TRACKED_LABELS = {"bench": "e2e"}
+"""The label :func:`bench.e2e._track_pods` watches."""
+STALL_S = 120.0
+RSS_SAMPLE_S = 1.0
+RSS_LIMIT_BYTES = 1 << 30
+SERVICE_PROCESSES_EXCLUDED = ("sandbox",)
+"""Processes of the stack that are not tenon services (reported, not held to the memory target)."""
+SCALE_UP_FRACTIONS = (0.1, 0.4, 1.0)
+GROWTH_FROM, GROWTH_TO = "up-10%", "up-100%"
+
+
+# --------------------------------------------------------------------------------------------- pure analysis
+
+
+@dataclass(frozen=True)
+class WavePlan:
+    """One wave: its name and the replicas each Deployment should have Running at its end."""
+
+    name: str
+    replicas: dict[str, int]
+
+    @property
+    def pods(self) -> int:
+        return sum(self.replicas.values())
+
+
+def wave_plans(names: Sequence[str], full: int) -> list[WavePlan]:
+    """Scale up in steps, churn (halves of the Deployments down to half and back, alternately), then 0."""
+    plans = [WavePlan(f"up-{f:.0%}", {n: round(full * f) for n in names}) for f in SCALE_UP_FRACTIONS]
+    first, second = set(names[: len(names) // 2]), set(names[len(names) // 2 :])
+    half = full // 2
+    for index, down in enumerate((first, second, first, set()), start=1):
+        plans.append(WavePlan(f"churn-{index}", {n: half if n in down else full for n in names}))
+    plans.append(WavePlan("zero", dict.fromkeys(names, 0)))
+    return plans
+
+
+def convergence(running: Mapping[str, int], wanted: Mapping[str, int]) -> int:
+    """A count that equals ``sum(wanted)`` exactly when every Deployment has its replicas Running and no
+    more: pods in place minus pods in excess (so a wave that adds to some and removes from others is not
+    done when the totals happen to match)."""
+    in_place = sum(min(running.get(name, 0), count) for name, count in wanted.items())
+    excess = sum(max(0, running.get(name, 0) - wanted.get(name, 0)) for name in running)
+    return in_place - excess
+
+
+def summary(values: Sequence[float]) -> dict[str, float] | None:
+    """count, p50, p99, max (seconds) of some latencies; None for none."""
+    if not values:
+        return None
+    return {
+        "count": len(values),
+        "p50_s": round(percentile(values, 0.5), 3),
+        "p99_s": round(percentile(values, 0.99), 3),
+        "max_s": round(max(values), 3),
+    }
+
+
+def pending_to_running(
+    first_seen: Mapping[str, float], running_at: Mapping[str, float], since: float, until: float
+) -> tuple[list[float], int]:
+    """For the pods first seen in ``[since, until)``: the seconds from first seen to first Running, and how
+    many were never seen Running."""
+    latencies: list[float] = []
+    never = 0
+    for uid, seen in first_seen.items():
+        if not since <= seen < until:
+            continue
+        ran = running_at.get(uid)
+        if ran is None:
+            never += 1
+        else:
+            latencies.append(ran - seen)
+    return latencies, never
+
+
+def batch_decisions(
+    events: Iterable[TimedEvent], since: datetime, until: datetime
+) -> tuple[list[float], int]:
+    """For each PendingBatch recorded in ``[since, until)``: seconds from it to the last NodeClaimPlanned it
+    caused (the plan's last claim written); and how many batches planned no claim."""
+    recorded: dict[str, datetime] = {}
+    last_planned: dict[str, datetime] = {}
+    for timed in events:
+        event = timed.event
+        if isinstance(event, PendingBatch) and since <= timed.recorded_at < until:
+            recorded.setdefault(event.id, timed.recorded_at)
+        elif isinstance(event, NodeClaimPlanned) and event.causation_id is not None:
+            previous = last_planned.get(event.causation_id)
+            if previous is None or timed.recorded_at > previous:
+                last_planned[event.causation_id] = timed.recorded_at
+    latencies = [(last_planned[b] - at).total_seconds() for b, at in recorded.items() if b in last_planned]
+    return latencies, len(recorded) - len(latencies)
+
+
+@dataclass
+class RssPeaks:
+    """The highest resident set size seen of each process, per wave and overall."""
+
+    wave: dict[str, int] = field(default_factory=dict)
+    overall: dict[str, int] = field(default_factory=dict)
+
+    def observe(self, sample: Mapping[str, int]) -> None:
+        for name, value in sample.items():
+            self.wave[name] = max(self.wave.get(name, 0), value)
+            self.overall[name] = max(self.overall.get(name, 0), value)
+
+    def next_wave(self) -> dict[str, int]:
+        """The peaks of the wave that ends; the next one starts from nothing."""
+        ended, self.wave = self.wave, {}
+        return ended
+
+
+def over_limit(peaks: Mapping[str, int], limit: int, excluded: Iterable[str] = ()) -> dict[str, int]:
+    """The processes (other than ``excluded``) whose peak is above ``limit``."""
+    skip = set(excluded)
+    return {name: value for name, value in peaks.items() if name not in skip and value > limit}
+
+
+def flatten(figures: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """Nested figures as ``a.b.c`` -> number (non-numbers and booleans left out)."""
+    flat: dict[str, float] = {}
+    for key, value in figures.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{name}."))
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            flat[name] = float(value)
+    return flat
+
+
+def growth(first: Mapping[str, Any], last: Mapping[str, Any]) -> dict[str, float | None]:
+    """``last / first`` for every number both have (None where ``first`` is 0)."""
+    before, after = flatten(first), flatten(last)
+    return {
+        name: (round(after[name] / before[name], 2) if before[name] else None)
+        for name in sorted(before.keys() & after.keys())
+    }
+
+
+# ------------------------------------------------------------------------------------------ workloads (pure)
+
+
+def zonal_infrastructure(max_size: int) -> list[dict[str, Any]]:
+    """The demo's infrastructure with each MachineDeployment copied into every zone of :data:`ZONES`."""
+    documents: list[dict[str, Any]] = []
+    for doc in infrastructure(max_size=max_size, consolidate_after="1h"):
+        if doc["kind"] == "NodePool":
+            # nine MachineDeployments, not three, may each reach max_size machines of up to 8 CPU
+            doc["spec"]["limits"] = {"cpu": str(max_size * 8 * len(ZONES) * 3)}
+        if doc["kind"] != "MachineDeployment":
+            documents.append(doc)
+            continue
+        for zone in ZONES:
+            documents.append(_in_zone(doc, zone))
+    return documents
+
+
+def _in_zone(machine_deployment: dict[str, Any], zone: str) -> dict[str, Any]:
+    name = f"{machine_deployment['metadata']['name']}-{zone.rsplit('-', 1)[-1]}"
+    template = machine_deployment["spec"]["template"]
+    selector = {"cluster.x-k8s.io/deployment-name": name}
+    return {
+        **machine_deployment,
+        "metadata": {**machine_deployment["metadata"], "name": name},
+        "spec": {
+            **machine_deployment["spec"],
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": {**template["metadata"]["labels"], **selector}},
+                "spec": {**template["spec"], "failureDomain": zone},
+            },
+        },
+    }
+
+
+def scale_deployments(count: int, seed: int = 42) -> list[dict[str, Any]]:
+    """``count`` Deployments (0 replicas) whose pod templates are :func:`diverse_pods`' shapes, in its
+    order (a fifth of each constraint kind)."""
+    deployments = []
+    for index, pod in enumerate(diverse_pods(count, seed)):
+        name = f"scale-{index:03d}-{pod['metadata']['name'].rsplit('-', 1)[0]}"
+        labels = {**pod["metadata"]["labels"], **TRACKED_LABELS, OWNER_LABEL: name}
+        spec = dict(pod["spec"])
+        spec["containers"] = [{**c, "image": "registry.k8s.io/pause:3.10"} for c in spec["containers"]]
+        deployments.append(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": name, "namespace": NAMESPACE},
+                "spec": {
+                    "replicas": 0,
+                    "selector": {"matchLabels": {OWNER_LABEL: name}},
+                    "template": {"metadata": {"labels": labels}, "spec": spec},
+                },
+            }
+        )
+    return deployments
+
+
+# ------------------------------------------------------------------------------------------------------- I/O
+
+
+@dataclass
+class ScalePodTracker(PodTracker):
+    """:class:`bench.e2e.PodTracker` plus when each pod was first seen and first seen Running, and its
+    Deployment."""
+
+    first_seen: dict[str, float] = field(default_factory=dict)
+    running_at: dict[str, float] = field(default_factory=dict)
+    owner: dict[str, str] = field(default_factory=dict)
+
+    def see(self, pod: dict[str, Any], deleted: bool = False) -> None:
+        super().see(pod, deleted)
+        uid = pod["metadata"]["uid"]
+        if deleted:
+            self.owner.pop(uid, None)
+            return
+        now = time.time()
+        self.first_seen.setdefault(uid, now)
+        self.owner.setdefault(uid, (pod["metadata"].get("labels") or {}).get(OWNER_LABEL, ""))
+        if self.phase.get(uid) == "Running":
+            self.running_at.setdefault(uid, now)
+
+    def running_by_deployment(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for uid, phase in self.phase.items():
+            if phase == "Running":
+                owner = self.owner.get(uid, "")
+                counts[owner] = counts.get(owner, 0) + 1
+        return counts
+
+
+@dataclass
+class NodeTracker:
+    names: set[str] = field(default_factory=set)
+
+
+async def _track_nodes(kube: Kube, tracker: NodeTracker) -> None:
+    async for change in list_and_watch(kube, NODES):
+        if isinstance(change, Relisted):
+            tracker.names = {n["metadata"]["name"] for n in change.items}
+        elif isinstance(change, WatchChange):
+            name = change.object["metadata"]["name"]
+            if change.type == "DELETED":
+                tracker.names.discard(name)
+            else:
+                tracker.names.add(name)
+
+
+def _memory(stack: LocalStack, field_name: str) -> dict[str, int]:
+    """``VmRSS`` or ``VmHWM`` (bytes) of each live process of the stack, from /proc."""
+    usage: dict[str, int] = {}
+    for name, process in stack.processes.items():
+        with (
+            contextlib.suppress(OSError, ValueError, IndexError),
+            open(f"/proc/{process.pid}/status") as status,
+        ):
+            for line in status:
+                if line.startswith(field_name + ":"):
+                    usage[name] = int(line.split()[1]) * 1024
+    return usage
+
+
+async def _sample_rss(stack: LocalStack, peaks: RssPeaks) -> None:
+    while True:
+        peaks.observe(_memory(stack, "VmRSS"))
+        await asyncio.sleep(RSS_SAMPLE_S)
+
+
+async def _stream_state(url: str) -> tuple[int, int]:
+    """(messages, bytes) of the events stream."""
+    client = await nats.connect(url)
+    try:
+        info = await client.jetstream().stream_info(subjects.EVENTS_STREAM)
+        return int(info.state.messages), int(info.state.bytes)
+    finally:
+        await client.close()
+
+
+@dataclass
+class Observers:
+    pods: ScalePodTracker
+    nodes: NodeTracker
+    rss: RssPeaks
+
+
+async def _run_wave(
+    stack: LocalStack, kube: Kube, observers: Observers, plan: WavePlan, timeout: float
+) -> dict[str, Any]:
+    """Scale every Deployment to the plan, wait until each has exactly its replicas Running (or until nothing
+    moves), and read the wave's figures."""
+    messages_before, bytes_before = await _stream_state(stack.nats_url)
+    cpu_before = _cpu_seconds(stack)
+    observers.rss.next_wave()
+    started = time.time()
+    if plan.name == "zero":
+        await kube.patch(NODEPOOLS, "default", {"spec": {"disruption": {"consolidateAfter": "1s"}}})
+    await asyncio.gather(
+        *(
+            kube.patch(DEPLOYMENTS, name, {"spec": {"replicas": count}}, namespace=NAMESPACE)
+            for name, count in plan.replicas.items()
+        )
+    )
+
+    async def placed() -> int:
+        return convergence(observers.pods.running_by_deployment(), plan.replicas)
+
+    reached, settled_at = await _wait_for_progress(stack, placed, plan.pods, timeout, STALL_S, plan.name)
+    nodes_left = len(observers.nodes.names)
+    if plan.name == "zero" and reached == plan.pods:
+
+        async def nodes() -> int:
+            return len(observers.nodes.names)
+
+        nodes_left, settled_at = await _wait_for_progress(stack, nodes, 0, timeout, STALL_S, "no Node left")
+    ended = time.time()
+    messages_after, bytes_after = await _stream_state(stack.nats_url)
+    latencies, never = pending_to_running(
+        observers.pods.first_seen, observers.pods.running_at, started, ended
+    )
+    elapsed = ended - started
+    return {
+        "pods": plan.pods,
+        "all_running": reached == plan.pods,
+        "running": sum(observers.pods.running_by_deployment().values()),
+        "settled_s": round(settled_at - started, 2) if reached == plan.pods else None,
+        "elapsed_s": round(elapsed, 2),
+        "pods_added": len(latencies) + never,
+        "pending_to_running": summary(latencies),
+        "pods_never_running": never,
+        "nodes": nodes_left,
+        "events": messages_after - messages_before,
+        "events_per_s": round((messages_after - messages_before) / elapsed, 1),
+        "log_messages": messages_after,
+        "log_bytes": bytes_after,
+        "log_bytes_added": bytes_after - bytes_before,
+        "cpu_seconds": _cpu_delta(cpu_before, _cpu_seconds(stack)),
+        "peak_rss_mib": {n: round(v / 2**20, 1) for n, v in observers.rss.wave.items()},
+        "window": (started, ended),
+    }
+
+
+async def measure_scale(stack: LocalStack, deployments: int, replicas: int, timeout: float) -> dict[str, Any]:
+    """Every wave of :func:`wave_plans` on a started stack; the log is read once at the end and its batches
+    are assigned to waves by time."""
+    kube, management = await connect(stack)
+    observers = Observers(ScalePodTracker(), NodeTracker(), RssPeaks())
+    tasks = [
+        asyncio.create_task(_track_pods(kube, observers.pods)),
+        asyncio.create_task(_track_nodes(kube, observers.nodes)),
+        asyncio.create_task(_sample_rss(stack, observers.rss)),
+    ]
+    workload = scale_deployments(deployments)
+    waves: dict[str, dict[str, Any]] = {}
+    try:
+        await _setup(stack, kube, management, zonal_infrastructure(MAX_SIZE_PER_MD))
+        await apply_manifests(kube, management, workload)
+        for plan in wave_plans([d["metadata"]["name"] for d in workload], replicas):
+            waves[plan.name] = await _run_wave(stack, kube, observers, plan, timeout)
+            print(f"scale: wave {plan.name}: {_wave_line(waves[plan.name])}", flush=True)
+            if not waves[plan.name]["all_running"]:
+                break  # the next wave would measure this one's leftovers
+        high_water = _memory(stack, "VmHWM")
+        events = await _read_log(stack.nats_url, (subjects.PENDING, "tenon.nodeclaim.>"))
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await kube.close()
+        await management.close()
+    for wave in waves.values():
+        started, ended = (datetime.fromtimestamp(t, UTC) for t in wave.pop("window"))
+        latencies, unplanned = batch_decisions(events, started, ended)
+        wave["batch_decision"] = summary(latencies)
+        wave["batches_without_claims"] = unplanned
+    return {
+        "deployments": deployments,
+        "replicas": replicas,
+        "zones": list(ZONES),
+        "waves": waves,
+        "growth": _growth(waves),
+        "peak_rss_mib": {n: round(v / 2**20, 1) for n, v in observers.rss.overall.items()},
+        "high_water_rss_mib": {n: round(v / 2**20, 1) for n, v in high_water.items()},
+        "load_average": os.getloadavg(),
+        "run_dir": str(stack.run_dir),
+    }
+
+
+GROWTH_FIGURES = (
+    "pending_to_running",
+    "batch_decision",
+    "events_per_s",
+    "log_bytes_added",
+    "cpu_seconds",
+    "peak_rss_mib",
+    "elapsed_s",
+)
+
+
+def _growth(waves: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    if GROWTH_FROM not in waves or GROWTH_TO not in waves:
+        return {}
+    first, last = waves[GROWTH_FROM], waves[GROWTH_TO]
+    pick = {k: first[k] for k in GROWTH_FIGURES if first.get(k) is not None}
+    ratios = growth(pick, {k: last[k] for k in GROWTH_FIGURES if last.get(k) is not None})
+    return {"pods_added": [first["pods_added"], last["pods_added"]], "ratios": ratios}
+
+
+def _wave_line(w: Mapping[str, Any]) -> str:
+    p2r = w["pending_to_running"] or {}
+    return (
+        f"{w['running']}/{w['pods']} Running ({'all' if w['all_running'] else 'NOT all'})"
+        f" in {w['elapsed_s']} s,"
+        f" p50 {p2r.get('p50_s', '-')} s p99 {p2r.get('p99_s', '-')} s, {w['nodes']} nodes,"
+        f" {w['events_per_s']} events/s"
+    )
+
+
+def run_scale(deployments: int, replicas: int, timeout: float) -> dict[str, Any]:
+    with LocalStack(profile="fast") as stack:
+        return asyncio.run(measure_scale(stack, deployments, replicas, timeout))
+
+
+# ---------------------------------------------------------------------------------------------------- suite
+
+
+def _latency(figures: Mapping[str, float] | None) -> str:
+    if not figures:
+        return "-"
+    return (
+        f"{figures['p50_s']:.2f} / {figures['p99_s']:.2f} / {figures['max_s']:.2f} s (n={figures['count']})"
+    )
+
+
+def _top(values: Mapping[str, float], unit: str, count: int = 4) -> str:
+    busiest = sorted(values.items(), key=lambda kv: -kv[1])[:count]
+    return ", ".join(f"{name} {value:.0f}{unit}" for name, value in busiest)
+
+
+def wave_rows(name: str, w: Mapping[str, Any]) -> list[list[Any]]:
+    running = "all" if w["all_running"] else f"NO ({w['running']} Running)"
+    return [
+        [name, "pods wanted / Running / nodes", f"{w['pods']} / {running} / {w['nodes']}"],
+        [name, "pending -> Running p50 / p99 / max", _latency(w["pending_to_running"])],
+        [name, "decision per batch p50 / p99 / max", _latency(w["batch_decision"])],
+        [
+            name,
+            "events/s, log (messages, MiB)",
+            f"{w['events_per_s']}/s, {w['log_messages']} msgs, {w['log_bytes'] / 2**20:.1f} MiB",
+        ],
+        [name, "CPU s (top 4)", _top(w["cpu_seconds"], " s")],
+        [name, "peak RSS (top 4)", _top(w["peak_rss_mib"], " MiB")],
+    ]
+
+
+def run(quick: bool) -> Suite:
+    deployments, replicas = (10, 100) if quick else (100, 100)
+    timeout = 900.0 if quick else 3600.0
+    result = run_scale(deployments, replicas, timeout)
+    suite = Suite(
+        title=f"scale run, sandbox fast profile ({deployments * replicas} pods in {deployments} Deployments)",
+        columns=["wave", "measure", "value"],
+        data=result,
+    )
+    for name, wave in result["waves"].items():
+        suite.rows += wave_rows(name, wave)
+    for figure, ratio in (result["growth"].get("ratios") or {}).items():
+        suite.rows.append([f"{GROWTH_FROM} -> {GROWTH_TO}", f"growth {figure}", ratio])
+    suite.targets += scale_targets(result)
+    return suite
+
+
+def scale_targets(result: Mapping[str, Any]) -> list[Target]:
+    targets = [
+        Target(
+            f"wave {name}: every pod Running",
+            f"{wave['pods']} Running",
+            f"{wave['running']} Running"
+            + ("" if wave["all_running"] else f", {wave['pods_never_running']} never"),
+            wave["all_running"],
+        )
+        for name, wave in result["waves"].items()
+    ]
+    high_water = {n: int(v * 2**20) for n, v in result["high_water_rss_mib"].items()}
+    over = over_limit(high_water, RSS_LIMIT_BYTES, SERVICE_PROCESSES_EXCLUDED)
+    services = {n: v for n, v in high_water.items() if n not in SERVICE_PROCESSES_EXCLUDED}
+    worst = max(services.items(), key=lambda kv: kv[1], default=("-", 0))
+    targets.append(
+        Target(
+            "no service over 1 GiB peak RSS",
+            "every service <= 1024 MiB",
+            f"highest {worst[0]} {worst[1] / 2**20:.0f} MiB" + (f"; over: {sorted(over)}" if over else ""),
+            not over,
+        )
+    )
+    zero = result["waves"].get("zero")
+    targets.append(
+        Target(
+            "final node count",
+            "0 nodes",
+            "never reached the zero wave" if zero is None else f"{zero['nodes']} nodes",
+            zero is not None and zero["nodes"] == 0,
+        )
+    )
+    return targets

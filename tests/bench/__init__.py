@@ -1,0 +1,1 @@
+"""The bench suites' own analysis, tested without a stack."""
