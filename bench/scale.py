@@ -76,16 +76,19 @@ from typing import Any
 import nats
 
 from bench.e2e import (
+    PROFILE_ENV,
     PodTracker,
     TimedEvent,
     _cpu_delta,
     _cpu_seconds,
+    _profiled_env,
     _read_log,
     _setup,
     _track_pods,
     _wait_for_progress,
     infrastructure,
     percentile,
+    profile_summary,
 )
 from bench.scheduling_workloads import diverse_pods
 from bench.suite import Suite, Target
@@ -439,6 +442,7 @@ async def _run_wave(
         "log_messages": messages_after,
         "log_bytes": bytes_after,
         "log_bytes_added": bytes_after - bytes_before,
+        "load_average_1m": round(os.getloadavg()[0], 2),
         "cpu_seconds": _cpu_delta(cpu_before, _cpu_seconds(stack)),
         "peak_rss_mib": {n: round(v / 2**20, 1) for n, v in observers.rss.wave.items()},
         "window": (started, ended),
@@ -524,8 +528,10 @@ def _wave_line(w: Mapping[str, Any]) -> str:
 
 
 def run_scale(deployments: int, replicas: int, timeout: float) -> dict[str, Any]:
-    with LocalStack(profile="fast") as stack:
-        return asyncio.run(measure_scale(stack, deployments, replicas, timeout))
+    """One stack, every wave; with ``TENON_BENCH_PROFILE`` set, profiled as :mod:`bench.e2e` does."""
+    with LocalStack(profile="fast", extra_env=_profiled_env("scale")) as stack:
+        result = asyncio.run(measure_scale(stack, deployments, replicas, timeout))
+    return {**result, "profile": profile_summary("scale")} if os.environ.get(PROFILE_ENV) else result
 
 
 # ---------------------------------------------------------------------------------------------------- suite
@@ -539,25 +545,45 @@ def _latency(figures: Mapping[str, float] | None) -> str:
     )
 
 
-def _top(values: Mapping[str, float], unit: str, count: int = 4) -> str:
-    busiest = sorted(values.items(), key=lambda kv: -kv[1])[:count]
-    return ", ".join(f"{name} {value:.0f}{unit}" for name, value in busiest)
+def _each(values: Mapping[str, float], unit: str, digits: int = 1) -> str:
+    """Every process's figure, busiest first."""
+    ordered = sorted(values.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{name} {value:.{digits}f}{unit}" for name, value in ordered)
 
 
 def wave_rows(name: str, w: Mapping[str, Any]) -> list[list[Any]]:
     running = "all" if w["all_running"] else f"NO ({w['running']} Running)"
+    settled = "-" if w["settled_s"] is None else f"{w['settled_s']:.1f} s"
     return [
-        [name, "pods wanted / Running / nodes", f"{w['pods']} / {running} / {w['nodes']}"],
+        [
+            name,
+            "pods wanted / Running / nodes; settled in",
+            f"{w['pods']} / {running} / {w['nodes']}; {settled}",
+        ],
         [name, "pending -> Running p50 / p99 / max", _latency(w["pending_to_running"])],
         [name, "decision per batch p50 / p99 / max", _latency(w["batch_decision"])],
         [
             name,
-            "events/s, log (messages, MiB)",
-            f"{w['events_per_s']}/s, {w['log_messages']} msgs, {w['log_bytes'] / 2**20:.1f} MiB",
+            "events/s; log (messages, MiB)",
+            f"{w['events_per_s']}/s; {w['log_messages']} msgs, {w['log_bytes'] / 2**20:.1f} MiB",
         ],
-        [name, "CPU s (top 4)", _top(w["cpu_seconds"], " s")],
-        [name, "peak RSS (top 4)", _top(w["peak_rss_mib"], " MiB")],
+        [name, "CPU seconds", _each(w["cpu_seconds"], " s")],
+        [name, "peak RSS (sampled)", _each(w["peak_rss_mib"], " MiB", 0)],
     ]
+
+
+def growth_rows(g: Mapping[str, Any]) -> list[list[Any]]:
+    """The ratios grouped by figure (``cpu_seconds.scheduler`` under ``cpu_seconds``)."""
+    if not g:
+        return []
+    groups: dict[str, list[str]] = {}
+    for figure, ratio in g["ratios"].items():
+        group, _, item = figure.partition(".")
+        groups.setdefault(group, []).append(f"{item or group} x{ratio}" if ratio is not None else f"{item} -")
+    label = f"growth {GROWTH_FROM} -> {GROWTH_TO}"
+    rows: list[list[Any]] = [[label, "pods added", f"{g['pods_added'][0]} -> {g['pods_added'][1]}"]]
+    rows += [[label, group, ", ".join(items)] for group, items in groups.items()]
+    return rows
 
 
 def run(quick: bool) -> Suite:
@@ -571,8 +597,7 @@ def run(quick: bool) -> Suite:
     )
     for name, wave in result["waves"].items():
         suite.rows += wave_rows(name, wave)
-    for figure, ratio in (result["growth"].get("ratios") or {}).items():
-        suite.rows.append([f"{GROWTH_FROM} -> {GROWTH_TO}", f"growth {figure}", ratio])
+    suite.rows += growth_rows(result["growth"])
     suite.targets += scale_targets(result)
     return suite
 
@@ -580,7 +605,7 @@ def run(quick: bool) -> Suite:
 def scale_targets(result: Mapping[str, Any]) -> list[Target]:
     targets = [
         Target(
-            f"wave {name}: every pod Running",
+            f"wave {name}: every pod Running" if wave["pods"] else f"wave {name}: every pod gone",
             f"{wave['pods']} Running",
             f"{wave['running']} Running"
             + ("" if wave["all_running"] else f", {wave['pods_never_running']} never"),
