@@ -133,21 +133,37 @@ def test_restart_between_the_scale_up_and_the_machine_does_not_scale_again() -> 
     state = state_with("a")
     md(state, 1, up=("a",))
     assert decide(state) == []
-    # the Machine appears: still provisioning (no providerID), it waits; nothing is scaled again
+    # the Machine appears, still provisioning (no providerID): the claim takes it at once (the bind's round
+    # trip is made while the instance boots) but is not Launched yet; nothing is scaled again
     machine(state, "c3-8-x")
-    assert decide(state) == []
-    # provisioned: bound, its claim Launched right after the bind, and the claim leaves the list
+    decisions = decide(state)
+    bind, scale = decisions
+    assert isinstance(bind, ev.MachineBound)
+    assert (bind.machine, bind.nodeclaim, bind.nodepool) == ("c3-8-x", "a", "default")
+    assert isinstance(scale, ev.MachineDeploymentScaled)
+    assert (scale.replicas_to, scale.scaled_up_for) == (1, ())
+    assert of(decisions, ev.NodeClaimLaunched) == []
+    record(state, decisions)
+    assert state.machines["default/c3-8-x"].claim == "a" and decide(state) == []
+    # provisioned: Launched as the Machine it is bound to, with its providerID
+    machine(state, "c3-8-x", "a", provider_id="openstack:///1")
+    [launched] = decide(state)
+    assert isinstance(launched, ev.NodeClaimLaunched) and launched.causation_id == INPUT.id
+    assert (launched.provider_id, launched.machine, launched.zone) == ("openstack:///1", "c3-8-x", "zone-a")
+
+
+def test_a_machine_bound_once_it_has_its_provider_id_launches_its_claim_in_the_same_plan() -> None:
+    state = state_with("a")
+    md(state, 1, up=("a",))
     machine(state, "c3-8-x", provider_id="openstack:///1")
     decisions = decide(state)
     bind, launched, scale = decisions
-    assert isinstance(bind, ev.MachineBound)
-    assert (bind.machine, bind.nodeclaim, bind.nodepool) == ("c3-8-x", "a", "default")
-    assert isinstance(launched, ev.NodeClaimLaunched) and launched.causation_id == INPUT.id
-    assert (launched.provider_id, launched.machine, launched.zone) == ("openstack:///1", "c3-8-x", "zone-a")
-    assert isinstance(scale, ev.MachineDeploymentScaled)
-    assert (scale.replicas_to, scale.scaled_up_for) == (1, ())
+    assert isinstance(bind, ev.MachineBound) and bind.nodeclaim == "a"
+    assert isinstance(launched, ev.NodeClaimLaunched)
+    assert (launched.provider_id, launched.machine) == ("openstack:///1", "c3-8-x")
+    assert isinstance(scale, ev.MachineDeploymentScaled) and scale.scaled_up_for == ()
     record(state, decisions)
-    assert state.machines["default/c3-8-x"].claim == "a" and decide(state) == []
+    assert decide(state) == []
 
 
 def test_machines_the_deployment_already_had_are_not_handed_to_new_claims() -> None:
