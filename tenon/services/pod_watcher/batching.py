@@ -25,10 +25,15 @@ Rules
   some of its pods may be left with no room. Once no capacity has arrived for ``idle`` (the burst of nodes is
   over and the kube-scheduler, which tries again on every Node change, has had its turn), every pod batched
   before the last arrival and still pending joins a window at that moment, without waiting out its re-batch
-  delay: the pods the new nodes did not take are offered again within two seconds, not ``rebatch`` later.
-  (One offered a moment before the kube-scheduler places it costs a plan, never a node: the scheduler sees
-  the room it is about to take. Half a second proved too short on a busy machine: the registrations of one
-  wave of nodes pause that long, and pods were offered before the kube-scheduler had placed them.)
+  delay: the pods the new nodes did not take are offered again a second after the last node came, not
+  ``rebatch`` later. (One offered a moment before the kube-scheduler places it costs a plan, never a node: the
+  scheduler sees the room it is about to take. Half a second proved too short on a busy machine: the
+  registrations of one wave of nodes pause that long, and pods were offered before the kube-scheduler had
+  placed them.) That wait *is* their window: when no window is open, they join one opened at the last
+  arrival (their wait began there), which closes at once, ``idle`` after it, instead of a second window's
+  ``idle`` later. They are all known at that moment; a second idle period would only delay them. (Never
+  before the previous window closed: windows do not overlap. When a window is open, they join it as any
+  pod does.)
 * :meth:`PendingBatcher.flush` closes an open window at shutdown, so a stopping leader hands over what it
   collected instead of dropping it.
 
@@ -141,6 +146,8 @@ class PendingBatcher:
         ] = []  # heap; entries whose time no longer matches are stale
         self._capacity_at: Micros | None = None
         """The last moment capacity arrived while pods batched before it may still be waiting for it."""
+        self._last_closed: Micros | None = None
+        """When the last window closed (a re-offer's window never opens before it)."""
 
     # --- what the watch reports -----------------------------------------------------------------------------
 
@@ -255,8 +262,12 @@ class PendingBatcher:
         """The capacity that arrived by ``at - idle`` had its turn: the pods batched before it join now."""
         assert self._capacity_at is not None
         arrived, self._capacity_at = self._capacity_at, None
+        joins = at
+        if self._window is None:
+            # the wait since the last arrival is their window: it closes now, not idle from now
+            joins = max(arrived, self._last_closed + 1 if self._last_closed is not None else arrived)
         for uid in sorted(u for u, batched in self._batched_at.items() if batched < arrived):
-            self._join_again(uid, at)
+            self._join_again(uid, joins)
 
     def _join_again(self, uid: str, at: Micros) -> None:
         pod = self._pending.get(uid)
@@ -280,6 +291,7 @@ class PendingBatcher:
     def _close(self, at: Micros, closed_by: ClosedBy) -> None:
         assert self._window is not None
         window, self._window = self._window, None
+        self._last_closed = at
         uids = sorted(window.pods)
         self.remember_batched(uids, at)
         self._closed.append(
