@@ -191,6 +191,32 @@ async def test_daemonset_gets_a_pod_on_each_new_matching_node() -> None:
         assert not any(p["spec"].get("nodeName") == "infra" for p in pods_of(store))
 
 
+async def test_a_node_relabelled_out_of_a_daemonsets_selector_loses_its_pod() -> None:
+    """The DaemonSet controller remembers which nodes its pods belong on only while neither object changed."""
+    async with running_controllers() as store:
+        ds = deployment("agent", 0, cpu="100m")
+        ds["kind"] = "DaemonSet"
+        del ds["spec"]["replicas"]
+        ds["spec"]["template"]["spec"]["nodeSelector"] = {"role": "worker"}
+        store.create(rt(store, "apps/v1", "DaemonSet"), ds)
+        nodes_rt = rt(store, "v1", "Node")
+        store.create(nodes_rt, node("w1", labels={"role": "worker"}))
+        store.create(nodes_rt, node("w2", labels={"role": "worker"}))
+
+        def running_on() -> list[str]:
+            pods = pods_of(store, "app=agent")
+            return sorted(p["spec"]["nodeName"] for p in pods if p["status"]["phase"] == "Running")
+
+        await wait_for(lambda: running_on() == ["w1", "w2"], what="agent on w1 and w2")
+        w1 = store.get(nodes_rt, "w1")
+        w1["metadata"]["labels"]["role"] = "infra"
+        store.update(nodes_rt, w1)
+        await wait_for(
+            lambda: [p["spec"].get("nodeName") for p in pods_of(store, "app=agent")] == ["w2"],
+            what="agent gone from the relabelled w1",
+        )
+
+
 async def test_pdb_blocks_eviction_until_enough_pods_are_healthy() -> None:
     async with running_controllers() as store:
         store.create(rt(store, "v1", "Node"), node("n", cpu="8"))

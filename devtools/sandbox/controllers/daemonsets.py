@@ -120,6 +120,9 @@ class DaemonSetController(InformerUser):
         self.pods = self.informers.informer(self.pods_rt, "pods")
         self.pods_by_owner = OwnerIndex("DaemonSet")
         self._ds_key_by_uid: dict[str, str] = {}
+        self._eligible: dict[tuple[str, str], tuple[tuple[str, str], bool]] = {}
+        """(DaemonSet uid, node) -> (their resourceVersions, :func:`should_run`): a sync looks at every node,
+        and most did not change since the last one (the answer is a pure function of the two objects)."""
         self.daemonsets.add_handler(self._on_daemonset)
         self.nodes.add_handler(self._on_node)
         self.pods.add_handler(self._on_pod)
@@ -134,6 +137,10 @@ class DaemonSetController(InformerUser):
         self.queue.add(object_key(obj))
 
     def _on_node(self, event_type: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if event_type == "DELETED":
+            name = obj["metadata"]["name"]
+            for key in [k for k in self._eligible if k[1] == name]:
+                del self._eligible[key]
         if old is not None and event_type == "MODIFIED":
             before = (old["metadata"].get("labels"), (old.get("spec") or {}).get("taints"))
             after = (obj["metadata"].get("labels"), (obj.get("spec") or {}).get("taints"))
@@ -162,7 +169,9 @@ class DaemonSetController(InformerUser):
             if pod is None or is_terminating(pod) or is_terminal(pod):
                 continue
             by_node.setdefault(pod_node(pod) or "", []).append(pod)
-        wanted = {name for name, node in self.nodes.objects.items() if should_run(template_spec, node)}
+        wanted = {
+            name for name, node in self.nodes.objects.items() if self._should_run(ds, template_spec, node)
+        }
         for node_name in sorted(wanted - set(by_node)):
             self._create_pod(ds, template, node_name)
         for node_name, pods in by_node.items():
@@ -195,6 +204,19 @@ class DaemonSetController(InformerUser):
             updated = self.store.update(self.ds_rt, fresh, subresource="status")
             self.daemonsets.observe_write(key, updated)
         return None
+
+    def _should_run(self, ds: dict[str, Any], template_spec: dict[str, Any], node: dict[str, Any]) -> bool:
+        """:func:`should_run`, remembered until the DaemonSet or the node changes."""
+        stamp = (ds["metadata"].get("resourceVersion"), node["metadata"].get("resourceVersion"))
+        if stamp[0] is None or stamp[1] is None:
+            return should_run(template_spec, node)
+        key = (ds["metadata"]["uid"], node["metadata"]["name"])
+        known = self._eligible.get(key)
+        if known is not None and known[0] == stamp:
+            return known[1]
+        answer = should_run(template_spec, node)
+        self._eligible[key] = (stamp, answer)
+        return answer
 
     def _create_pod(self, ds: dict[str, Any], template: dict[str, Any], node_name: str) -> None:
         meta = ds["metadata"]
