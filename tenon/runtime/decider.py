@@ -74,7 +74,7 @@ from tenon.runtime.eventlog import (
     PermanentError,
     PublishResult,
 )
-from tenon.runtime.observability import metrics
+from tenon.runtime.observability import metrics, recording
 
 log = logging.getLogger("tenon.runtime")
 
@@ -239,6 +239,8 @@ class DeciderRuntime(Generic[S]):
         executor: Executor,
         event_log: EventLog,
         settings: RuntimeSettings | None = None,
+        *,
+        claim_gauges: bool = False,
     ) -> None:
         self.decider = decider
         self.executor = executor
@@ -259,6 +261,10 @@ class DeciderRuntime(Generic[S]):
         self._snapshot_at = time.monotonic()
         self._snapshot_task: asyncio.Task[None] | None = None
         self.rebuilt = asyncio.Event()
+        self.claim_gauges = claim_gauges
+        """Publish the claims gauges (``tenon_nodeclaims``, pool cost) from this state: one service does, so
+        that summing them over processes counts each claim once."""
+        self._gauges_at = 0.0
 
     @property
     def name(self) -> str:
@@ -428,6 +434,7 @@ class DeciderRuntime(Generic[S]):
         for event in handled:
             await self.executor.observed(event)
         self._maybe_snapshot()
+        self._maybe_refresh_gauges()
         return refused
 
     def _fold_input(self, record: LogRecord, refused: dict[int, str]) -> ev.Event | None:
@@ -457,7 +464,9 @@ class DeciderRuntime(Generic[S]):
         an input whose decisions failed (a later input decided first would break the log's order). After the
         last attempt the decisions are dropped, loudly: the decider decides them again (level-triggered), and
         the pod-watcher offers still-pending pods again."""
+        started = time.perf_counter()
         decisions = list(self.decider.decide(self.state, event))
+        recording.decided(event, time.perf_counter() - started)
         for attempt, delay in enumerate((*_RETRY_DELAYS, None), start=1):
             try:
                 await self._carry_out(decisions, event)
@@ -493,6 +502,7 @@ class DeciderRuntime(Generic[S]):
             ]
             await self._carry_out(decisions, None)
         await self.executor.ticked(moment)
+        self._maybe_refresh_gauges(force=True)
 
     async def _tick_forever(self) -> None:
         while True:
@@ -548,6 +558,8 @@ class DeciderRuntime(Generic[S]):
             self.state = self.decider.evolve(self.state, decision, result.sequence)
         except ImpossibleStory:
             pass  # a duplicate of what the state already holds
+        if isinstance(decision, ev.NodeClaimEvent):
+            recording.recorded(decision, self.decider.claims(self.state).get(decision.nodeclaim), cause)
         if result.sequence > self.handled:
             self.prefolded.add(decision.id)
         await self.executor.recorded(decision, cause)
@@ -583,6 +595,13 @@ class DeciderRuntime(Generic[S]):
             self._recent.popitem(last=False)
 
     # --- 4. snapshots ---------------------------------------------------------------------------------------
+
+    def _maybe_refresh_gauges(self, force: bool = False) -> None:
+        """At most once a second while inputs flow (a pass over every claim), and at every tick."""
+        if not self.claim_gauges or (not force and time.monotonic() - self._gauges_at < 1.0):
+            return
+        self._gauges_at = time.monotonic()
+        recording.claims_gauges(self.decider.claims(self.state).values())
 
     def _maybe_snapshot(self, force: bool = False) -> None:
         if self._snapshot_task is not None and not self._snapshot_task.done():

@@ -203,16 +203,23 @@ def decider_work(
         [ServiceContext, SettingsT, Decider[Any]], Awaitable[tuple[Executor, Callable[[], Awaitable[None]]]]
     ],
     tick_seconds: Callable[[SettingsT], float] = lambda _: 0.0,
+    *,
+    claim_gauges: bool = False,
 ) -> Callable[[ServiceContext, SettingsT], Awaitable[None]]:
     """The leader's work of a decider service: one :class:`DeciderRuntime` term. ``make_executor`` returns the
-    executor and a function that releases what it opened (clients)."""
+    executor and a function that releases what it opened (clients). ``claim_gauges``: this service publishes
+    the claims gauges (one service does)."""
 
     async def work(ctx: ServiceContext, settings: SettingsT) -> None:
         decider = make_decider(settings)
         executor, close = await make_executor(ctx, settings, decider)
         try:
             runtime = DeciderRuntime(
-                decider, executor, ctx.event_log, settings.runtime(tick_seconds(settings))
+                decider,
+                executor,
+                ctx.event_log,
+                settings.runtime(tick_seconds(settings)),
+                claim_gauges=claim_gauges,
             )
             await runtime.run(ctx.stopping)
         finally:

@@ -197,3 +197,9 @@ def test_tenon_up_runs_the_demo_unattended() -> None:
     # then the Deployment is deleted and the pool returns to zero
     assert timeline["allNodesRemoved"] > 0
     assert summary["finalMachineDeployments"] == {"c3-4": 0, "c3-8": 0, "c3-16": 0}
+    # the services' own metrics, scraped before they stopped, counted each claim and node once
+    metrics = summary["metrics"]
+    assert metrics["karpenter_nodeclaims_created_total"] == 2
+    assert metrics["karpenter_nodes_created_total"] == 2
+    assert metrics["karpenter_nodeclaims_terminated_total"] == 2
+    assert metrics["karpenter_scheduler_scheduling_duration_seconds_count"] >= 1

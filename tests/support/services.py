@@ -21,6 +21,7 @@ async def running(
     tick_seconds: float = 0.2,
     snapshot_every: int = 1000,
     snapshot_interval: float = 60.0,
+    claim_gauges: bool = False,
 ) -> AsyncIterator[DeciderRuntime[Any]]:
     """A started runtime (rebuilt, following); stopped cleanly on exit, its errors raised."""
     stopping = asyncio.Event()
@@ -31,6 +32,7 @@ async def running(
         RuntimeSettings(
             tick_seconds=tick_seconds, snapshot_every=snapshot_every, snapshot_interval=snapshot_interval
         ),
+        claim_gauges=claim_gauges,
     )
     task = asyncio.create_task(runtime.run(stopping))
     rebuilt = asyncio.create_task(runtime.rebuilt.wait())

@@ -387,6 +387,7 @@ def _record(message: Msg) -> LogRecord:
         headers=message.headers or _NO_HEADERS,  # the client's own dict, read-only from here on
         recorded_at=metadata.timestamp,  # nats-py gives it in UTC already
         delivery_count=metadata.num_delivered or 1,
+        pending=metadata.num_pending,
     )
 
 

@@ -68,6 +68,9 @@ class LogRecord:
     headers: Mapping[str, str]
     recorded_at: datetime
     delivery_count: int = 1
+    pending: int | None = None
+    """For a consumer's delivery: how many messages its consumer still had to deliver after this one, as the
+    broker said (None where not known)."""
 
     def decode(self) -> Event:
         """The event; raises :class:`proto.codec.UndecodableEvent` with the reason."""

@@ -169,7 +169,15 @@ class PullConsumerRunner(ConsumerRunner):
             await asyncio.sleep(wait)
             return []
         self._fetch_failures = 0
+        self._report_lag(deliveries)
         return deliveries
+
+    def _report_lag(self, deliveries: list[Delivery]) -> None:
+        """``tenon_eventlog_consumer_lag``: what the broker still holds for this consumer after the last
+        delivery, plus the deliveries just taken (none came within the fetch's wait: nothing is behind)."""
+        pending = deliveries[-1].record.pending if deliveries else 0
+        if pending is not None:
+            metrics.CONSUMER_LAG.labels(consumer=self.settings.durable).set(pending + len(deliveries))
 
     async def _fetch_batches(self) -> None:
         """One batch at a time, in log order: fetch, hand over, dead-letter what the handler refused, ack."""

@@ -202,7 +202,7 @@ SERVICE = ServiceDefinition(
     name=registry.SCHEDULER,
     description="Plan NodeClaims for pending pods; follow each claim's life until its node is initialized.",
     settings=SchedulerSettings,
-    work=decider_work(make_decider, make_executor, lambda s: s.tick),
+    work=decider_work(make_decider, make_executor, lambda s: s.tick, claim_gauges=True),
     decider=make_decider,
     preflight=lambda settings: in_cluster_or(settings.kubeconfig),
 )
