@@ -24,6 +24,7 @@ from proto.events import PendingBatch
 from tenon.runtime.eventlog import ConsumerSettings, EventLogError, LogRecord
 from tenon.runtime.eventlog.connection import ConnectionSettings
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
+from tests.support.waiting import until
 
 ROOT = Path(__file__).resolve().parents[2]
 USERS = (
@@ -132,10 +133,7 @@ async def test_services_publish_consume_ack_and_dead_letter(logs: dict[str, JetS
         await runner.start()
     try:
         assert await asyncio.wait_for(handled.get(), 20) == event.id
-        for _ in range(200):
-            if runners[1].dead_lettered:
-                break
-            await asyncio.sleep(0.05)
+        await until(lambda: runners[1].dead_lettered, 10, what="disruption's refusal dead-lettered")
     finally:
         for runner in runners:
             await runner.stop()
@@ -164,12 +162,11 @@ async def _refused(
     with caplog.at_level(logging.WARNING), pytest.raises((nats.errors.Error, TimeoutError)):
         await attempt  # type: ignore[misc]
     said = f'permissions violation for publish to "{subject.lower()}"'
-    for _ in range(100):  # the server says why on the connection, asynchronously
-        if any(said in r.getMessage().lower() for r in caplog.records):
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(
-        f"no permissions violation reported for {subject}: {[r.getMessage() for r in caplog.records]}"
+    await until(  # the server says why on the connection, asynchronously
+        lambda: any(said in r.getMessage().lower() for r in caplog.records),
+        2,
+        interval=0.02,
+        what=f"a permissions violation reported for {subject}",
     )
 
 

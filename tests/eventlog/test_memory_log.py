@@ -11,6 +11,7 @@ from proto.events import DeadLetter, NodeClaimLaunched
 from tenon.runtime.eventlog import ConcurrencyConflict, ConsumerSettings, LogRecord
 from tenon.runtime.eventlog.factories import make_event
 from tenon.runtime.eventlog.memory import InMemoryEventLog
+from tests.support.waiting import until
 
 
 def launched(claim: str, n: int = 0) -> NodeClaimLaunched:
@@ -53,10 +54,7 @@ async def test_consumer_retries_then_dead_letters_and_goes_on() -> None:
         ConsumerSettings("t", (subjects.NODECLAIMS,), max_deliver=2, backoff=(0.01,)), handler
     )
     await runner.start()
-    for _ in range(200):
-        if runner.dead_lettered == 2:
-            break
-        await asyncio.sleep(0.01)
+    await until(lambda: runner.dead_lettered == 2, 5, interval=0.01, what="both bad records dead-lettered")
     await runner.stop()
     assert seen == ["good"]
     letters = log.events(subjects.DEADLETTER_STREAM)
@@ -77,8 +75,8 @@ async def test_read_follow_sees_new_events() -> None:
                 return
 
     task = asyncio.create_task(follow())
-    await asyncio.sleep(0.01)
     await log.publish(subjects.nodeclaim_step("a", "NodeClaimLaunched"), launched("a"))
-    await log.publish(subjects.nodeclaim_step("b", "NodeClaimLaunched"), launched("b"))
+    await until(lambda: got == [1], 2, interval=0.01, what="the follower at the end of the log")
+    await log.publish(subjects.nodeclaim_step("b", "NodeClaimLaunched"), launched("b"))  # after it got there
     await asyncio.wait_for(task, 2)
     assert got == [1, 2]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
 
 from devtools.sandbox.controllers.informer import Informer, WorkQueue
 from devtools.sandbox.store import Store
@@ -46,15 +45,17 @@ async def test_informer_write_through_is_not_reported_twice() -> None:
     store = Store()
     nodes_rt = store.resource("v1", "Node")
     informer = Informer(store, nodes_rt, resync_period=60.0)
-    added: list[Any] = []
-    informer.add_handler(lambda kind, obj, old: added.append(kind) if kind == "ADDED" else None)
+    seen: list[tuple[str, str]] = []
+    informer.add_handler(lambda kind, obj, old: seen.append((kind, obj["metadata"]["name"])))
     task = asyncio.create_task(informer.run())
     try:
         await informer.synced.wait()
         created = store.create(nodes_rt, node("n"))
         informer.observe_write("n", created)
-        await asyncio.sleep(0.05)  # the watch event for the same version arrives and is ignored
-        assert added == ["ADDED"]
+        # a later object seen through the watch: the write's own watch event came before it, and was ignored
+        store.create(nodes_rt, node("later"))
+        await wait_for(lambda: ("ADDED", "later") in seen, what="the later object through the watch")
+        assert seen == [("ADDED", "n"), ("ADDED", "later")]
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
