@@ -14,6 +14,7 @@ from tenon.runtime.decider import BaseExecutor, DeciderRuntime
 from tenon.runtime.eventlog.memory import InMemoryEventLog
 from tenon.runtime.replay import replay
 from tenon.services.disruption.decider import DisruptionDecider
+from tenon.services.disruption.projection_view import Command as Underway
 from tenon.services.disruption.projection_view import DisruptionState
 from tests.disruption.test_budgets_and_emptiness import T0, app_pod, cluster, cluster_events, nodepool
 from tests.support.events import append_to_claim, build_event
@@ -155,3 +156,54 @@ async def test_the_live_queue_keeps_the_budget_full_and_replays_to_the_same() ->
     assert len(answered) == 6 and all(r.causation_id in terminated_ids for r in answered)
     report = replay(DisruptionDecider(settle=settle), event_log.records())
     assert not report.differing, [c.differences() for c in report.differing]
+
+
+def test_nodes_that_emptied_while_a_queue_settled_are_proposed_when_it_is_confirmed() -> None:
+    decider = DisruptionDecider(settle=SETTLE)
+    busy = {i: [app_pod(f"web-{i}")] for i in (3, 4, 5)}
+    state = cluster(6, nodepool([{"nodes": "4"}], consolidateAfter="0s"), pods=busy)
+    later = T0 + timedelta(minutes=1)
+    [first] = decider.tick(state, later)
+    assert [c.nodeclaim for c in first.candidates] == ["default-0", "default-1", "default-2"]
+    record(decider, state, [first])
+    # the workload goes while the first queue settles: three more nodes empty
+    gone = [
+        build_event(
+            ev.BoundPodObserved,
+            f"gone-{i}",
+            at=later,
+            change="removed",
+            pod={**app_pod(f"web-{i}"), "spec": {"nodeName": f"node-{i}"}},
+        )
+        for i in busy
+    ]
+    record(decider, state, gone)
+
+    confirmed, *requests, second = decider.tick(state, later + SETTLE)
+    assert confirmed.stage == "confirmed" and len(requests) == 3
+    assert all(isinstance(r, ev.DisruptionRequested) for r in requests)
+    # in the same tick, not the next one: the second queue begins settling while the first drains
+    assert isinstance(second, ev.DisruptionDecision) and second.stage == "proposed"
+    assert [c.nodeclaim for c in second.candidates] == ["default-3", "default-4", "default-5"]
+    record(decider, state, [confirmed, *requests, second])
+
+    # the second is confirmed a settle period later and takes only the room the first left: 4 - 3
+    confirmed_too, *more = decider.tick(state, later + 2 * SETTLE)
+    assert confirmed_too.stage == "confirmed" and len(more) == 1
+
+
+def test_queues_on_one_pool_share_its_room_within_a_decision() -> None:
+    decider = DisruptionDecider(settle=SETTLE)
+    state = cluster(6, nodepool([{"nodes": "2"}], consolidateAfter="0s"))
+    later = T0 + timedelta(minutes=1)
+    for command, members in (("q1", (0, 1, 2)), ("q2", (3, 4, 5))):
+        state.commands[command] = Underway(
+            id=command,
+            method="emptiness",
+            stage="confirmed",
+            candidates=tuple(f"default-{i}" for i in members),
+            decided_at=later,
+        )
+    notice = build_event(ev.BoundPodObserved, "news", at=later, change="added", pod=app_pod("elsewhere"))
+    requests = of_type(list(decider.decide(state, notice)), ev.DisruptionRequested)
+    assert [r.nodeclaim for r in requests] == ["default-0", "default-1"]  # the budget of 2, once

@@ -21,7 +21,9 @@ it.
 * Emptiness is a queue (:mod:`.queue`): one proposal of every empty candidate of the pools whose budget lets
   one go, settled once, then requested as the budget lets them go. ``decide`` moves a confirmed queue on
   with every batch of inputs (a claim Terminated makes room), so the budget stays full: the next node starts
-  when one finishes, not at the next tick.
+  when one finishes, not at the next tick. The tick that confirms a queue also proposes the empty nodes no
+  command holds (they emptied while it settled), so the next queue settles while this one drains; queues on
+  one pool share its room within a decision.
 """
 
 from __future__ import annotations
@@ -182,23 +184,29 @@ class DisruptionDecider:
         if isinstance(event, ev.InterruptionNotice):
             decisions += interruption.on_notice(state.interruptions, state.projection, event)
         decisions += nodes_deleted_by_users(state, event)
+        spent: dict[str, int] = {}  # the queues share their pools' room
         for underway in sorted(state.commands.values(), key=lambda u: u.id):
             if underway.stage == "confirmed" and is_queue(underway):
-                decisions += self._queue_step(state, underway, event.decided_at, cause=event.id)
+                decisions += self._queue_step(state, underway, event.decided_at, spent, cause=event.id)
         return decisions
 
     def tick(self, state: DisruptionState, now: datetime) -> Sequence[ev.Event]:
         view = build_view(state, now, with_core=False)  # the scheduling core's input only where it is read
         events: list[ev.Event] = self._expire(view, now)
         events += interruption.tick(state.interruptions, state.projection, now)
+        spent: dict[str, int] = {}  # the queues share their pools' room
         for underway in sorted(state.commands.values(), key=lambda u: u.id):
             if underway.stage == "confirmed" and underway.method != "interruption":
-                events += self._progress(state, underway, now)
+                events += self._progress(state, underway, now, spent)
         settling = [u for u in state.commands.values() if u.stage == "proposed"]
-        for underway in sorted(settling, key=lambda u: u.id):
-            if now >= (underway.settles_until or underway.decided_at + self.settle):
-                events += self._validate(state, underway, now)
-        if settling or events:
+        settled = [u for u in settling if now >= (u.settles_until or u.decided_at + self.settle)]
+        for underway in sorted(settled, key=lambda u: u.id):
+            events += self._validate(state, underway, now, spent)
+        if len(settled) < len(settling):
+            return events  # a proposal still settles: what it judges must not change under it
+        if settled:
+            return events + self._next_queue(state, now, events)
+        if events:
             return events
         played = self._round(state, view)
         return self._start(state, view, played.command, now) if played.command is not None else []
@@ -221,6 +229,21 @@ class DisruptionDecider:
             )
             for c in command.candidates
         ]
+
+    def _next_queue(self, state: DisruptionState, now: datetime, events: list[ev.Event]) -> list[ev.Event]:
+        """Beside the tick's judgement of settled proposals (and its other steps), a proposal of the empty
+        nodes no command holds (those the steps name are busy too, and count against the budget): the nodes
+        that emptied while a queue settled begin settling now, not a tick later, so the budget does not run
+        dry between two queues."""
+        taken: set[str] = set()
+        for event in events:
+            if isinstance(event, ev.DisruptionRequested):
+                taken.add(event.nodeclaim)
+            elif isinstance(event, ev.DisruptionDecision):
+                taken.update(c.nodeclaim for c in event.candidates)
+        view = build_view(state, now, with_core=False, taken=frozenset(taken))
+        queue = empty_queue(view)
+        return self._start(state, view, queue, now) if queue is not None else []
 
     def _round(self, state: DisruptionState, view: ClusterView) -> Round:
         """One round on ``view`` (made without the core's input: built here when a method would read it)."""
@@ -260,9 +283,11 @@ class DisruptionDecider:
             return [msgspec.structs.replace(decision, settles_until=now + self.settle)]
         return [decision, *orchestration.confirm(state, _underway(decision), decision.id, now)]
 
-    def _validate(self, state: DisruptionState, underway: Underway, now: datetime) -> list[ev.Event]:
+    def _validate(
+        self, state: DisruptionState, underway: Underway, now: datetime, spent: dict[str, int]
+    ) -> list[ev.Event]:
         if is_queue(underway):
-            return self._validate_queue(state, underway, now)
+            return self._validate_queue(state, underway, now, spent)
         view = build_view(state, now, settling=frozenset(underway.candidates))
         why = judge_again(view, underway)
         if why is not None:
@@ -271,16 +296,25 @@ class DisruptionDecider:
         return [confirmed, *orchestration.confirm(state, underway, underway.id, now)]
 
     def _queue_step(
-        self, state: DisruptionState, underway: Underway, now: datetime, *, cause: str | None = None
+        self,
+        state: DisruptionState,
+        underway: Underway,
+        now: datetime,
+        spent: dict[str, int],
+        *,
+        cause: str | None = None,
     ) -> list[ev.Event]:
-        """A confirmed queue's next requests, or its end when a waiting candidate is no longer empty."""
-        step = queued_requests(state, underway, now, cause=cause)
+        """A confirmed queue's next requests, or its end when a waiting candidate is no longer empty;
+        ``spent`` counts the requests of the same decision per pool (the queues share the room)."""
+        step = queued_requests(state, underway, now, cause=cause, spent=spent)
         if step.stopped is None:
             return list(step.requests)
         view = build_view(state, now, with_core=False)
         return [self._stage(underway, view, now, "abandoned", f"queue ended: {step.stopped}", cause=cause)]
 
-    def _validate_queue(self, state: DisruptionState, underway: Underway, now: datetime) -> list[ev.Event]:
+    def _validate_queue(
+        self, state: DisruptionState, underway: Underway, now: datetime, spent: dict[str, int]
+    ) -> list[ev.Event]:
         """A settled queue: confirmed with the candidates still empty (the budget is checked at each request,
         not here), and its first requests."""
         view = build_view(state, now, settling=frozenset(underway.candidates), with_core=False)
@@ -294,11 +328,13 @@ class DisruptionDecider:
         confirmed = msgspec.structs.replace(underway, stage="confirmed", candidates=kept, decided_at=now)
         decision = self._stage(confirmed, view, now, "confirmed", reason)
         # its first requests are decided on the state the confirmation makes: the same candidates, confirmed
-        return [decision, *self._queue_step(state, confirmed, now)]
+        return [decision, *self._queue_step(state, confirmed, now, spent)]
 
-    def _progress(self, state: DisruptionState, underway: Underway, now: datetime) -> list[ev.Event]:
+    def _progress(
+        self, state: DisruptionState, underway: Underway, now: datetime, spent: dict[str, int]
+    ) -> list[ev.Event]:
         if is_queue(underway):
-            return self._queue_step(state, underway, now)
+            return self._queue_step(state, underway, now, spent)
         if not underway.replacements:
             return orchestration.terminations(state, underway, underway.id, now)
         claims = [state.projection.claims.get(r.nodeclaim) for r in underway.replacements]

@@ -236,13 +236,15 @@ def build_view(
     settling: frozenset[str] = frozenset(),
     with_core: bool = True,
     claims: Iterable[str] | None = None,
+    taken: frozenset[str] = frozenset(),
 ) -> ClusterView:
     """The view at ``now``; claims of commands under way are busy, except those in ``settling`` (the
-    candidates of a proposal being judged again). Without ``with_core`` it has no scheduling core's input
-    (what only consolidation's repacking reads, and most of the cost): enough to tell candidates and empty
-    ones; with ``claims``, only those claims are in it (to judge a few)."""
+    candidates of a proposal being judged again), and so are those in ``taken`` (named by decisions not
+    folded yet). Without ``with_core`` it has no scheduling core's input (what only consolidation's
+    repacking reads, and most of the cost): enough to tell candidates and empty ones; with ``claims``, only
+    those claims are in it (to judge a few)."""
     projection = state.projection
-    busy = state.busy() - settling
+    busy = (state.busy() - settling) | taken
     view = ClusterView(
         now=now,
         nodes=projection.nodes,

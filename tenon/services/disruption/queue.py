@@ -130,15 +130,22 @@ def waiting(state: DisruptionState, underway: Underway) -> list[str]:
 
 
 def queued_requests(
-    state: DisruptionState, underway: Underway, now: datetime, *, cause: str | None = None
+    state: DisruptionState,
+    underway: Underway,
+    now: datetime,
+    *,
+    cause: str | None = None,
+    spent: dict[str, int] | None = None,
 ) -> QueueStep:
     """The next requests of a confirmed queue: as many waiting candidates as their pools' budgets have room
-    for, each still an empty candidate now (see the module docstring)."""
+    for, each still an empty candidate now (see the module docstring). ``spent``: pool -> requests already
+    made in the same decision by other queues (not in ``state`` yet), taken off the room and added to."""
     queued = waiting(state, underway)
     if not queued:
         return QueueStep()
     pools = _pools_of(state, queued)
-    left = room(state, set(pools.values()), now)
+    spent = {} if spent is None else spent
+    left = {pool: n - spent.get(pool, 0) for pool, n in room(state, set(pools.values()), now).items()}
     turn = _turn(queued, pools, left)
     if not turn:
         return QueueStep()
@@ -148,6 +155,8 @@ def queued_requests(
     gone = [name for name in turn if name not in still_empty]
     if gone:
         return QueueStep(stopped=f"{gone[0]} is no longer an empty candidate")
+    for name in turn:
+        spent[pools[name]] = spent.get(pools[name], 0) + 1
     return QueueStep(
         tuple(
             request(
