@@ -52,7 +52,8 @@ Targets (rows, never asserts): every pod Running at each wave; no tenon service 
 at the end.
 
 Everything gives up when nothing has moved for :data:`STALL_S` (no pod changed to/from Running, no node
-removed) and the figures then say what never happened, so the suite always ends.
+removed) and the figures then say what never happened, so the suite always ends. After a wave that gave up,
+the waves left are skipped but ``zero`` still runs (the way back to no node is worth knowing then too).
 
 Reused from :mod:`bench.e2e` (imported, not copied): the stack setup and its wait for the catalog, the pod
 watch (its ``bench=e2e`` label is why the pods carry it), the log reader, the waits that give up when nothing
@@ -464,11 +465,13 @@ async def measure_scale(stack: LocalStack, deployments: int, replicas: int, time
     try:
         await _setup(stack, kube, management, zonal_infrastructure(MAX_SIZE_PER_MD))
         await apply_manifests(kube, management, workload)
+        failed = False
         for plan in wave_plans([d["metadata"]["name"] for d in workload], replicas):
+            if failed and plan.name != "zero":
+                continue  # the next waves would measure this one's leftovers; the way back to 0 still counts
             waves[plan.name] = await _run_wave(stack, kube, observers, plan, timeout)
             print(f"scale: wave {plan.name}: {_wave_line(waves[plan.name])}", flush=True)
-            if not waves[plan.name]["all_running"]:
-                break  # the next wave would measure this one's leftovers
+            failed = failed or not waves[plan.name]["all_running"]
         high_water = _memory(stack, "VmHWM")
         events = await _read_log(stack.nats_url, (subjects.PENDING, "tenon.nodeclaim.>"))
     finally:
