@@ -18,8 +18,9 @@ Rules
 * A pod that stops being pending (bound, deleted, no longer eligible) leaves the window at once: a batch holds
   only pods still pending when its window closes. A window left empty closes without a batch.
 * Every pod of a closed batch remembers when it was batched. If it is still pending ``rebatch`` later it joins
-  a window again, at that moment. The scheduler counts in-flight NodeClaims, so offering a pod again never
-  buys twice; it is the safety net for claims that were abandoned or for a batch the scheduler never saw.
+  a window again, at that moment (as of ``idle`` before it: see below). The scheduler counts in-flight
+  NodeClaims, so offering a pod again never buys twice; it is the safety net for claims that were abandoned or
+  for a batch the scheduler never saw.
 * **Capacity arrived** (:meth:`PendingBatcher.capacity_arrived`: a Node became schedulable). The
   kube-scheduler packs pods its own way, not as the plan assumed, so when the nodes bought for a batch are up
   some of its pods may be left with no room. Once no capacity has arrived for ``idle`` (the burst of nodes is
@@ -29,11 +30,12 @@ Rules
   ``rebatch`` later. (One offered a moment before the kube-scheduler places it costs a plan, never a node: the
   scheduler sees the room it is about to take. Half a second proved too short on a busy machine: the
   registrations of one wave of nodes pause that long, and pods were offered before the kube-scheduler had
-  placed them.) That wait *is* their window: when no window is open, they join one opened at the last
-  arrival (their wait began there), which closes at once, ``idle`` after it, instead of a second window's
-  ``idle`` later. They are all known at that moment; a second idle period would only delay them. (Never
-  before the previous window closed: windows do not overlap. When a window is open, they join it as any
-  pod does.)
+  placed them.)
+* **Pods offered again wait for no burst.** The idle period lets a burst of *new* pods end; pods offered
+  again (re-batched or after capacity) are all known at that moment. When no window is open, they join one
+  opened ``idle`` earlier (for capacity: at the last arrival, where their wait began), which therefore
+  closes at once instead of ``idle`` later. Never before the previous window closed (windows do not
+  overlap); when a window is open, they join it as any pod does.
 * :meth:`PendingBatcher.flush` closes an open window at shutdown, so a stopping leader hands over what it
   collected instead of dropping it.
 
@@ -235,8 +237,7 @@ class PendingBatcher:
                 if due == self._reoffer_time():
                     self._reoffer(due)
                     continue
-                _, uid = heapq.heappop(self._rebatch_due)
-                self._join_again(uid, due)
+                self._rebatch(due)
             else:
                 return now
 
@@ -262,12 +263,29 @@ class PendingBatcher:
         """The capacity that arrived by ``at - idle`` had its turn: the pods batched before it join now."""
         assert self._capacity_at is not None
         arrived, self._capacity_at = self._capacity_at, None
-        joins = at
-        if self._window is None:
-            # the wait since the last arrival is their window: it closes now, not idle from now
-            joins = max(arrived, self._last_closed + 1 if self._last_closed is not None else arrived)
+        joins = self._known_join(at)  # the wait since the last arrival was their window
         for uid in sorted(u for u, batched in self._batched_at.items() if batched < arrived):
             self._join_again(uid, joins)
+
+    def _rebatch(self, due: Micros) -> None:
+        """The pods due for re-batching at ``due`` join, together."""
+        uids = []
+        while self._next_rebatch() == due:
+            uids.append(heapq.heappop(self._rebatch_due)[1])
+        joins = self._known_join(due)
+        for uid in uids:
+            self._join_again(uid, joins)
+
+    def _known_join(self, at: Micros) -> Micros:
+        """When pods offered again at ``at`` join: all known already, they wait for no burst to end, so with
+        no window open they join one opened ``idle`` before ``at``, which closes at ``at`` (never before the
+        last window closed: windows do not overlap); with a window open, at ``at``, as any pod."""
+        if self._window is not None:
+            return at
+        opens = at - self.idle
+        if self._last_closed is not None:
+            opens = max(opens, self._last_closed + 1)
+        return min(opens, at)
 
     def _join_again(self, uid: str, at: Micros) -> None:
         pod = self._pending.get(uid)
