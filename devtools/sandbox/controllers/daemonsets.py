@@ -59,17 +59,22 @@ NETWORK_UNAVAILABLE = {
 }
 
 
-def daemon_pod_spec(template_spec: dict[str, Any], node_name: str) -> dict[str, Any]:
-    """The pod spec for ``node_name``: default tolerations added, pinned to the node by affinity."""
-    spec = copy.deepcopy(template_spec)
-    tolerations = list(spec.get("tolerations") or [])
-    extra = list(DAEMON_TOLERATIONS) + ([NETWORK_UNAVAILABLE] if spec.get("hostNetwork") else [])
+def daemon_tolerations(template_spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The template's tolerations plus those the DaemonSet controller always adds (not copied)."""
+    tolerations = list(template_spec.get("tolerations") or [])
+    extra = list(DAEMON_TOLERATIONS) + ([NETWORK_UNAVAILABLE] if template_spec.get("hostNetwork") else [])
     for toleration in extra:
         if not any(
             t.get("key") == toleration["key"] and t.get("effect") == toleration["effect"] for t in tolerations
         ):
             tolerations.append(dict(toleration))
-    spec["tolerations"] = tolerations
+    return tolerations
+
+
+def daemon_pod_spec(template_spec: dict[str, Any], node_name: str) -> dict[str, Any]:
+    """The pod spec for ``node_name``: default tolerations added, pinned to the node by affinity."""
+    spec = copy.deepcopy(template_spec)
+    spec["tolerations"] = daemon_tolerations(spec)
     affinity = spec.setdefault("affinity", {})
     affinity["nodeAffinity"] = {
         **(affinity.get("nodeAffinity") or {}),
@@ -82,14 +87,18 @@ def daemon_pod_spec(template_spec: dict[str, Any], node_name: str) -> dict[str, 
     return spec
 
 
-def should_run(template_spec: dict[str, Any], node: dict[str, Any]) -> bool:
-    """Does a DaemonSet with this pod template belong on ``node``?"""
+def should_run(
+    template_spec: dict[str, Any], node: dict[str, Any], tolerations: list[dict[str, Any]] | None = None
+) -> bool:
+    """Does a DaemonSet with this pod template belong on ``node``? (``tolerations``: the template's
+    :func:`daemon_tolerations`, computed once for many nodes.)"""
     name = node["metadata"]["name"]
     probe = {"spec": template_spec}
     if not node_matches_pod(probe, name, node_labels(node)):
         return False
-    spec = daemon_pod_spec(template_spec, name)
-    return untolerated_taint(spec["tolerations"], node_taints(node)) is None
+    if tolerations is None:
+        tolerations = daemon_tolerations(template_spec)
+    return untolerated_taint(tolerations, node_taints(node)) is None
 
 
 def pod_node(pod: dict[str, Any]) -> str | None:
@@ -139,8 +148,8 @@ class DaemonSetController(InformerUser):
     def _on_node(self, event_type: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         if event_type == "DELETED":
             name = obj["metadata"]["name"]
-            for key in [k for k in self._eligible if k[1] == name]:
-                del self._eligible[key]
+            for known in [k for k in self._eligible if k[1] == name]:
+                del self._eligible[known]
         if old is not None and event_type == "MODIFIED":
             before = (old["metadata"].get("labels"), (old.get("spec") or {}).get("taints"))
             after = (obj["metadata"].get("labels"), (obj.get("spec") or {}).get("taints"))
@@ -169,8 +178,11 @@ class DaemonSetController(InformerUser):
             if pod is None or is_terminating(pod) or is_terminal(pod):
                 continue
             by_node.setdefault(pod_node(pod) or "", []).append(pod)
+        tolerations = daemon_tolerations(template_spec)
         wanted = {
-            name for name, node in self.nodes.objects.items() if self._should_run(ds, template_spec, node)
+            name
+            for name, node in self.nodes.objects.items()
+            if self._should_run(ds, template_spec, tolerations, node)
         }
         for node_name in sorted(wanted - set(by_node)):
             self._create_pod(ds, template, node_name)
@@ -205,16 +217,22 @@ class DaemonSetController(InformerUser):
             self.daemonsets.observe_write(key, updated)
         return None
 
-    def _should_run(self, ds: dict[str, Any], template_spec: dict[str, Any], node: dict[str, Any]) -> bool:
+    def _should_run(
+        self,
+        ds: dict[str, Any],
+        template_spec: dict[str, Any],
+        tolerations: list[dict[str, Any]],
+        node: dict[str, Any],
+    ) -> bool:
         """:func:`should_run`, remembered until the DaemonSet or the node changes."""
         stamp = (ds["metadata"].get("resourceVersion"), node["metadata"].get("resourceVersion"))
         if stamp[0] is None or stamp[1] is None:
-            return should_run(template_spec, node)
+            return should_run(template_spec, node, tolerations)
         key = (ds["metadata"]["uid"], node["metadata"]["name"])
         known = self._eligible.get(key)
         if known is not None and known[0] == stamp:
             return known[1]
-        answer = should_run(template_spec, node)
+        answer = should_run(template_spec, node, tolerations)
         self._eligible[key] = (stamp, answer)
         return answer
 
