@@ -543,7 +543,8 @@ EC2_TRUST_POLICY = {
 
 def seed(url: str, cluster: str = DEFAULT_CLUSTER, queue: str = DEFAULT_QUEUE) -> Seeded:
     """Tag the default VPC's subnets and security group ``karpenter.sh/discovery=<cluster>``, create the
-    interruption queue and the nodes' role :func:`node_role` (idempotent: each repeats harmlessly)."""
+    interruption queue, the nodes' role :func:`node_role` and the EKS cluster (idempotent: each repeats
+    harmlessly)."""
     ec2 = client("ec2", url)
     subnets = tuple(s["SubnetId"] for s in ec2.describe_subnets()["Subnets"])
     group = ec2.describe_security_groups(GroupNames=["default"])["SecurityGroups"][0]["GroupId"]
@@ -556,7 +557,21 @@ def seed(url: str, cluster: str = DEFAULT_CLUSTER, queue: str = DEFAULT_QUEUE) -
         iam.create_role(RoleName=role, AssumeRolePolicyDocument=json.dumps(EC2_TRUST_POLICY))
     except iam.exceptions.EntityAlreadyExistsException:
         pass
+    eks = client("eks", url)
+    try:  # what launcher-ec2 asks for the nodes' endpoint and CA when they are not configured
+        eks.create_cluster(
+            name=cluster,
+            roleArn=f"arn:aws:iam::123456789012:role/{cluster}-cluster",
+            resourcesVpcConfig={"subnetIds": list(subnets), "securityGroupIds": [group]},
+            kubernetesNetworkConfig={"serviceIpv4Cidr": SERVICE_CIDR},
+        )
+    except eks.exceptions.ResourceInUseException:
+        pass
     return Seeded(cluster, queue_url, subnets, group)
+
+
+SERVICE_CIDR = "172.20.0.0/16"
+"""The local EKS cluster's service CIDR (EKS's default range; not the launcher's own default)."""
 
 
 def node_role(cluster: str) -> str:

@@ -2,7 +2,8 @@
 
 Clients come from :mod:`tenon.runtime.aws` (the region, the endpoint when one is set, boto3's credential
 chain, few SDK retries). Nothing here decides: each function asks one question of EC2, SSM or IAM and returns
-the answer as plain data, or raises :class:`AwsError` with the call and the error code.
+the answer as plain data, or raises :class:`AwsError` with the call and the error code. (EKS too, for the
+cluster's endpoint and CA when they are not configured.)
 """
 
 from __future__ import annotations
@@ -38,20 +39,39 @@ class AwsSettings:
     kubernetes_version: str = "1.31"
 
 
+@dataclass(frozen=True)
+class EksCluster:
+    endpoint: str
+    certificate_authority: str
+    """Base64, as EKS gives it and the nodes' user data takes it."""
+    service_cidr: str
+
+
 class Aws:
-    """The EC2, SSM and IAM clients of one launcher."""
+    """The EC2, SSM, IAM and EKS clients of one launcher."""
 
     def __init__(self, settings: AwsSettings) -> None:
         self.settings = settings
         self.ec2 = aws.client("ec2", settings.region, settings.endpoint_url)
         self.ssm = aws.client("ssm", settings.region, settings.endpoint_url)
         self.iam = aws.client("iam", settings.region, settings.endpoint_url)
+        self.eks = aws.client("eks", settings.region, settings.endpoint_url)
 
     def call(self, client: Any, operation: str, **kwargs: Any) -> Any:
         return aws.call(client, operation, **kwargs)
 
     def pages(self, client: Any, operation: str, key: str, **kwargs: Any) -> list[Any]:
         return aws.pages(client, operation, key, **kwargs)
+
+    def cluster(self, name: str) -> EksCluster:
+        """What EKS says of the cluster ``name`` (``DescribeCluster``)."""
+        described = self.call(self.eks, "describe_cluster", name=name)["cluster"]
+        network = described.get("kubernetesNetworkConfig") or {}
+        return EksCluster(
+            endpoint=described.get("endpoint") or "",
+            certificate_authority=(described.get("certificateAuthority") or {}).get("data") or "",
+            service_cidr=network.get("serviceIpv4Cidr") or "",
+        )
 
     # --- what EC2 offers ----------------------------------------------------------------------------------
 

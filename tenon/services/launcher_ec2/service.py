@@ -8,12 +8,13 @@ AWS is reached as :mod:`tenon.runtime.aws` says: boto3's usual credential chain 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from proto import registry
-from tenon.runtime.aws import AwsServiceSettings
+from tenon.runtime.aws import AwsError, AwsServiceSettings
 from tenon.runtime.decider import Decider, Executor
 from tenon.runtime.kube import Kube, load_kube
 from tenon.runtime.service import ServiceContext, ServiceDefinition, decider_work
@@ -41,10 +42,14 @@ class LauncherEc2Settings(AwsServiceSettings):
         "the cluster's name: instances are tagged kubernetes.io/cluster/<name>=owned and join it",
     )
     cluster_endpoint: str = setting(
-        "TENON_CLUSTER_ENDPOINT", "", "the API server the nodes join (in their user data)"
+        "TENON_CLUSTER_ENDPOINT",
+        "",
+        "the API server the nodes join (in their user data); empty: EKS DescribeCluster says",
     )
     cluster_ca: str = setting(
-        "TENON_CLUSTER_CA", "", "the cluster's CA bundle, base64, for the nodes' user data"
+        "TENON_CLUSTER_CA",
+        "",
+        "the cluster's CA bundle, base64, for the nodes' user data; empty: EKS DescribeCluster says",
     )
     kubernetes_version: str = setting(
         "TENON_KUBERNETES_VERSION", "1.31", "Kubernetes version the AMI aliases resolve for (SSM parameters)"
@@ -137,9 +142,38 @@ def make_decider(settings: LauncherEc2Settings) -> Ec2LauncherDecider:
     return Ec2LauncherDecider(settings.cluster_name)
 
 
-def publisher_settings(settings: LauncherEc2Settings) -> PublisherSettings:
+def configured_cluster(settings: LauncherEc2Settings) -> ClusterInfo:
+    return ClusterInfo(settings.cluster_name, settings.cluster_endpoint, settings.cluster_ca)
+
+
+def discovered_cluster(aws: Aws, settings: LauncherEc2Settings) -> ClusterInfo:
+    """The cluster the nodes join: the configured endpoint and CA; what is not configured comes from EKS
+    (``DescribeCluster``, as Karpenter does), with its service CIDR. A launcher that cannot tell its nodes
+    where to join must not launch any: :class:`SettingsError` naming the variables and EKS's answer."""
+    configured = configured_cluster(settings)
+    if configured.endpoint and configured.certificate_authority:
+        return configured
+    try:
+        eks = aws.cluster(settings.cluster_name)
+    except AwsError as exc:
+        raise SettingsError(
+            f"TENON_CLUSTER_ENDPOINT, TENON_CLUSTER_CA: not set, and EKS does not describe cluster "
+            f"{settings.cluster_name!r} (TENON_CLUSTER_NAME): {exc}"
+        ) from exc
+    log.info("cluster endpoint and CA from EKS", extra={"cluster": settings.cluster_name})
+    return ClusterInfo(
+        settings.cluster_name,
+        configured.endpoint or eks.endpoint,
+        configured.certificate_authority or eks.certificate_authority,
+        eks.service_cidr or configured.cidr,
+    )
+
+
+def publisher_settings(
+    settings: LauncherEc2Settings, cluster: ClusterInfo | None = None
+) -> PublisherSettings:
     return PublisherSettings(
-        cluster=ClusterInfo(settings.cluster_name, settings.cluster_endpoint, settings.cluster_ca),
+        cluster=cluster or configured_cluster(settings),
         prices=on_demand_prices(),
         patterns=settings.patterns,
         vm_overhead=settings.vm_memory_overhead,
@@ -158,9 +192,15 @@ async def make_executor(
     except Exception as exc:  # outside a cluster without a kubeconfig: no status, leaks are kept
         log.warning("no workload cluster: NodeClass status is not written", extra={"error": str(exc)})
     aws = Aws(AwsSettings(settings.aws_region, settings.aws_endpoint, settings.kubernetes_version))
+    try:
+        cluster = await asyncio.to_thread(discovered_cluster, aws, settings)
+    except SettingsError:
+        if workload is not None:
+            await workload.close()
+        raise
     executor = Ec2Executor(
         aws,
-        publisher_settings(settings),
+        publisher_settings(settings, cluster),
         workload=workload,
         cluster_tag=settings.cluster_tag,
         poll=settings.poll,
