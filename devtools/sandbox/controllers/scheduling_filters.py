@@ -339,17 +339,10 @@ def choose_node(pod: Mapping[str, Any], requests: Mapping[str, int], state: Clus
     return Decision(None, failure_message(len(nodes), reasons), tuple(sorted(reasons.items())))
 
 
-def equivalence_key(pod: Mapping[str, Any], requests: Mapping[str, int]) -> str | None:
-    """A key shared by pods that must get the same answer within one scheduling cycle, or None.
-
-    Within a cycle, state only changes by pods being booked, which can only make resource fit and
-    anti-affinity harder; so once a pod failed, an equivalent pod fails too and need not be re-filtered.
-    Pods with topology spread or pod affinity are excluded: booking a pod can make them *easier*.
-    """
+def pod_shape_key(pod: Mapping[str, Any], requests: Mapping[str, int]) -> str:
+    """Everything :func:`choose_node` reads of a pod, as a key: two pods with the same key get the same
+    answer from the same cluster state (the pods of one ReplicaSet share one)."""
     spec = pod.get("spec") or {}
-    affinity = spec.get("affinity") or {}
-    if spec.get("topologySpreadConstraints") or affinity.get("podAffinity") or spec.get("nodeName"):
-        return None
     meta = pod.get("metadata") or {}
     return repr(
         (
@@ -357,8 +350,25 @@ def equivalence_key(pod: Mapping[str, Any], requests: Mapping[str, int]) -> str 
             sorted((meta.get("labels") or {}).items()),
             sorted(requests.items()),
             sorted((spec.get("nodeSelector") or {}).items()),
-            affinity,
+            spec.get("affinity") or {},
             spec.get("tolerations"),
             host_ports(pod),
+            spec.get("topologySpreadConstraints"),
+            spec.get("nodeName"),
         )
     )
+
+
+def equivalence_key(pod: Mapping[str, Any], requests: Mapping[str, int]) -> str | None:
+    """A key shared by pods that must get the same answer within one scheduling cycle, or None.
+
+    Within a cycle, state only changes by pods being booked, which can only make resource fit and
+    anti-affinity harder; so once a pod failed, an equivalent pod fails too and need not be re-filtered.
+    Pods with topology spread or pod affinity are excluded: booking a pod can make them *easier* (their
+    failures hold only until the next booking, see ``Scheduler._schedule_one``).
+    """
+    spec = pod.get("spec") or {}
+    affinity = spec.get("affinity") or {}
+    if spec.get("topologySpreadConstraints") or affinity.get("podAffinity") or spec.get("nodeName"):
+        return None
+    return pod_shape_key(pod, requests)

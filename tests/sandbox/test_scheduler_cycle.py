@@ -1,0 +1,88 @@
+"""One cycle of the simulated kube-scheduler over a backlog: a failure is reused for the pods of the same
+shape (no re-filtering of every node per pod), and never beyond the booking that could change the answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from devtools.sandbox.controllers import scheduler as scheduler_module
+from devtools.sandbox.controllers.scheduler import Scheduler
+from devtools.sandbox.profiles import get_profile
+from devtools.sandbox.store import Store
+from tests.sandbox.controller_support import condition, node, pod, rt
+
+ZONE = "topology.kubernetes.io/zone"
+
+
+def follows_db() -> dict[str, Any]:
+    """Required pod affinity to a ``role: db`` pod's zone (the pod itself is no db: it cannot go first)."""
+    return {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"role": "db"}}, "topologyKey": ZONE}
+            ]
+        }
+    }
+
+
+def scheduler_over(store: Store, nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> Scheduler:
+    """A scheduler whose cache holds the stored nodes and pods (as its informers would deliver them)."""
+    sched = Scheduler(store, get_profile("fast"))
+    for item in nodes:
+        sched._on_node("ADDED", store.create(rt(store, "v1", "Node"), item), None)
+    for item in pods:
+        sched._on_pod("ADDED", store.create(rt(store, "v1", "Pod"), item), None)
+    return sched
+
+
+def stored(store: Store, name: str) -> dict[str, Any]:
+    return store.get(rt(store, "v1", "Pod"), name, "default")
+
+
+@pytest.fixture
+def counted_choices(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    calls: list[str] = []
+    choose = scheduler_module.choose_node
+
+    def counting(candidate: Any, requests: Any, state: Any) -> Any:
+        calls.append(candidate["metadata"]["name"])
+        return choose(candidate, requests, state)
+
+    monkeypatch.setattr(scheduler_module, "choose_node", counting)
+    return calls
+
+
+async def test_a_backlog_of_one_shape_is_filtered_once_and_every_pod_told_why(
+    counted_choices: list[str],
+) -> None:
+    store = Store()
+    zone_a = node("n1", cpu="4", labels={ZONE: "a"}, ready=True)
+    followers = [pod(f"f{i}", labels={"app": "web"}, affinity=follows_db()) for i in range(20)]
+    sched = scheduler_over(store, [zone_a], followers)
+
+    await sched._cycle()
+
+    assert counted_choices == ["f0"]  # the 19 others of the same shape reuse its answer
+    for i in range(20):
+        scheduled = condition(stored(store, f"f{i}"), "PodScheduled")
+        assert scheduled is not None and scheduled["reason"] == "Unschedulable"
+        assert "didn't match pod affinity rules" in scheduled["message"]
+
+
+async def test_a_booking_in_the_cycle_voids_the_reused_failure(counted_choices: list[str]) -> None:
+    store = Store()
+    zone_a = node("n1", cpu="4", labels={ZONE: "a"}, ready=True)
+    # in cycle order: a follower (no db yet: fails), the db (lands), another follower (must land now)
+    first = pod("a-follower", labels={"app": "web"}, affinity=follows_db())
+    db = pod("b-db", labels={"role": "db"})
+    second = pod("c-follower", labels={"app": "web"}, affinity=follows_db())
+    sched = scheduler_over(store, [zone_a], [first, db, second])
+
+    await sched._cycle()
+
+    assert not stored(store, "a-follower")["spec"].get("nodeName")
+    assert stored(store, "b-db")["spec"]["nodeName"] == "n1"
+    assert stored(store, "c-follower")["spec"]["nodeName"] == "n1"
+    assert counted_choices == ["a-follower", "b-db", "c-follower"]
