@@ -15,13 +15,17 @@ exception's name for a connection problem (``EndpointConnectionError``...).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from tenon.runtime.observability import metrics
 from tenon.runtime.service import CommonSettings
 from tenon.runtime.settings import setting
 
+PROVIDER = "aws"
+"""Karpenter's ``provider`` label of the cloud provider metrics every call here records (duration, errors)."""
 CONNECTION_ERRORS = frozenset(
     {
         "EndpointConnectionError",
@@ -112,21 +116,46 @@ def _failures() -> tuple[type[Exception], ...]:
 
 def call(aws_client: Any, operation: str, **kwargs: Any) -> Any:
     """``aws_client.<operation>(**kwargs)``; :class:`AwsError` when it fails."""
+    started = time.perf_counter()
     try:
         return getattr(aws_client, operation)(**kwargs)
     except _failures() as exc:
-        raise _error(operation, exc) from None
+        raise _counted(aws_client, operation, _error(operation, exc)) from None
+    finally:
+        _timed(aws_client, operation, started)
 
 
 def pages(aws_client: Any, operation: str, key: str, **kwargs: Any) -> list[Any]:
     """Every item under ``key`` of every page of ``operation``; :class:`AwsError` when a page fails."""
     out: list[Any] = []
+    started = time.perf_counter()
     try:
         for page in aws_client.get_paginator(operation).paginate(**kwargs):
             out.extend(page.get(key) or [])
     except _failures() as exc:
-        raise _error(operation, exc) from None
+        raise _counted(aws_client, operation, _error(operation, exc)) from None
+    finally:
+        _timed(aws_client, operation, started)
     return out
+
+
+def _service_of(aws_client: Any) -> str:
+    """The AWS service a client speaks to (``ec2``, ``sqs``): Karpenter's ``controller`` label here."""
+    model = getattr(getattr(aws_client, "meta", None), "service_model", None)
+    return str(getattr(model, "service_name", "") or "")
+
+
+def _timed(aws_client: Any, operation: str, started: float) -> None:
+    metrics.CLOUDPROVIDER_DURATION.labels(
+        controller=_service_of(aws_client), method=operation, provider=PROVIDER
+    ).observe(time.perf_counter() - started)
+
+
+def _counted(aws_client: Any, operation: str, error: AwsError) -> AwsError:
+    metrics.CLOUDPROVIDER_ERRORS.labels(
+        controller=_service_of(aws_client), method=operation, provider=PROVIDER, error=error.code
+    ).inc()
+    return error
 
 
 def tag_list(tags: Iterable[tuple[str, str]]) -> list[dict[str, str]]:

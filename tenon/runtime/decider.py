@@ -558,8 +558,10 @@ class DeciderRuntime(Generic[S]):
             self.state = self.decider.evolve(self.state, decision, result.sequence)
         except ImpossibleStory:
             pass  # a duplicate of what the state already holds
+        claim = None
         if isinstance(decision, ev.NodeClaimEvent):
-            recording.recorded(decision, self.decider.claims(self.state).get(decision.nodeclaim), cause)
+            claim = self.decider.claims(self.state).get(decision.nodeclaim)
+        recording.recorded(decision, claim, cause)
         if result.sequence > self.handled:
             self.prefolded.add(decision.id)
         await self.executor.recorded(decision, cause)

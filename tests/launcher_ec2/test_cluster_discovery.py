@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from devtools.aws import SERVICE_CIDR, LocalAws, Seeded, client
+from tenon.runtime.observability import metrics
 from tenon.runtime.settings import SettingsError
 from tenon.services.launcher_ec2.aws import Aws, AwsSettings
 from tenon.services.launcher_ec2.service import discovered_cluster
@@ -36,7 +37,22 @@ def test_an_unknown_cluster_without_an_endpoint_is_a_one_line_error(
     local_aws: tuple[LocalAws, Seeded],
 ) -> None:
     aws, _ = local_aws
+    labels = {"controller": "eks", "method": "describe_cluster", "provider": "aws"}
+    errors_before = sample(
+        "karpenter_cloudprovider_errors_total", error="ResourceNotFoundException", **labels
+    )
+    calls_before = sample("karpenter_cloudprovider_duration_seconds_count", **labels)
     with pytest.raises(SettingsError) as raised:
         discovered_cluster(aws_of(aws.url), settings(aws.url, cluster_name="not-there"))
     message = str(raised.value)
     assert "TENON_CLUSTER_ENDPOINT" in message and "'not-there'" in message and "\n" not in message
+    # Karpenter's cloud provider metrics saw the call and EKS's answer
+    assert sample("karpenter_cloudprovider_duration_seconds_count", **labels) == calls_before + 1
+    assert (
+        sample("karpenter_cloudprovider_errors_total", error="ResourceNotFoundException", **labels)
+        == errors_before + 1
+    )
+
+
+def sample(name: str, **labels: str) -> float:
+    return metrics.REGISTRY.get_sample_value(name, labels) or 0.0

@@ -141,3 +141,18 @@ async def test_the_scheduler_counts_what_it_plans_and_publishes_claims_by_phase_
     assert (
         value("karpenter_scheduler_scheduling_duration_seconds_count", controller="provisioner") > simulations
     )
+
+
+def test_the_pods_a_batch_could_not_place_are_the_unschedulable_gauge() -> None:
+    planned_batch = build_event(
+        ev.BatchPlanned,
+        "rec-batch",
+        batch_id="b",
+        nodeclaims=(),
+        unschedulable=(
+            ev.UnschedulablePod(pod="default/a", reason="no room"),
+            ev.UnschedulablePod(pod="default/b", reason="no room"),
+        ),
+    )
+    recording.recorded(planned_batch, None, None)
+    assert value("karpenter_scheduler_unschedulable_pods_count", controller="provisioner") == 2

@@ -44,6 +44,8 @@ def decided(cause: ev.Event | None, seconds: float) -> None:
 
 def recorded(decision: ev.Event, claim: NodeClaim | None, cause: ev.Event | None) -> None:
     """``decision`` is in the log and folded into ``claim`` (its NodeClaim, for claim steps)."""
+    if isinstance(decision, ev.BatchPlanned):
+        metrics.UNSCHEDULABLE_PODS.labels(controller=PROVISIONER).set(len(decision.unschedulable))
     if not isinstance(decision, ev.NodeClaimEvent) or claim is None or claim.planned is None:
         return
     nodepool = claim.planned.nodepool
