@@ -13,14 +13,16 @@ Who records what: the decider runtime, as decisions are recorded (:mod:`.recordi
 disrupted and terminated, Nodes created and terminated (each once, by the service that owns the step), the
 provisioning simulation's duration, unschedulable pods, decisions and their duration; the scheduler alone the
 claims by phase and each pool's cost; consumers their lag and dead letters; every AWS call the cloud provider
-duration and errors (``tenon.runtime.aws``); disruption its decisions; the interruption handler its messages.
-Declared for Karpenter's dashboards but **not recorded yet** (they stay empty): ``karpenter_pods_state``,
-``karpenter_scheduler_queue_depth``, ``karpenter_nodepools_usage`` and ``_limit``,
+duration and errors (``tenon.runtime.aws``); disruption its decisions; the interruption handler its messages;
+the pod-watcher ``karpenter_pods_state``. Declared for Karpenter's dashboards but **not recorded yet** (they
+stay empty): ``karpenter_scheduler_queue_depth``, ``karpenter_nodepools_usage`` and ``_limit``,
 ``karpenter_voluntary_disruption_eligible_nodes`` and ``_decision_evaluation_duration_seconds``,
 ``karpenter_nodepools_allowed_disruptions``, the offering price and availability gauges, and the cloud
-provider metrics of Cluster API calls. Karpenter v1 renamed the scheduling queue depth to
-``karpenter_scheduler_queue_depth`` (it was ``karpenter_provisioner_scheduling_queue_depth`` before v1); tenon
-uses the v1 name. Counters are declared with their ``_total`` suffix as exposed.
+provider metrics of Cluster API calls.
+
+Karpenter v1 renamed the scheduling queue depth to ``karpenter_scheduler_queue_depth`` (it was
+``karpenter_provisioner_scheduling_queue_depth`` before v1); tenon uses the v1 name. Counters are declared
+with their ``_total`` suffix as exposed.
 """
 
 from __future__ import annotations

@@ -74,6 +74,7 @@ from tenon.services.pod_watcher import observations as obs
 from tenon.services.pod_watcher.batching import Batch, PendingBatcher, micros, micros_of
 from tenon.services.pod_watcher.decider import BatchingDecider
 from tenon.services.pod_watcher.pending_batches import window_events
+from tenon.services.pod_watcher.pod_states import PodStates
 from tenon.services.pod_watcher.resync import ResyncSchedule
 from tenon.services.pod_watcher.views import node_view, pod_view
 
@@ -222,6 +223,8 @@ class PodWatcher:
         )
         self.nodes = obs.node_tracker()
         self.bound_pods = obs.bound_pod_tracker()
+        self.pod_states = PodStates()
+        """``karpenter_pods_state``, kept from the same watches."""
         self.snapshots = {
             kind.name: _SnapshotSource(obs.SnapshotState(kind), SNAPSHOT_SOURCES[kind.name])
             for kind in obs.SNAPSHOT_KINDS
@@ -399,6 +402,7 @@ class PodWatcher:
         async for item in self._watch(resources.PODS):
             if isinstance(item, Relisted):
                 pods = [pod for pod in item.items if readable(pod, POD_READS)]
+                self.pod_states.relisted(pods)
                 self.batcher.replace_pending(
                     {obs.uid_of(pod): pod_view(pod) for pod in pods if obs.is_pending(pod)}, self._now()
                 )
@@ -410,6 +414,7 @@ class PodWatcher:
     async def _pod_changed(self, change: WatchChange) -> None:
         pod = change.object
         uid = obs.uid_of(pod)
+        self.pod_states.pod(pod, deleted=change.type == "DELETED")
         if change.type == "DELETED":
             self.batcher.pod_not_pending(uid, self._now())
             event = self.bound_pods.forget(pod, decided_at=self._moment())
@@ -427,14 +432,18 @@ class PodWatcher:
             at = self._moment()
             if isinstance(item, Relisted):
                 nodes = [n for n in item.items if readable(n, NODE_READS)]
+                for node in nodes:
+                    self.pod_states.node(node)
                 events = self.nodes.relisted(nodes, decided_at=at)
                 self._capacity({obs.name_of(n) for n in nodes if obs.is_schedulable(n)})
             elif not readable(item.object, NODE_READS):
                 continue
             elif item.type == "DELETED":
+                self.pod_states.node(item.object, deleted=True)
                 events = [e for e in [self.nodes.forget(item.object, decided_at=at)] if e is not None]
                 self._capacity((self.schedulable or set()) - {obs.name_of(item.object)})
             else:
+                self.pod_states.node(item.object)
                 events = [e for e in [self.nodes.observe(item.object, decided_at=at)] if e is not None]
                 name = obs.name_of(item.object)
                 now = (self.schedulable or set()) - {name}
