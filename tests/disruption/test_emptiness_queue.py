@@ -207,3 +207,20 @@ def test_queues_on_one_pool_share_its_room_within_a_decision() -> None:
     notice = build_event(ev.BoundPodObserved, "news", at=later, change="added", pod=app_pod("elsewhere"))
     requests = of_type(list(decider.decide(state, notice)), ev.DisruptionRequested)
     assert [r.nodeclaim for r in requests] == ["default-0", "default-1"]  # the budget of 2, once
+
+
+def test_a_claims_plan_time_hashes_go_when_the_projection_forgets_the_claim() -> None:
+    decider = DisruptionDecider(settle=SETTLE)
+    state = cluster(1, nodepool([{"nodes": "1"}], consolidateAfter="0s"))
+    assert "default-0" in state.hashes
+    requested = build_event(
+        ev.DisruptionRequested, "req", nodeclaim="default-0", method="emptiness", reason="empty"
+    )
+    drained, terminated = finished("default-0", requested)
+    record(decider, state, [requested, drained, terminated])
+    assert "default-0" in state.hashes  # ended, still in the projection's memory
+    later = build_event(
+        ev.BoundPodObserved, "later", at=T0 + timedelta(hours=2), change="added", pod=app_pod("other")
+    )
+    record(decider, state, [later])
+    assert "default-0" not in state.projection.claims and "default-0" not in state.hashes

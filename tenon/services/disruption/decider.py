@@ -132,6 +132,8 @@ def fold_request(state: DisruptionState, event: ev.DisruptionRequested) -> None:
 
 def forget_interruptions(state: DisruptionState) -> None:
     """Notices and interruption commands whose machines' claims all ended: nothing is left to do."""
+    if not state.interruptions.notices and all(u.method != "interruption" for u in state.commands.values()):
+        return  # nothing to forget (most claims end without a notice: no walk over every claim for them)
     state.interruptions.forget_ended(state.projection)
     claims = state.projection.claims
     for key, underway in list(state.commands.items()):
@@ -160,6 +162,7 @@ class DisruptionDecider:
         return DisruptionState()
 
     def evolve(self, state: DisruptionState, event: ev.Event, sequence: int = 0) -> DisruptionState:
+        pruned = state.projection.pruned_at
         state.projection.apply(event, sequence)
         state.version += 1
         if isinstance(event, ev.NodeClaimPlanned) and event.nodeclaim not in state.hashes:
@@ -172,8 +175,9 @@ class DisruptionDecider:
             state.interruptions.fold(event)
         elif isinstance(event, ev.NodeClaimTerminated | ev.NodeClaimAbandoned):
             forget_interruptions(state)
-        for name in [n for n in state.hashes if n not in state.projection.claims]:
-            del state.hashes[name]  # forgotten with its claim
+        if state.projection.pruned_at != pruned:  # claims are forgotten only when the projection prunes
+            for name in [n for n in state.hashes if n not in state.projection.claims]:
+                del state.hashes[name]  # forgotten with its claim
         return state
 
     def decided_alone(self, event: ev.Event) -> bool:
