@@ -224,3 +224,13 @@ def test_a_claims_plan_time_hashes_go_when_the_projection_forgets_the_claim() ->
     )
     record(decider, state, [later])
     assert "default-0" not in state.projection.claims and "default-0" not in state.hashes
+
+
+def test_a_tick_starts_nothing_while_every_budget_is_spent_and_proposes_once_one_opens() -> None:
+    decider = DisruptionDecider(settle=SETTLE)
+    pool = nodepool([{"nodes": "0", "schedule": "0 9 * * *", "duration": "8h"}], consolidateAfter="0s")
+    state = cluster(2, pool)
+    assert decider.tick(state, T0 + timedelta(hours=2)) == []  # 12:00, inside the zero window
+    [proposal] = decider.tick(state, T0 + timedelta(hours=8))  # 18:00: the window closed
+    assert isinstance(proposal, ev.DisruptionDecision) and proposal.stage == "proposed"
+    assert [c.nodeclaim for c in proposal.candidates] == ["default-0", "default-1"]

@@ -251,15 +251,20 @@ class DisruptionDecider:
 
     def _round(self, state: DisruptionState, view: ClusterView) -> Round:
         """One round on ``view`` (made without the core's input: built here when a method would read it)."""
+        allowed = tuple(
+            (pool, a.allowed)
+            for r in ("Empty", "Drifted", "Underutilized")
+            for pool, a in budget_mapping(view, r).items()
+        )
+        if all(n <= 0 for _, n in allowed):
+            # no method may start a command on any pool (a queue holding a budget, most ticks of a
+            # scale-down): the round would only find candidates to block them
+            return Round(None)
         found, _ = candidates(view)
         key = (
             state.version,
             tuple((c.name, consolidatable(view, c)) for c in found),
-            tuple(
-                (pool, a.allowed)
-                for r in ("Empty", "Drifted", "Underutilized")
-                for pool, a in budget_mapping(view, r).items()
-            ),
+            allowed,
             len(view.pending_pods),
         )
         if key == self._quiet:
