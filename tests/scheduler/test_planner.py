@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from proto import events as ev
+from tenon.core.wellknown import UNREGISTERED_TAINT
 from tenon.domain.projection import ClusterProjection
 from tenon.services.scheduler.planner import plan_batch
 from tests.support.events import build_event
@@ -212,3 +213,45 @@ def test_a_claim_launched_as_its_fallback_offers_the_fallback_s_room() -> None:
     assert planned(again) == []
     [answer] = [e for e in again if isinstance(e, ev.BatchPlanned)]
     assert answer.unschedulable == ()
+
+
+def test_pods_offered_again_right_after_their_node_was_initialized_buy_nothing() -> None:
+    """Registered and Initialized are decided together for a Node already Ready, before the Node's next
+    observation shows what the registration changed (the unregistered taint gone, the pool's labels on):
+    the node is judged as the registration left it, not as it joined."""
+    projection = demo_projection()
+    first = plan_batch(projection, batch("b1", pod("big-0", "3"))).events
+    [claim] = planned(first)
+    for event in first:
+        projection.apply(event)
+    projection.apply(
+        ev.NodeObserved(
+            **envelope("n"),
+            change="added",
+            node={
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": "n1", "labels": {}},
+                "spec": {
+                    "providerID": "p://1",
+                    "taints": [{"key": UNREGISTERED_TAINT, "effect": "NoExecute"}],
+                },
+                "status": {
+                    "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            },
+        )
+    )
+    for step in (
+        build_event(
+            ev.NodeClaimLaunched, "l", nodeclaim=claim.nodeclaim, provider_id="p://1", instance_type="c3-8"
+        ),
+        build_event(ev.NodeClaimRegistered, "r", nodeclaim=claim.nodeclaim, node="n1", provider_id="p://1"),
+        build_event(ev.NodeClaimInitialized, "i", nodeclaim=claim.nodeclaim, node="n1"),
+    ):
+        projection.apply(step)
+    again = plan_batch(projection, batch("b2", pod("big-0", "3"))).events
+    assert planned(again) == []  # its room is the pod's: nothing bought twice
+    [answer] = [e for e in again if isinstance(e, ev.BatchPlanned)]
+    assert [p.node for p in answer.existing] == ["n1"]

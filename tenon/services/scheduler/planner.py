@@ -45,6 +45,7 @@ from tenon.core.wellknown import (
     INSTANCE_TYPE,
     NODEPOOL,
     NOT_READY_TAINT,
+    REGISTERED,
     UNREACHABLE_TAINT,
     UNREGISTERED_TAINT,
     ZONE,
@@ -52,6 +53,7 @@ from tenon.core.wellknown import (
 from tenon.domain.explain import replan_batch_id
 from tenon.domain.nodeclaim import NodeClaim
 from tenon.domain.projection import ClusterProjection, KubeObject, Parsed, object_key, parse_for_core
+from tenon.services.scheduler.lifecycle import as_registered
 
 PRODUCER = "scheduler"
 
@@ -118,6 +120,16 @@ def _booting_startup_taints(projection: ClusterProjection) -> dict[str, frozense
     return booting
 
 
+def _registered_unseen(projection: ClusterProjection) -> dict[str, NodeClaim]:
+    """providerID -> claim, for live claims tenon registered: their Node is judged as the registration left
+    it until an observation shows it (see :func:`_nodes_and_pods`)."""
+    return {
+        claim.registered.provider_id: claim
+        for claim in projection.claims.values()
+        if claim.registered is not None and claim.accepts_pods
+    }
+
+
 def _without_ephemeral_taints(node: KubeObject, startup: frozenset[str]) -> KubeObject:
     spec = node.get("spec") or {}
     taints = [t for t in spec.get("taints") or [] if t.get("key") not in EPHEMERAL_TAINTS | startup]
@@ -139,13 +151,29 @@ def _cluster_facts(projection: ClusterProjection, inputs: _Inputs) -> None:
 
 
 def _nodes_and_pods(projection: ClusterProjection, inputs: _Inputs) -> None:
+    """Nodes and the pods bound to them. A Node whose claim tenon registered but whose observation does not
+    show it yet (Registered and Initialized are decided together for a Node already Ready, before its next
+    observation) is read as the registration left it: its unregistered taint gone, its pool's labels and
+    taints on; read otherwise, the room bought for its pods looked unusable and was bought again."""
     booting = _booting_startup_taints(projection)
+    registered = _registered_unseen(projection)
     for name, node in sorted(projection.nodes.items()):
-        startup = booting.get(str((node.get("spec") or {}).get("providerID")))
-        if startup is None:
+        provider_id = str((node.get("spec") or {}).get("providerID"))
+        startup = booting.get(provider_id)
+        claim = registered.get(provider_id)
+        unseen = (
+            claim is not None and ((node.get("metadata") or {}).get("labels") or {}).get(REGISTERED) != "true"
+        )
+        if startup is None and not unseen:
             inputs.add(projection.parse("Node", name, node))
-        else:  # changes as the node boots: read fresh, not cached
-            inputs.add(parse_for_core("Node", _without_ephemeral_taints(node, startup)))
+            continue
+        # changes as the node boots: read fresh, not cached
+        if unseen:
+            assert claim is not None
+            node = as_registered(claim, node)
+        if startup is not None:
+            node = _without_ephemeral_taints(node, startup)
+        inputs.add(parse_for_core("Node", node))
     for key, pod in sorted(projection.bound_pods.items()):
         if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
             inputs.add(projection.parse("Pod", key, pod))
