@@ -36,25 +36,31 @@ def joined(*, ready: bool) -> dict[str, Any]:
 
 def launched_claim(*, startup_taints: tuple[dict[str, Any], ...] = ()) -> ClusterProjection:
     projection = ClusterProjection()
-    planned = build_event(
-        ev.NodeClaimPlanned,
-        "planned",
-        nodeclaim=CLAIM,
-        nodepool="default",
-        node_class="default",
-        choice=ev.InstanceChoice("c3-8", None, "on-demand", 0.1),
-        fallbacks=(),
-        pods=(),
-        requirements=(),
-        labels={"karpenter.sh/nodepool": "default"},
-        startup_taints=startup_taints,
-    )
-    launched = build_event(
-        ev.NodeClaimLaunched, "launched", nodeclaim=CLAIM, provider_id="p://a", instance_type="c3-8"
-    )
-    projection.apply(planned, 1)
-    projection.apply(launched, 2)
+    for sequence, event in enumerate(launch_story(startup_taints=startup_taints), start=1):
+        projection.apply(event, sequence)
     return projection
+
+
+def launch_story(*, startup_taints: tuple[dict[str, Any], ...] = ()) -> list[ev.NodeClaimEvent]:
+    """The claim's story up to its launch."""
+    return [
+        build_event(
+            ev.NodeClaimPlanned,
+            "planned",
+            nodeclaim=CLAIM,
+            nodepool="default",
+            node_class="default",
+            choice=ev.InstanceChoice("c3-8", None, "on-demand", 0.1),
+            fallbacks=(),
+            pods=(),
+            requirements=(),
+            labels={"karpenter.sh/nodepool": "default"},
+            startup_taints=startup_taints,
+        ),
+        build_event(
+            ev.NodeClaimLaunched, "launched", nodeclaim=CLAIM, provider_id="p://a", instance_type="c3-8"
+        ),
+    ]
 
 
 def decisions_on_join(projection: ClusterProjection, node: dict[str, Any]) -> list[str]:
@@ -87,7 +93,7 @@ async def test_registered_and_initialized_together_cost_the_node_one_patch() -> 
             event_log = InMemoryEventLog()
             for fact in demo_facts():
                 await event_log.publish(registry.subject_of(fact), fact)
-            for event in projection_events():
+            for event in launch_story():
                 await append_to_claim(event_log, event)
             observed = build_event(ev.NodeObserved, "joined", change="added", node=node)
             await event_log.publish(registry.subject_of(observed), observed)
@@ -102,24 +108,3 @@ async def test_registered_and_initialized_together_cost_the_node_one_patch() -> 
             assert kube.requests["PATCH node-a"] == 1
         finally:
             await client.close()
-
-
-def projection_events() -> list[ev.NodeClaimEvent]:
-    """The claim's story up to its launch, as launched_claim folds it."""
-    return [
-        build_event(
-            ev.NodeClaimPlanned,
-            "planned",
-            nodeclaim=CLAIM,
-            nodepool="default",
-            node_class="default",
-            choice=ev.InstanceChoice("c3-8", None, "on-demand", 0.1),
-            fallbacks=(),
-            pods=(),
-            requirements=(),
-            labels={"karpenter.sh/nodepool": "default"},
-        ),
-        build_event(
-            ev.NodeClaimLaunched, "launched", nodeclaim=CLAIM, provider_id="p://a", instance_type="c3-8"
-        ),
-    ]
