@@ -68,6 +68,7 @@ from tenon.runtime.kube import resources
 from tenon.runtime.kube.client import load_kube
 from tenon.runtime.kube.resources import Kube, KubeApiError, ResourceRef
 from tenon.runtime.kube.watching import Relisted, WatchChange, list_and_watch
+from tenon.runtime.observability import metrics
 from tenon.runtime.service import CommonSettings, ServiceContext, ServiceDefinition
 from tenon.runtime.settings import SettingsError, format_duration, setting
 from tenon.services.pod_watcher import observations as obs
@@ -79,6 +80,9 @@ from tenon.services.pod_watcher.resync import ResyncSchedule
 from tenon.services.pod_watcher.views import node_view, pod_view
 
 log = logging.getLogger("tenon.pod_watcher")
+QUEUE_DEPTH = metrics.SCHEDULING_QUEUE_DEPTH.labels(controller="provisioner", scheduling_id="")
+"""``karpenter_scheduler_queue_depth``: the pods waiting to be scheduled, as this watcher knows them
+(Karpenter labels each of its scheduling simulations; here there is one queue)."""
 
 RESYNC_CHUNK = 256
 """Re-assertions published together (concurrently) before the watches get the lock back."""
@@ -410,6 +414,7 @@ class PodWatcher:
             elif readable(item.object, POD_READS):
                 await self._pod_changed(item)
             self._pending_changed.set()
+            QUEUE_DEPTH.set(len(self.batcher.pending))
 
     async def _pod_changed(self, change: WatchChange) -> None:
         pod = change.object
