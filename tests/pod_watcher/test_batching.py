@@ -160,3 +160,12 @@ def test_pods_due_again_together_go_in_one_window_closed_at_their_time_not_over_
         T0 + 30 * S + S // 2,
         T0 + 32 * S,
     )
+
+
+def test_a_window_of_pods_offered_again_never_opens_before_the_batcher_began() -> None:
+    b = batcher(rebatch=5.0)
+    b.remember_batched(["a"], T0 - 4 * S - S // 2)  # an earlier leader batched it; due half a second in
+    b.replace_pending({"a": pod("a")}, T0)
+    assert b.poll(T0 + S // 2) == []  # its window opened when this batcher began, not before
+    [again] = b.poll(T0 + S)
+    assert (again.uids, again.opened_at, again.closed_at) == (("a",), T0, T0 + S)

@@ -139,6 +139,8 @@ class PendingBatcher:
         self.max_duration = max_duration
         self.rebatch = rebatch
         self._now: Micros = 0
+        self._since: Micros | None = None
+        """The first moment this batcher was told (no window opens before it: it saw nothing earlier)."""
         self._pending: dict[str, dict[str, Any]] = {}
         self._window: _Window | None = None
         self._closed: list[Batch] = []
@@ -226,6 +228,8 @@ class PendingBatcher:
         due at the same moment joins); the closed batches wait for :meth:`poll`. Time never runs backwards: a
         clock that stepped back reads as the latest moment seen. Returns that moment."""
         now = self._now = max(now, self._now)
+        if self._since is None:
+            self._since = now
         while True:
             close = self._close_time(self._window) if self._window is not None else None
             due = min(
@@ -279,12 +283,15 @@ class PendingBatcher:
     def _known_join(self, at: Micros) -> Micros:
         """When pods offered again at ``at`` join: all known already, they wait for no burst to end, so with
         no window open they join one opened ``idle`` before ``at``, which closes at ``at`` (never before the
-        last window closed: windows do not overlap); with a window open, at ``at``, as any pod."""
+        last window closed: windows do not overlap, nor before this batcher's first moment); with a window
+        open, at ``at``, as any pod."""
         if self._window is not None:
             return at
         opens = at - self.idle
         if self._last_closed is not None:
             opens = max(opens, self._last_closed + 1)
+        if self._since is not None:
+            opens = max(opens, self._since)
         return min(opens, at)
 
     def _join_again(self, uid: str, at: Micros) -> None:
