@@ -296,8 +296,9 @@ class Filling:
 @dataclass(frozen=True)
 class PlanningWaves:
     """The claims planned for the pods as they first went pending, apart from those planned later for pods
-    offered again (pod-watcher re-offers a pod still pending ``rebatch`` seconds after its batch, e.g. when
-    the     kube-scheduler placed pods other than the plan assumed and some were left without room)."""
+    offered again (pod-watcher re-offers a pod still pending a batching window after the last Node turned
+    schedulable, or ``rebatch`` seconds after its batch: the kube-scheduler placed pods other than the plan
+    assumed and some were left without room)."""
 
     first_wave_last_planned: datetime | None
     later_batches: int
@@ -835,7 +836,7 @@ def provisioning_rows(p: dict[str, Any]) -> list[list[Any]]:
         [
             "  pods offered again later (batches / claims)",
             f"{p['pods_offered_again']} ({p['later_batches']} / {p['claims_for_pods_offered_again']})",
-            "re-offered 5 s after batch",
+            "re-offered 1 s after the last node came (else 5 s after batch)",
         ],
         ["PendingBatch events", p["pending_batches"], ""],
         ["claims / nodes", f"{p['claims']} / {p['nodes']} ({p['claims_by_type']})", ""],
