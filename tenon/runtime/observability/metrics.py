@@ -14,9 +14,9 @@ disrupted and terminated, Nodes created and terminated (each once, by the servic
 provisioning simulation's duration, unschedulable pods, decisions and their duration; the scheduler alone the
 claims by phase and each pool's cost; consumers their lag and dead letters; every AWS call the cloud provider
 duration and errors (``tenon.runtime.aws``); disruption its decisions; the interruption handler its messages;
-the pod-watcher ``karpenter_pods_state`` and the queue depth (the pods waiting to be scheduled). Declared for
-Karpenter's dashboards but **not recorded yet** (they stay empty): ``karpenter_nodepools_usage`` and
-``_limit``, ``karpenter_voluntary_disruption_eligible_nodes`` and ``_decision_evaluation_duration_seconds``,
+the pod-watcher ``karpenter_pods_state``, the queue depth (the pods waiting to be scheduled) and the pools'
+usage (their Nodes' capacity) and limits. Declared for Karpenter's dashboards but **not recorded yet** (they
+stay empty): ``karpenter_voluntary_disruption_eligible_nodes`` and ``_decision_evaluation_duration_seconds``,
 ``karpenter_nodepools_allowed_disruptions``, the offering price and availability gauges, and the cloud
 provider metrics of Cluster API calls.
 

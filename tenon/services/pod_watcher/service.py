@@ -76,6 +76,7 @@ from tenon.services.pod_watcher.batching import Batch, PendingBatcher, micros, m
 from tenon.services.pod_watcher.decider import BatchingDecider
 from tenon.services.pod_watcher.pending_batches import window_events
 from tenon.services.pod_watcher.pod_states import PodStates
+from tenon.services.pod_watcher.pool_metrics import PoolMetrics
 from tenon.services.pod_watcher.resync import ResyncSchedule
 from tenon.services.pod_watcher.views import node_view, pod_view
 
@@ -229,6 +230,8 @@ class PodWatcher:
         self.bound_pods = obs.bound_pod_tracker()
         self.pod_states = PodStates()
         """``karpenter_pods_state``, kept from the same watches."""
+        self.pool_metrics = PoolMetrics()
+        """The NodePools' usage and limits, likewise."""
         self.snapshots = {
             kind.name: _SnapshotSource(obs.SnapshotState(kind), SNAPSHOT_SOURCES[kind.name])
             for kind in obs.SNAPSHOT_KINDS
@@ -438,22 +441,26 @@ class PodWatcher:
             if isinstance(item, Relisted):
                 nodes = [n for n in item.items if readable(n, NODE_READS)]
                 for node in nodes:
-                    self.pod_states.node(node)
+                    self._node_metrics(node)
                 events = self.nodes.relisted(nodes, decided_at=at)
                 self._capacity({obs.name_of(n) for n in nodes if obs.is_schedulable(n)})
             elif not readable(item.object, NODE_READS):
                 continue
             elif item.type == "DELETED":
-                self.pod_states.node(item.object, deleted=True)
+                self._node_metrics(item.object, deleted=True)
                 events = [e for e in [self.nodes.forget(item.object, decided_at=at)] if e is not None]
                 self._capacity((self.schedulable or set()) - {obs.name_of(item.object)})
             else:
-                self.pod_states.node(item.object)
+                self._node_metrics(item.object)
                 events = [e for e in [self.nodes.observe(item.object, decided_at=at)] if e is not None]
                 name = obs.name_of(item.object)
                 now = (self.schedulable or set()) - {name}
                 self._capacity(now | {name} if obs.is_schedulable(item.object) else now)
             await self._publish_observations(events)
+
+    def _node_metrics(self, node: dict[str, Any], deleted: bool = False) -> None:
+        self.pod_states.node(node, deleted=deleted)
+        self.pool_metrics.node(node, deleted=deleted)
 
     def _capacity(self, schedulable: set[str]) -> None:
         """Tell the batcher when a Node became schedulable (not at the term's first list: nothing arrived)."""
@@ -576,6 +583,8 @@ class PodWatcher:
             if not source.ready:
                 continue  # a due re-assertion waits for the listing too
             resync, source.resync = source.resync, None
+            if source.state.kind.name == "nodepools":
+                self.pool_metrics.nodepools(source.current())
             event = source.state.decide(source.current(), decided_at=self._moment(), resync=resync)
             if event is None:
                 continue
