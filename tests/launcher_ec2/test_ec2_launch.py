@@ -7,6 +7,7 @@ import pytest
 
 from devtools.aws import Refusal
 from proto import events as ev
+from tenon.runtime.observability import metrics
 from tests.launcher_ec2.ec2_support import (
     catalog_of,
     choice,
@@ -82,6 +83,11 @@ async def test_refused_capacity_fails_over_to_the_next_choice_and_marks_the_offe
             )
 
         await until(marked, 15, what="m5.large on-demand in us-east-1a published unavailable")
+        # and Karpenter's offering gauges say the same
+        offering = {"instance_type": "m5.large", "capacity_type": "on-demand", "zone": "us-east-1a"}
+        sample = metrics.REGISTRY.get_sample_value
+        assert sample("karpenter_cloudprovider_instance_type_offering_available", offering) == 0
+        assert (sample("karpenter_cloudprovider_instance_type_offering_price_estimate", offering) or 0) > 0
     [failed] = [e for e in events if isinstance(e, ev.NodeClaimLaunchFailed)]
     assert failed.instance_type == "m5.large" and "InsufficientInstanceCapacity" in failed.reason
     [launched] = [e for e in events if isinstance(e, ev.NodeClaimLaunched)]

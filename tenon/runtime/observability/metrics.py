@@ -17,8 +17,8 @@ duration and errors (``tenon.runtime.aws``); disruption its decisions; the inter
 the pod-watcher ``karpenter_pods_state``, the queue depth (the pods waiting to be scheduled) and the pools'
 usage (their Nodes' capacity) and limits. Declared for Karpenter's dashboards but **not recorded yet** (they
 stay empty): ``karpenter_voluntary_disruption_eligible_nodes`` and ``_decision_evaluation_duration_seconds``,
-``karpenter_nodepools_allowed_disruptions``, the offering price and availability gauges, and the cloud
-provider metrics of Cluster API calls.
+``karpenter_nodepools_allowed_disruptions``, and for Cluster API the offering gauges (launcher-ec2 sets them
+from each catalog it publishes) and the cloud provider metrics of its calls.
 
 Karpenter v1 renamed the scheduling queue depth to ``karpenter_scheduler_queue_depth`` (it was
 ``karpenter_provisioner_scheduling_queue_depth`` before v1); tenon uses the v1 name. Counters are declared

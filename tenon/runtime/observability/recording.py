@@ -15,7 +15,8 @@ disruption command's replacement with the command's reason in lower case (``unde
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from proto import events as ev
 from tenon.domain.nodeclaim import NodeClaim
@@ -90,6 +91,23 @@ def claims_gauges(claims: Iterable[NodeClaim]) -> None:
     metrics.NODEPOOL_COST.clear()
     for nodepool, price in cost.items():
         metrics.NODEPOOL_COST.labels(nodepool=nodepool).set(round(price, 6))
+
+
+def offerings(instance_types: Iterable[Mapping[str, Any]]) -> None:
+    """Karpenter's offering gauges from a catalog's entries (InstanceCatalog format): each offering's price
+    and whether it is available now (1/0), by instance type, capacity type and zone."""
+    for entry in instance_types:
+        name = str(entry.get("name") or "")
+        for offering in entry.get("offerings") or ():
+            labels = {
+                "instance_type": name,
+                "capacity_type": str(offering.get("capacityType") or ""),
+                "zone": str(offering.get("zone") or ""),
+            }
+            price = offering.get("price")
+            if isinstance(price, int | float):
+                metrics.OFFERING_PRICE_ESTIMATE.labels(**labels).set(price)
+            metrics.OFFERING_AVAILABLE.labels(**labels).set(1 if offering.get("available", True) else 0)
 
 
 def zone_of(claim: NodeClaim) -> str:

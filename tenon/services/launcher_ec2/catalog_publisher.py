@@ -35,6 +35,7 @@ from proto import subjects
 from tenon.runtime.eventlog import EventLog
 from tenon.runtime.kube import NODES, Kube, KubeApiError
 from tenon.runtime.kube.resources import EC2NODECLASSES
+from tenon.runtime.observability import recording
 from tenon.services.launcher_ec2 import names
 from tenon.services.launcher_ec2.aws import Aws, AwsError
 from tenon.services.launcher_ec2.catalog import (
@@ -255,6 +256,7 @@ class CatalogPublisher:
         return replace(content, instance_types=tuple(kept), notes=(*content.notes, note))
 
     async def _publish(self, content: CatalogContent) -> None:
+        recording.offerings(content.instance_types)
         now = datetime.now(UTC)
         last = self.published.get(content.node_class)
         fresh = last is not None and now - last.at < timedelta(seconds=self.settings.resync)
