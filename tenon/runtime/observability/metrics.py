@@ -15,10 +15,11 @@ provisioning simulation's duration, unschedulable pods, decisions and their dura
 claims by phase and each pool's cost; consumers their lag and dead letters; every AWS call the cloud provider
 duration and errors (``tenon.runtime.aws``); disruption its decisions; the interruption handler its messages;
 the pod-watcher ``karpenter_pods_state``, the queue depth (the pods waiting to be scheduled) and the pools'
-usage (their Nodes' capacity) and limits. Declared for Karpenter's dashboards but **not recorded yet** (they
-stay empty): ``karpenter_voluntary_disruption_eligible_nodes`` and ``_decision_evaluation_duration_seconds``,
-``karpenter_nodepools_allowed_disruptions``, and for Cluster API the offering gauges (launcher-ec2 sets them
-from each catalog it publishes) and the cloud provider metrics of its calls.
+usage (their Nodes' capacity) and limits; launcher-ec2 the offering gauges, from each catalog it builds.
+Declared for Karpenter's dashboards but **not recorded yet** (they stay empty):
+``karpenter_voluntary_disruption_eligible_nodes`` and ``_decision_evaluation_duration_seconds``,
+``karpenter_nodepools_allowed_disruptions``, and on Cluster API the offering gauges and the cloud provider
+metrics of its calls.
 
 Karpenter v1 renamed the scheduling queue depth to ``karpenter_scheduler_queue_depth`` (it was
 ``karpenter_provisioner_scheduling_queue_depth`` before v1); tenon uses the v1 name. Counters are declared
