@@ -156,3 +156,25 @@ def test_the_pods_a_batch_could_not_place_are_the_unschedulable_gauge() -> None:
     )
     recording.recorded(planned_batch, None, None)
     assert value("karpenter_scheduler_unschedulable_pods_count", controller="provisioner") == 2
+
+
+def test_a_confirmed_disruption_is_one_of_karpenters_decisions_a_proposal_is_not() -> None:
+    labels = {"decision": "replace", "reason": "underutilized", "consolidation_type": "multi"}
+    before = value("karpenter_voluntary_disruption_decisions_total", **labels)
+    candidates = tuple(
+        ev.DisruptionCandidate(nodeclaim=f"c-{i}", node=f"n-{i}", nodepool="default", reason="Underutilized")
+        for i in range(2)
+    )
+    for stage in ("proposed", "confirmed"):
+        decision = build_event(
+            ev.DisruptionDecision,
+            f"rec-consolidate-{stage}",
+            method="consolidation",
+            candidates=candidates,
+            reason="Underutilized",
+            budget="10%",
+            replacements=("default-new",),
+            stage=stage,
+        )
+        recording.recorded(decision, None, None)
+    assert value("karpenter_voluntary_disruption_decisions_total", **labels) == before + 1

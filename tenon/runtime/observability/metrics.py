@@ -11,11 +11,12 @@ so Karpenter's dashboards and alerts read tenon unchanged.
 
 Who records what: the decider runtime, as decisions are recorded (:mod:`.recording`): NodeClaims created,
 disrupted and terminated, Nodes created and terminated (each once, by the service that owns the step), the
-provisioning simulation's duration, unschedulable pods, decisions and their duration; the scheduler alone the
-claims by phase and each pool's cost; consumers their lag and dead letters; every AWS call the cloud provider
-duration and errors (``tenon.runtime.aws``); disruption its decisions; the interruption handler its messages;
-the pod-watcher ``karpenter_pods_state``, the queue depth (the pods waiting to be scheduled) and the pools'
-usage (their Nodes' capacity) and limits; launcher-ec2 the offering gauges, from each catalog it builds.
+provisioning simulation's duration, unschedulable pods, disruption commands confirmed, decisions and their
+duration; the scheduler alone the claims by phase and each pool's cost; consumers their lag and dead letters;
+every AWS call the cloud provider duration and errors (``tenon.runtime.aws``); the interruption handler its
+messages; the pod-watcher ``karpenter_pods_state``, the queue depth (the pods waiting to be scheduled) and the
+pools' usage (their Nodes' capacity) and limits; launcher-ec2 the offering gauges, from each catalog it
+builds.
 Declared for Karpenter's dashboards but **not recorded yet** (they stay empty):
 ``karpenter_voluntary_disruption_eligible_nodes`` and ``_decision_evaluation_duration_seconds``,
 ``karpenter_nodepools_allowed_disruptions``, and on Cluster API the offering gauges and the cloud provider

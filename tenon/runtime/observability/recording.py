@@ -47,6 +47,12 @@ def recorded(decision: ev.Event, claim: NodeClaim | None, cause: ev.Event | None
     """``decision`` is in the log and folded into ``claim`` (its NodeClaim, for claim steps)."""
     if isinstance(decision, ev.BatchPlanned):
         metrics.UNSCHEDULABLE_PODS.labels(controller=PROVISIONER).set(len(decision.unschedulable))
+    elif isinstance(decision, ev.DisruptionDecision) and decision.stage == "confirmed":
+        metrics.DISRUPTION_DECISIONS.labels(
+            decision="replace" if decision.replacements else "delete",
+            reason=KARPENTER_REASONS.get(decision.method, decision.method),
+            consolidation_type=_consolidation_type(decision),
+        ).inc()
     if not isinstance(decision, ev.NodeClaimEvent) or claim is None or claim.planned is None:
         return
     nodepool = claim.planned.nodepool
@@ -120,6 +126,15 @@ def capacity_type_of(claim: NodeClaim) -> str:
     launched = claim.launched.capacity_type if claim.launched is not None else None
     planned = claim.planned.choice.capacity_type if claim.planned is not None else None
     return launched or planned or ""
+
+
+def _consolidation_type(decision: ev.DisruptionDecision) -> str:
+    """Karpenter's ``consolidation_type``: ``empty``, ``single`` or ``multi`` node; "" for other methods."""
+    if decision.method == "emptiness":
+        return "empty"
+    if decision.method == "consolidation":
+        return "single" if len(decision.candidates) == 1 else "multi"
+    return ""
 
 
 def _replacement_reason(cause: ev.ReplacementsRequested) -> str:
