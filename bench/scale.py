@@ -72,6 +72,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import nats
@@ -88,6 +89,7 @@ from bench.e2e import (
     _track_pods,
     _wait_for_progress,
     infrastructure,
+    last_steps_of_unfinished,
     percentile,
     profile_summary,
 )
@@ -95,7 +97,7 @@ from bench.scheduling_workloads import diverse_pods
 from bench.suite import Suite, Target
 from devtools.stack import LocalStack, apply_manifests, connect
 from proto import subjects
-from proto.events import NodeClaimPlanned, PendingBatch
+from proto.events import NodeClaimEvent, NodeClaimPlanned, PendingBatch
 from tenon.runtime.kube import NODEPOOLS, NODES, Kube
 from tenon.runtime.kube.resources import DEPLOYMENTS
 from tenon.runtime.kube.watching import Relisted, WatchChange, list_and_watch
@@ -115,6 +117,8 @@ SERVICE_PROCESSES_EXCLUDED = ("sandbox",)
 """Processes of the stack that are not tenon services (reported, not held to the memory target)."""
 SCALE_UP_FRACTIONS = (0.1, 0.4, 1.0)
 GROWTH_FROM, GROWTH_TO = "up-10%", "up-100%"
+LEADERSHIP_LOST = '"msg": "lost leadership"'
+"""How a service's JSON log line says its lease was lost (its work is cancelled, its state rebuilt)."""
 
 
 # --------------------------------------------------------------------------------------------- pure analysis
@@ -244,6 +248,22 @@ def growth(first: Mapping[str, Any], last: Mapping[str, Any]) -> dict[str, float
         name: (round(after[name] / before[name], 2) if before[name] else None)
         for name in sorted(before.keys() & after.keys())
     }
+
+
+def claim_steps(events: Iterable[TimedEvent]) -> dict[str, int]:
+    """How many claims reached each step (a claim's step counted once, however often it was written)."""
+    reached: dict[str, set[str]] = {}
+    for timed in events:
+        if isinstance(timed.event, NodeClaimEvent):
+            reached.setdefault(type(timed.event).__name__, set()).add(timed.event.nodeclaim)
+    return {step: len(claims) for step, claims in sorted(reached.items())}
+
+
+def count_lines(path: Path, needle: str) -> int:
+    """Lines of a text file holding ``needle`` (0 for no file)."""
+    with contextlib.suppress(OSError), path.open(errors="replace") as lines:
+        return sum(1 for line in lines if needle in line)
+    return 0
 
 
 # ------------------------------------------------------------------------------------------ workloads (pure)
@@ -495,6 +515,11 @@ async def measure_scale(stack: LocalStack, deployments: int, replicas: int, time
         "growth": _growth(waves),
         "peak_rss_mib": {n: round(v / 2**20, 1) for n, v in observers.rss.overall.items()},
         "high_water_rss_mib": {n: round(v / 2**20, 1) for n, v in high_water.items()},
+        "claims": claim_steps(events),
+        "claims_left_by_last_step": last_steps_of_unfinished(events),
+        "leadership_lost": {
+            name: count_lines(stack.run_dir / f"{name}.log", LEADERSHIP_LOST) for name in stack.processes
+        },
         "load_average": os.getloadavg(),
         "run_dir": str(stack.run_dir),
     }
@@ -601,6 +626,16 @@ def run(quick: bool) -> Suite:
     for name, wave in result["waves"].items():
         suite.rows += wave_rows(name, wave)
     suite.rows += growth_rows(result["growth"])
+    suite.rows += [
+        ["whole run", "claims reaching each step", result["claims"]],
+        ["whole run", "claims never terminated, by last step", result["claims_left_by_last_step"] or "none"],
+        [
+            "whole run",
+            "leadership lost (log lines)",
+            {n: c for n, c in result["leadership_lost"].items() if c},
+        ],
+        ["whole run", "high-water RSS (VmHWM)", _each(result["high_water_rss_mib"], " MiB", 0)],
+    ]
     suite.targets += scale_targets(result)
     return suite
 
@@ -633,7 +668,10 @@ def scale_targets(result: Mapping[str, Any]) -> list[Target]:
         Target(
             "final node count",
             "0 nodes",
-            "never reached the zero wave" if zero is None else f"{zero['nodes']} nodes",
+            "never reached the zero wave"
+            if zero is None
+            else f"{zero['nodes']} nodes"
+            + (f" (claims stopped at {result['claims_left_by_last_step']})" if zero["nodes"] else ""),
             zero is not None and zero["nodes"] == 0,
         )
     )

@@ -5,6 +5,7 @@ business (``--only scale``)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +17,9 @@ from bench.scale import (
     RssPeaks,
     ScalePodTracker,
     batch_decisions,
+    claim_steps,
     convergence,
+    count_lines,
     growth,
     over_limit,
     pending_to_running,
@@ -25,7 +28,7 @@ from bench.scale import (
     wave_plans,
     zonal_infrastructure,
 )
-from proto.events import Event, InstanceChoice, NodeClaimPlanned, PendingBatch
+from proto.events import Event, InstanceChoice, NodeClaimLaunched, NodeClaimPlanned, PendingBatch
 from tenon.core.wellknown import MAX_SIZE
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -188,3 +191,26 @@ def test_the_pod_tracker_remembers_first_seen_and_first_running_per_deployment()
     assert tracker.running_by_deployment() == {"d1": 2}
     tracker.see(pod("u2", "Running"), deleted=True)
     assert tracker.running_by_deployment() == {"d1": 1}
+
+
+def launched(claim: str, event_id: str) -> NodeClaimLaunched:
+    return NodeClaimLaunched(
+        **common(event_id), nodeclaim=claim, provider_id=f"p://{claim}", instance_type="c3-4"
+    )
+
+
+def test_claim_steps_count_each_claim_once_per_step() -> None:
+    events = [
+        at(0, planned("c1", "b")),
+        at(1, planned("c2", "b")),
+        at(2, launched("c1", "l1")),
+        at(3, launched("c1", "l1-again")),  # a step written twice is one claim at that step
+    ]
+    assert claim_steps(events) == {"NodeClaimLaunched": 1, "NodeClaimPlanned": 2}
+
+
+def test_count_lines_counts_the_lines_holding_the_text(tmp_path: Path) -> None:
+    log = tmp_path / "scheduler.log"
+    log.write_text('{"msg": "lost leadership"}\n{"msg": "became leader"}\n{"msg": "lost leadership"}\n')
+    assert count_lines(log, '"msg": "lost leadership"') == 2
+    assert count_lines(tmp_path / "absent.log", "x") == 0
