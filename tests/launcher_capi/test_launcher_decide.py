@@ -134,22 +134,26 @@ def test_restart_between_the_scale_up_and_the_machine_does_not_scale_again() -> 
     md(state, 1, up=("a",))
     assert decide(state) == []
     # the Machine appears, still provisioning (no providerID): the claim takes it at once (the bind's round
-    # trip is made while the instance boots) but is not Launched yet; nothing is scaled again
+    # trip is made while the instance boots) but is not Launched yet; nothing is scaled again, and the
+    # records wait: no MachineDeployment write holds back the plan that Launches the claim
     machine(state, "c3-8-x")
-    decisions = decide(state)
-    bind, scale = decisions
+    [bind] = decide(state)
     assert isinstance(bind, ev.MachineBound)
     assert (bind.machine, bind.nodeclaim, bind.nodepool) == ("c3-8-x", "a", "default")
-    assert isinstance(scale, ev.MachineDeploymentScaled)
-    assert (scale.replicas_to, scale.scaled_up_for) == (1, ())
-    assert of(decisions, ev.NodeClaimLaunched) == []
-    record(state, decisions)
+    record(state, [bind])
     assert state.machines["default/c3-8-x"].claim == "a" and decide(state) == []
     # provisioned: Launched as the Machine it is bound to, with its providerID
     machine(state, "c3-8-x", "a", provider_id="openstack:///1")
     [launched] = decide(state)
     assert isinstance(launched, ev.NodeClaimLaunched) and launched.causation_id == INPUT.id
     assert (launched.provider_id, launched.machine, launched.zone) == ("openstack:///1", "c3-8-x", "zone-a")
+    record(state, [launched])
+    # nothing waits any more: the claim leaves the records in one write
+    [tidy] = decide(state)
+    assert isinstance(tidy, ev.MachineDeploymentScaled)
+    assert (tidy.replicas_to, tidy.scaled_up_for) == (1, ())
+    record(state, [tidy])
+    assert decide(state) == []
 
 
 def test_a_machine_bound_once_it_has_its_provider_id_launches_its_claim_in_the_same_plan() -> None:
@@ -157,13 +161,13 @@ def test_a_machine_bound_once_it_has_its_provider_id_launches_its_claim_in_the_s
     md(state, 1, up=("a",))
     machine(state, "c3-8-x", provider_id="openstack:///1")
     decisions = decide(state)
-    bind, launched, scale = decisions
+    bind, launched = decisions
     assert isinstance(bind, ev.MachineBound) and bind.nodeclaim == "a"
     assert isinstance(launched, ev.NodeClaimLaunched)
     assert (launched.provider_id, launched.machine) == ("openstack:///1", "c3-8-x")
-    assert isinstance(scale, ev.MachineDeploymentScaled) and scale.scaled_up_for == ()
     record(state, decisions)
-    assert decide(state) == []
+    [tidy] = decide(state)
+    assert isinstance(tidy, ev.MachineDeploymentScaled) and tidy.scaled_up_for == ()
 
 
 def test_machines_the_deployment_already_had_are_not_handed_to_new_claims() -> None:
@@ -261,14 +265,14 @@ def test_a_claim_abandoned_before_its_machine_came_gets_that_machine_removed() -
     state.apply(step("a", ev.NodeClaimAbandoned, "abandon-a", reason="gone"), 50)
     md(state, 1, up=("a",))
     machine(state, "c3-8-new")
-    [bind, scale] = decide(state)
+    [bind] = decide(state)
     assert isinstance(bind, ev.MachineBound) and (bind.machine, bind.nodeclaim) == ("c3-8-new", "a")
-    record(state, [bind, scale])
+    record(state, [bind])
     decisions = decide(state)
     assert [r.machine for r in of(decisions, ev.MachineRemovalDecided)] == ["c3-8-new"]
-    assert [(s.replicas_to, s.scaled_down_for) for s in of(decisions, ev.MachineDeploymentScaled)] == [
-        (0, ("c3-8-new",))
-    ]
+    assert [
+        (s.replicas_to, s.scaled_down_for, s.scaled_up_for) for s in of(decisions, ev.MachineDeploymentScaled)
+    ] == [(0, ("c3-8-new",), ())]
     assert of(decisions, ev.NodeClaimEvent) == []
 
 
@@ -446,10 +450,9 @@ def test_an_observation_older_than_an_action_does_not_undo_it() -> None:
         "spec": {"providerID": "p1"},
     }
     state.apply(machine_observed(obj, "added", at=T0), 20)
-    bind, launched, scale = decide(state)
+    bind, launched = decide(state)
     state.apply(bind, 30)  # recorded at 30 (and folded at once)
     state.apply(launched, 31)
-    state.apply(scale, 32)
     # the watch saw the Machine change before the bind (a label, say): stored at 25, it reaches the decider
     # now
     obj["metadata"]["resourceVersion"] = "4"

@@ -432,11 +432,22 @@ def _decide_deployment(
     scaled_down = tuple(n for n in view.scaled_down_for if n in existing) + tuple(decrements)
     target = replicas + len(granted)
     # entries of claims that got their Machine leave the list with the MD's next write, or once no listed
-    # claim waits any more: a burst of binds costs one write, not one each (a bound entry is skipped when
-    # read)
+    # claim waits any more and none of its Machines' claims waits to be Launched: a burst of binds costs one
+    # write, not one each (a bound entry is skipped when read), and that write never holds back a plan on the
+    # way to a Launched (a MachineDeployment's write is a step of its own, after the binds)
     changed = target != view.replicas or scaled_down != view.scaled_down_for or took_over
-    if changed or (scaled_up != view.scaled_up_for and not scaled_up):
+    tidy = scaled_up != view.scaled_up_for and not scaled_up
+    if changed or (tidy and not newly_bound and not _launching(decided.state, active)):
         decided.scale(view, target, scaled_up, scaled_down, _why(view, granted, decrements, newly_bound))
+
+
+def _launching(state: LauncherState, machines: list[MachineView]) -> bool:
+    """Whether one of these Machines is bound to a live claim not Launched yet."""
+    for machine in machines:
+        claim = state.claims.get(machine.claim) if machine.claim is not None else None
+        if claim is not None and claim.launched is None and claim.live:
+            return True
+    return False
 
 
 def _grant(decided: Plan, view: MachineDeploymentView, replicas: int, owed: list[NodeClaim]) -> list[str]:
