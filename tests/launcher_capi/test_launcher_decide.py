@@ -133,21 +133,20 @@ def test_restart_between_the_scale_up_and_the_machine_does_not_scale_again() -> 
     state = state_with("a")
     md(state, 1, up=("a",))
     assert decide(state) == []
-    # the Machine appears, still provisioning (no providerID): the claim takes it at once (the bind's round
-    # trip is made while the instance boots) but is not Launched yet; nothing is scaled again, and the
-    # records wait: no MachineDeployment write holds back the plan that Launches the claim
+    # the Machine appears: still provisioning (no providerID), it waits; nothing is scaled again
     machine(state, "c3-8-x")
-    [bind] = decide(state)
+    assert decide(state) == []
+    # provisioned: bound, its claim Launched right after the bind; the records wait (no MachineDeployment
+    # write holds back the plan on the way to a Launched)
+    machine(state, "c3-8-x", provider_id="openstack:///1")
+    decisions = decide(state)
+    bind, launched = decisions
     assert isinstance(bind, ev.MachineBound)
     assert (bind.machine, bind.nodeclaim, bind.nodepool) == ("c3-8-x", "a", "default")
-    record(state, [bind])
-    assert state.machines["default/c3-8-x"].claim == "a" and decide(state) == []
-    # provisioned: Launched as the Machine it is bound to, with its providerID
-    machine(state, "c3-8-x", "a", provider_id="openstack:///1")
-    [launched] = decide(state)
     assert isinstance(launched, ev.NodeClaimLaunched) and launched.causation_id == INPUT.id
     assert (launched.provider_id, launched.machine, launched.zone) == ("openstack:///1", "c3-8-x", "zone-a")
-    record(state, [launched])
+    record(state, decisions)
+    assert state.machines["default/c3-8-x"].claim == "a"
     # nothing waits any more: the claim leaves the records in one write
     [tidy] = decide(state)
     assert isinstance(tidy, ev.MachineDeploymentScaled)
@@ -156,15 +155,19 @@ def test_restart_between_the_scale_up_and_the_machine_does_not_scale_again() -> 
     assert decide(state) == []
 
 
-def test_a_machine_bound_once_it_has_its_provider_id_launches_its_claim_in_the_same_plan() -> None:
-    state = state_with("a")
-    md(state, 1, up=("a",))
+def test_the_records_wait_while_a_claim_of_the_deployment_waits_to_be_launched() -> None:
+    state = state_with("a", "b")
+    md(state, 2, up=("a", "b"))
     machine(state, "c3-8-x", provider_id="openstack:///1")
+    decisions = decide(state)  # a's Machine is provisioned, b's not there yet
+    assert [type(d) for d in decisions] == [ev.MachineBound, ev.NodeClaimLaunched]
+    record(state, decisions)
+    assert decide(state) == []  # b is still listed: no write for a's entry alone
+    machine(state, "c3-8-y")  # b's Machine, booting
+    assert decide(state) == []
+    machine(state, "c3-8-y", provider_id="openstack:///2")
     decisions = decide(state)
-    bind, launched = decisions
-    assert isinstance(bind, ev.MachineBound) and bind.nodeclaim == "a"
-    assert isinstance(launched, ev.NodeClaimLaunched)
-    assert (launched.provider_id, launched.machine) == ("openstack:///1", "c3-8-x")
+    assert [type(d) for d in decisions] == [ev.MachineBound, ev.NodeClaimLaunched]
     record(state, decisions)
     [tidy] = decide(state)
     assert isinstance(tidy, ev.MachineDeploymentScaled) and tidy.scaled_up_for == ()
@@ -264,7 +267,7 @@ def test_a_claim_abandoned_before_its_machine_came_gets_that_machine_removed() -
     state = state_with("a")
     state.apply(step("a", ev.NodeClaimAbandoned, "abandon-a", reason="gone"), 50)
     md(state, 1, up=("a",))
-    machine(state, "c3-8-new")
+    machine(state, "c3-8-new")  # a claim gone takes its Machine at once, provisioned or not
     [bind] = decide(state)
     assert isinstance(bind, ev.MachineBound) and (bind.machine, bind.nodeclaim) == ("c3-8-new", "a")
     record(state, [bind])

@@ -30,13 +30,12 @@ list makes that moment safe.
 **Binding** annotates a Machine ``tenon.sh/nodeclaim: <claim>`` and labels it ``karpenter.sh/nodepool``. Only
 claims on the scaled-up list take unbound Machines (in list order, newest Machine first): the Machines an MD
 already had are someone's running nodes, not new machines (Karpenter's provider binds any "unclaimed" Machine,
-which hands a claim a node that may already be full). Live claims come first and take a Machine as soon as
-it appears, while the cloud still provisions it: the bind's round trip to the API server is then made while
-the instance boots, not after, and a Machine that already has its ``spec.providerID`` when it is bound (one
-bound late) is Launched in the same plan, right after the bind. (The Cluster API controller rewrites a booting
-Machine's status every step, so a bind preconditioned on its version may be refused; it is tried again on the
-version the watch brings, see the executor.) A claim that went away still takes the Machine its replica
-produced, which is then removed like any Machine bound to a gone claim.
+which hands a claim a node that may already be full). Live claims come first and take a Machine once it has
+its ``spec.providerID`` (the cloud's instance exists), and that claim is Launched in the same plan, right
+after the bind, in the same lane. (Binding as soon as the Machine appears was measured slower under load: the
+binds of a wave are one slow step on a busy API server, and every claim whose providerID came meanwhile
+waited for that step to end before a plan could Launch it.) A claim that went away still takes the Machine its
+replica produced at once, which is then removed like any Machine bound to a gone claim.
 
 **Launched**: a live claim with a bound Machine that has ``spec.providerID`` gets ``NodeClaimLaunched``.
 
@@ -368,20 +367,21 @@ def _bind(
     unbound: list[MachineView],
     targets: Targets,
 ) -> set[str]:
-    """Bind the listed claims to the unbound Machines (newest first; live claims first, those gone after):
-    a live claim whose Machine already has its providerID is Launched right after the bind. The claims
-    bound."""
+    """Bind the listed claims to the unbound Machines (newest first): a live claim to a Machine with its
+    providerID, and Launched right after; a claim gone, at once. The claims bound."""
     state = decided.state
+    provisioned = [m for m in unbound if m.provider_id]
     newly_bound: set[str] = set()
     for name in listed_live:
-        if not unbound:
+        if not provisioned:
             break
-        machine = unbound.pop(0)
+        machine = provisioned.pop(0)
+        unbound.remove(machine)
         claim = state.claims[name]
         decided.bind(machine, name, claim.nodepool or "")
         newly_bound.add(name)
         choice = claim.current_choice
-        if machine.provider_id and choice is not None and claim.planned is not None:
+        if choice is not None and claim.planned is not None:
             _, zone = targets.of(claim.planned.node_class, choice)
             decided.launched(claim, choice, zone, machine, after_bind=True)
     for name in listed_gone:
