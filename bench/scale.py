@@ -66,7 +66,7 @@ average 2.6-6.3 during the waves; tenon as committed at 84ec28 -> 87c3601, the s
     every node gone 14.7-19.2 s after the scale to zero; highest service RSS 114-117 MiB (scheduler),
     sandbox 199-207 MiB; the log 25 MiB, 14,600 messages at the end.
 
-    Full size, three runs (18-23 minutes each; each stopped after ``up-100%`` gave up):
+    Full size, three runs (7-22 minutes each; each skipped the churn after ``up-100%`` gave up):
 
     =================  ===============  ===============  ===============
     figure             run 1            run 2            run 3
