@@ -87,3 +87,14 @@ def test_pods_offered_again_join_a_window_already_open_and_replay_to_the_same() 
     assert (closed[1].opened_at, closed[1].closed_at) == (T0 + 2 * S + S // 2, T0 + 4 * S)
     recorded = [e for batch in closed for e in window_events(batch, 1_000_000).events]
     assert differences(recorded) == []
+
+
+def test_pods_due_for_re_batching_still_wait_a_window_for_the_kube_scheduler() -> None:
+    b = PendingBatcher(idle=micros(1.0), max_duration=micros(10.0), rebatch=micros(5.0))
+    for uid in ("a", "b"):
+        b.pod_pending(uid, pod(uid), T0)
+    assert len(b.poll(T0 + S)) == 1
+    assert b.poll(T0 + 6 * S) == []  # due at 6 s: their window is open, as for new pods
+    b.pod_not_pending("a", T0 + 6 * S + S // 2)  # the kube-scheduler placed one meanwhile
+    [again] = b.poll(T0 + 7 * S)
+    assert (again.uids, again.opened_at, again.closed_at) == (("b",), T0 + 6 * S, T0 + 7 * S)

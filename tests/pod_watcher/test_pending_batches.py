@@ -98,8 +98,8 @@ async def test_pods_still_pending_are_offered_again_after_the_rebatch_delay(
                 jetstream_log, PendingBatch, lambda b: len(b) >= 2, timeout=5, what="the pod batched twice"
             )
             assert [[p["metadata"]["name"] for p in b.pods] for b in batches[:2]] == [["stuck"], ["stuck"]]
-            gap = (batches[1].decided_at - batches[0].decided_at).total_seconds()
-            assert gap == 1.0  # offered again exactly at its re-batch time (it waits for no burst to end)
+            gap = (batches[1].window_opened_at - batches[0].decided_at).total_seconds()
+            assert gap == 1.0  # it joined again exactly at its re-batch time
 
 
 async def test_a_window_larger_than_one_message_goes_out_in_parts(jetstream_log: JetStreamEventLog) -> None:

@@ -18,9 +18,11 @@ Rules
 * A pod that stops being pending (bound, deleted, no longer eligible) leaves the window at once: a batch holds
   only pods still pending when its window closes. A window left empty closes without a batch.
 * Every pod of a closed batch remembers when it was batched. If it is still pending ``rebatch`` later it joins
-  a window again, at that moment (as of ``idle`` before it: see below). The scheduler counts in-flight
-  NodeClaims, so offering a pod again never buys twice; it is the safety net for claims that were abandoned or
-  for a batch the scheduler never saw.
+  a window again, at that moment. The scheduler counts in-flight NodeClaims, so offering a pod again never
+  buys twice; it is the safety net for claims that were abandoned or for a batch the scheduler never saw. Its
+  window waits ``idle`` like any other: on a busy machine the nodes of a wave may still be coming when the
+  delay ends, and the kube-scheduler places many of those pods meanwhile (closing it at once offered 900 of
+  1,000 pods again instead of 25, and planning them held back the registrations).
 * **Capacity arrived** (:meth:`PendingBatcher.capacity_arrived`: a Node became schedulable). The
   kube-scheduler packs pods its own way, not as the plan assumed, so when the nodes bought for a batch are up
   some of its pods may be left with no room. Once no capacity has arrived for ``idle`` (the burst of nodes is
@@ -31,11 +33,11 @@ Rules
   scheduler sees the room it is about to take. Half a second proved too short on a busy machine: the
   registrations of one wave of nodes pause that long, and pods were offered before the kube-scheduler had
   placed them.)
-* **Pods offered again wait for no burst.** The idle period lets a burst of *new* pods end; pods offered
-  again (re-batched or after capacity) are all known at that moment. When no window is open, they join one
-  opened ``idle`` earlier (for capacity: at the last arrival, where their wait began), which therefore
-  closes at once instead of ``idle`` later. Never before the previous window closed (windows do not
-  overlap); when a window is open, they join it as any pod does.
+* **Pods offered again after capacity wait for no burst.** The idle period lets a burst of *new* pods end;
+  the pods offered again after capacity are all known at that moment, and the kube-scheduler had its idle
+  period since the last node came. When no window is open, they join one opened at the last arrival (where
+  their wait began), which therefore closes at once instead of ``idle`` later. Never before the previous
+  window closed (windows do not overlap); when a window is open, they join it as any pod does.
 * :meth:`PendingBatcher.flush` closes an open window at shutdown, so a stopping leader hands over what it
   collected instead of dropping it.
 
@@ -139,8 +141,6 @@ class PendingBatcher:
         self.max_duration = max_duration
         self.rebatch = rebatch
         self._now: Micros = 0
-        self._since: Micros | None = None
-        """The first moment this batcher was told (no window opens before it: it saw nothing earlier)."""
         self._pending: dict[str, dict[str, Any]] = {}
         self._window: _Window | None = None
         self._closed: list[Batch] = []
@@ -228,8 +228,6 @@ class PendingBatcher:
         due at the same moment joins); the closed batches wait for :meth:`poll`. Time never runs backwards: a
         clock that stepped back reads as the latest moment seen. Returns that moment."""
         now = self._now = max(now, self._now)
-        if self._since is None:
-            self._since = now
         while True:
             close = self._close_time(self._window) if self._window is not None else None
             due = min(
@@ -272,26 +270,20 @@ class PendingBatcher:
             self._join_again(uid, joins)
 
     def _rebatch(self, due: Micros) -> None:
-        """The pods due for re-batching at ``due`` join, together."""
-        uids = []
+        """The pods due for re-batching at ``due`` join a window then, as new pods do (see the module
+        docstring: the kube-scheduler may still place some of them while it is open)."""
         while self._next_rebatch() == due:
-            uids.append(heapq.heappop(self._rebatch_due)[1])
-        joins = self._known_join(due)
-        for uid in uids:
-            self._join_again(uid, joins)
+            self._join_again(heapq.heappop(self._rebatch_due)[1], due)
 
     def _known_join(self, at: Micros) -> Micros:
         """When pods offered again at ``at`` join: all known already, they wait for no burst to end, so with
         no window open they join one opened ``idle`` before ``at``, which closes at ``at`` (never before the
-        last window closed: windows do not overlap, nor before this batcher's first moment); with a window
-        open, at ``at``, as any pod."""
+        last window closed: windows do not overlap); with a window open, at ``at``, as any pod."""
         if self._window is not None:
             return at
         opens = at - self.idle
         if self._last_closed is not None:
             opens = max(opens, self._last_closed + 1)
-        if self._since is not None:
-            opens = max(opens, self._since)
         return min(opens, at)
 
     def _join_again(self, uid: str, at: Micros) -> None:
