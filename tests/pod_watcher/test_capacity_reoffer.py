@@ -29,17 +29,30 @@ def test_pods_left_pending_join_again_idle_after_the_last_node_arrived() -> None
         b.pod_pending(uid, pod(uid), T0)
     [first] = b.poll(T0 + S)  # batched at T0+1 s
     assert first.uids == ("a", "b", "c")
-    # nodes become schedulable at 3 s and 3.5 s; b lands on one of them
+    # nodes become schedulable at 3 s and 3.5 s
     b.capacity_arrived(T0 + 3 * S)
     b.capacity_arrived(T0 + 3 * S + S // 2)
-    b.pod_not_pending("b", T0 + 4 * S)
     assert b.next_deadline() == T0 + 4 * S + S // 2  # a second after the last node, not at T0+31 s
     assert b.poll(T0 + 4 * S + S // 4) == []
     # offered right then: their window opened at the last node's arrival and closes a second later
     [again] = b.poll(T0 + 4 * S + S // 2)
-    assert again.uids == ("a", "c")
+    assert again.uids == ("a", "b", "c")
     assert (again.opened_at, again.closed_at) == (T0 + 3 * S + S // 2, T0 + 4 * S + S // 2)
-    assert [a.joined for a in again.arrivals] == [T0 + 3 * S + S // 2] * 2
+    assert [a.joined for a in again.arrivals] == [T0 + 3 * S + S // 2] * 3
+
+
+def test_the_re_offer_waits_while_the_kube_scheduler_still_places_those_pods() -> None:
+    b = batcher()
+    for uid in ("a", "b", "c"):
+        b.pod_pending(uid, pod(uid), T0)
+    b.poll(T0 + S)
+    b.capacity_arrived(T0 + 3 * S)
+    b.pod_not_pending("b", T0 + 3 * S + 8 * S // 10)  # placed on the new node a moment later
+    assert b.next_deadline() == T0 + 4 * S + 8 * S // 10  # a second after that, not after the node
+    assert b.poll(T0 + 4 * S + S // 2) == []
+    [again] = b.poll(T0 + 4 * S + 8 * S // 10)
+    assert again.uids == ("a", "c")
+    assert (again.opened_at, again.closed_at) == (T0 + 3 * S + 8 * S // 10, T0 + 4 * S + 8 * S // 10)
 
 
 def test_only_pods_batched_before_the_node_arrived_are_offered_again() -> None:

@@ -25,19 +25,20 @@ Rules
   1,000 pods again instead of 25, and planning them held back the registrations).
 * **Capacity arrived** (:meth:`PendingBatcher.capacity_arrived`: a Node became schedulable). The
   kube-scheduler packs pods its own way, not as the plan assumed, so when the nodes bought for a batch are up
-  some of its pods may be left with no room. Once no capacity has arrived for ``idle`` (the burst of nodes is
-  over and the kube-scheduler, which tries again on every Node change, has had its turn), every pod batched
-  before the last arrival and still pending joins a window at that moment, without waiting out its re-batch
-  delay: the pods the new nodes did not take are offered again a second after the last node came, not
-  ``rebatch`` later. (One offered a moment before the kube-scheduler places it costs a plan, never a node: the
-  scheduler sees the room it is about to take. Half a second proved too short on a busy machine: the
-  registrations of one wave of nodes pause that long, and pods were offered before the kube-scheduler had
-  placed them.)
+  some of its pods may be left with no room. Once for ``idle`` no capacity has arrived and the kube-scheduler
+  placed none of those pods (the burst of nodes is over and the kube-scheduler, which tries again on every
+  Node change, has done what it could: on a busy machine it may still be placing them a second after the
+  last node), every pod batched before the last arrival and still pending joins a window at that moment,
+  without waiting out its re-batch delay: the pods the new nodes did not take are offered again a second
+  after the last node came (or the last of them was placed), not ``rebatch`` later. (One offered a moment
+  before the kube-scheduler places it costs a plan, never a node: the scheduler sees the room it is about to
+  take. Half a second proved too short on a busy machine: the registrations of one wave of nodes pause that
+  long, and pods were offered before the kube-scheduler had placed them.)
 * **Pods offered again after capacity wait for no burst.** The idle period lets a burst of *new* pods end;
-  the pods offered again after capacity are all known at that moment, and the kube-scheduler had its idle
-  period since the last node came. When no window is open, they join one opened at the last arrival (where
-  their wait began), which therefore closes at once instead of ``idle`` later. Never before the previous
-  window closed (windows do not overlap); when a window is open, they join it as any pod does.
+  the pods offered again after capacity are all known at that moment, and the kube-scheduler had its quiet
+  period. When no window is open, they join one opened where that quiet period began, which therefore
+  closes at once instead of ``idle`` later. Never before the previous window closed (windows do not
+  overlap); when a window is open, they join it as any pod does.
 * :meth:`PendingBatcher.flush` closes an open window at shutdown, so a stopping leader hands over what it
   collected instead of dropping it.
 
@@ -150,6 +151,9 @@ class PendingBatcher:
         ] = []  # heap; entries whose time no longer matches are stale
         self._capacity_at: Micros | None = None
         """The last moment capacity arrived while pods batched before it may still be waiting for it."""
+        self._placed_at: Micros | None = None
+        """The last moment one of those pods stopped being pending since then (the kube-scheduler placing
+        them on the new capacity)."""
         self._last_closed: Micros | None = None
         """When the last window closed (a re-offer's window never opens before it)."""
 
@@ -179,7 +183,9 @@ class PendingBatcher:
         """The pod was bound, deleted or stopped being eligible at ``now``."""
         now = self.advance(now)
         self._pending.pop(uid, None)
-        self._batched_at.pop(uid, None)
+        batched = self._batched_at.pop(uid, None)
+        if self._capacity_at is not None and batched is not None and batched < self._capacity_at:
+            self._placed_at = now  # the kube-scheduler is still placing them: the re-offer waits
         window = self._window
         if window is None or uid not in window.pods:
             return
@@ -259,13 +265,15 @@ class PendingBatcher:
     # --- internals ------------------------------------------------------------------------------------------
 
     def _reoffer_time(self) -> Micros | None:
-        return None if self._capacity_at is None else self._capacity_at + self.idle
+        if self._capacity_at is None:
+            return None
+        return max(self._capacity_at, self._placed_at or self._capacity_at) + self.idle
 
     def _reoffer(self, at: Micros) -> None:
         """The capacity that arrived by ``at - idle`` had its turn: the pods batched before it join now."""
         assert self._capacity_at is not None
-        arrived, self._capacity_at = self._capacity_at, None
-        joins = self._known_join(at)  # the wait since the last arrival was their window
+        arrived, self._capacity_at, self._placed_at = self._capacity_at, None, None
+        joins = self._known_join(at)  # the quiet wait before it was their window
         for uid in sorted(u for u, batched in self._batched_at.items() if batched < arrived):
             self._join_again(uid, joins)
 
