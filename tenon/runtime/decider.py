@@ -27,6 +27,11 @@ A service that decides from the log is three things (see :mod:`tenon.services`):
 4. **Snapshot** the state every ``snapshot_every`` handled records or ``snapshot_interval`` seconds, in the
    background (the state is encoded synchronously, so it is consistent).
 
+Deciding runs in a worker thread while the runtime holds its lock (nothing folds meanwhile): a decision
+that takes seconds on a large cluster must not stop the event loop, where the leadership lease is renewed,
+the broker's heartbeats answered and the health endpoint's heartbeat kept (a blocked loop lost the
+scheduler's lease again and again at 10,000 pods, and each loss cost a rebuild).
+
 Executors with inputs from outside the log (a user's ``kubectl delete nodeclaim``) call :meth:`submit`; such
 decisions carry neither causation nor basis, and a replay reports them as external.
 
@@ -54,7 +59,7 @@ import gc
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, Protocol, TypeVar
@@ -465,7 +470,7 @@ class DeciderRuntime(Generic[S]):
         last attempt the decisions are dropped, loudly: the decider decides them again (level-triggered), and
         the pod-watcher offers still-pending pods again."""
         started = time.perf_counter()
-        decisions = list(self.decider.decide(self.state, event))
+        decisions = await _off_the_loop(lambda: list(self.decider.decide(self.state, event)))
         recording.decided(event, time.perf_counter() - started)
         for attempt, delay in enumerate((*_RETRY_DELAYS, None), start=1):
             try:
@@ -496,9 +501,9 @@ class DeciderRuntime(Generic[S]):
     async def tick(self, now: datetime | None = None) -> None:
         moment = now or datetime.now(UTC)
         async with self.lock:
+            due = await _off_the_loop(lambda: list(self.decider.tick(self.state, moment)))
             decisions = [
-                msgspec.structs.replace(d, basis=self.handled) if d.causation_id is None else d
-                for d in self.decider.tick(self.state, moment)
+                msgspec.structs.replace(d, basis=self.handled) if d.causation_id is None else d for d in due
             ]
             await self._carry_out(decisions, None)
         await self.executor.ticked(moment)
@@ -670,3 +675,8 @@ class DeciderRuntime(Generic[S]):
             if self._snapshot_task is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(self._snapshot_task, timeout=10)
+
+
+async def _off_the_loop(decide: Callable[[], list[ev.Event]]) -> list[ev.Event]:
+    """``decide()`` in a worker thread (the GIL still lets the loop run between its steps)."""
+    return await asyncio.to_thread(decide)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -124,3 +126,34 @@ async def test_tick_decisions_carry_their_basis_and_replay_to_the_same() -> None
     report = replay(SchedulerDecider(launch_timeout=timedelta(milliseconds=200)), event_log.records())
     assert report.differing == [], [c.differences() for c in report.differing]
     assert any(c.input_type == "tick" for c in report.comparisons)
+
+
+class DecisionThatWaitsForTheLoop(SchedulerDecider):
+    """Plans a batch only once something on the event loop has answered it: possible only if deciding does
+    not hold the loop."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deciding = threading.Event()
+        self.answer = threading.Event()
+        self.answered_in_time: list[bool] = []
+
+    def decide(self, state: ClusterProjection, event: ev.Event) -> Sequence[ev.Event]:
+        if isinstance(event, ev.PendingBatch):
+            self.deciding.set()
+            self.answered_in_time.append(self.answer.wait(10))
+        return super().decide(state, event)
+
+
+async def test_a_long_decision_leaves_the_event_loop_free() -> None:
+    """The lease is renewed, the broker answered and the health heartbeat kept on the loop while a
+    decision of seconds runs."""
+    event_log = await seeded()
+    decider = DecisionThatWaitsForTheLoop()
+    async with running(decider, BaseExecutor(), event_log) as runtime:
+        await publish_batches(event_log, "a")
+        await until(decider.deciding.is_set, 15, interval=0.01, what="the decision under way")
+        decider.answer.set()  # the loop ran while the decision was waiting
+        await until(lambda: caught_up(runtime), what="the batch planned")
+        assert planned_claims(runtime.state)
+    assert decider.answered_in_time == [True]
