@@ -27,10 +27,10 @@ A service that decides from the log is three things (see :mod:`tenon.services`):
 4. **Snapshot** the state every ``snapshot_every`` handled records or ``snapshot_interval`` seconds, in the
    background (the state is encoded synchronously, so it is consistent).
 
-Deciding runs in a worker thread while the runtime holds its lock (nothing folds meanwhile): a decision
-that takes seconds on a large cluster must not stop the event loop, where the leadership lease is renewed,
-the broker's heartbeats answered and the health endpoint's heartbeat kept (a blocked loop lost the
-scheduler's lease again and again at 10,000 pods, and each loss cost a rebuild).
+A kind of decision that has been seen to take long (on a large cluster, seconds) runs in a worker thread while
+the runtime holds its lock (nothing folds meanwhile): it must not stop the event loop, where the leadership
+lease is renewed, the broker's heartbeats answered and the health endpoint's heartbeat kept. Quick ones stay
+on the loop, where they do not queue for the GIL.
 
 Executors with inputs from outside the log (a user's ``kubectl delete nodeclaim``) call :meth:`submit`; such
 decisions carry neither causation nor basis, and a replay reports them as external.
@@ -235,6 +235,8 @@ class _SnapshotEnvelope(msgspec.Struct, frozen=True):
 
 
 _RECENT_DECISIONS = 20_000
+LONG_DECISION_S = 0.05
+"""CPU seconds from which a kind of decision is made off the event loop (``DeciderRuntime._decided``)."""
 
 
 class DeciderRuntime(Generic[S]):
@@ -270,6 +272,9 @@ class DeciderRuntime(Generic[S]):
         """Publish the claims gauges (``tenon_nodeclaims``, pool cost) from this state: one service does, so
         that summing them over processes counts each claim once."""
         self._gauges_at = 0.0
+        self._long: set[Hashable] = set()
+        """Kinds of decision (input types, ``"tick"``) whose last one took long enough to be decided off the
+        event loop."""
 
     @property
     def name(self) -> str:
@@ -470,7 +475,7 @@ class DeciderRuntime(Generic[S]):
         last attempt the decisions are dropped, loudly: the decider decides them again (level-triggered), and
         the pod-watcher offers still-pending pods again."""
         started = time.perf_counter()
-        decisions = await _off_the_loop(lambda: list(self.decider.decide(self.state, event)))
+        decisions = await self._decided(type(event), lambda: list(self.decider.decide(self.state, event)))
         recording.decided(event, time.perf_counter() - started)
         for attempt, delay in enumerate((*_RETRY_DELAYS, None), start=1):
             try:
@@ -501,7 +506,7 @@ class DeciderRuntime(Generic[S]):
     async def tick(self, now: datetime | None = None) -> None:
         moment = now or datetime.now(UTC)
         async with self.lock:
-            due = await _off_the_loop(lambda: list(self.decider.tick(self.state, moment)))
+            due = await self._decided("tick", lambda: list(self.decider.tick(self.state, moment)))
             decisions = [
                 msgspec.structs.replace(d, basis=self.handled) if d.causation_id is None else d for d in due
             ]
@@ -603,6 +608,22 @@ class DeciderRuntime(Generic[S]):
 
     # --- 4. snapshots ---------------------------------------------------------------------------------------
 
+    async def _decided(self, kind: Hashable, decide: Callable[[], list[ev.Event]]) -> list[ev.Event]:
+        """``decide()`` on the event loop while decisions of its kind are quick; in a worker thread once one
+        took :data:`LONG_DECISION_S` of CPU, until one takes a fifth of that again. A thread costs every
+        decision a wait for the GIL while the loop is busy (a convoy of small ones adds up to seconds); a
+        long decision on the loop stops the lease renewal, the broker's heartbeats and the health heartbeat
+        (the scale run lost the scheduler's lease again and again at 10,000 pods, each loss a rebuild)."""
+        if kind in self._long:
+            decisions, cpu = await asyncio.to_thread(_timed, decide)
+            if cpu < LONG_DECISION_S / 5:
+                self._long.discard(kind)
+        else:
+            decisions, cpu = _timed(decide)
+            if cpu >= LONG_DECISION_S:
+                self._long.add(kind)
+        return decisions
+
     def _maybe_refresh_gauges(self, force: bool = False) -> None:
         """At most once a second while inputs flow (a pass over every claim), and at every tick."""
         if not self.claim_gauges or (not force and time.monotonic() - self._gauges_at < 1.0):
@@ -677,6 +698,9 @@ class DeciderRuntime(Generic[S]):
                     await asyncio.wait_for(self._snapshot_task, timeout=10)
 
 
-async def _off_the_loop(decide: Callable[[], list[ev.Event]]) -> list[ev.Event]:
-    """``decide()`` in a worker thread (the GIL still lets the loop run between its steps)."""
-    return await asyncio.to_thread(decide)
+def _timed(decide: Callable[[], list[ev.Event]]) -> tuple[list[ev.Event], float]:
+    """The decisions and the CPU seconds the deciding thread spent on them (not time spent waiting for the
+    GIL)."""
+    started = time.thread_time()
+    decisions = decide()
+    return decisions, time.thread_time() - started
