@@ -457,7 +457,7 @@ class PodTracker:
         return sum(1 for phase in self.phase.values() if phase == "Running")
 
 
-async def _track_pods(kube: Kube, tracker: PodTracker) -> None:
+async def track_pods(kube: Kube, tracker: PodTracker) -> None:
     async for change in list_and_watch(kube, PODS, NAMESPACE, label_selector="bench=e2e"):
         if isinstance(change, Relisted):
             seen = {p["metadata"]["uid"] for p in change.items}
@@ -469,7 +469,7 @@ async def _track_pods(kube: Kube, tracker: PodTracker) -> None:
             tracker.see(change.object, deleted=change.type == "DELETED")
 
 
-async def _read_log(url: str, subject_filters: Sequence[str]) -> list[TimedEvent]:
+async def read_log(url: str, subject_filters: Sequence[str]) -> list[TimedEvent]:
     event_log = await JetStreamEventLog.connect(ConnectionSettings(servers=(url,)), provision=False)
     try:
         events: list[TimedEvent] = []
@@ -499,14 +499,16 @@ async def _wait_for(
         await asyncio.sleep(interval)
 
 
-async def _setup(stack: LocalStack, kube: Kube, management: Kube, documents: list[dict[str, Any]]) -> None:
+async def prepare_stack(
+    stack: LocalStack, kube: Kube, management: Kube, documents: list[dict[str, Any]]
+) -> None:
     """Apply the infrastructure and wait until the catalog and the NodePool are in the log (pods before them
     would be batched against an empty catalog)."""
     await apply_manifests(kube, management, documents)
 
     async def ready() -> bool:
         try:
-            logged = await _read_log(stack.nats_url, ("tenon.catalog.>", "tenon.cluster.nodepools"))
+            logged = await read_log(stack.nats_url, ("tenon.catalog.>", "tenon.cluster.nodepools"))
         except EventLogError:  # no service has provisioned the stream yet
             return False
         kinds = {type(t.event) for t in logged}
@@ -516,7 +518,7 @@ async def _setup(stack: LocalStack, kube: Kube, management: Kube, documents: lis
     await asyncio.sleep(0.5)  # the scheduler folds them in after they are stored
 
 
-def _cpu_seconds(stack: LocalStack) -> dict[str, float]:
+def cpu_seconds_by_process(stack: LocalStack) -> dict[str, float]:
     """CPU seconds (user + system) each live process of the stack has used so far, from /proc."""
     ticks = os.sysconf("SC_CLK_TCK")
     usage: dict[str, float] = {}
@@ -527,7 +529,7 @@ def _cpu_seconds(stack: LocalStack) -> dict[str, float]:
     return usage
 
 
-def _cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     return {name: round(after[name] - before.get(name, 0.0), 2) for name in after}
 
 
@@ -538,12 +540,12 @@ async def measure_provisioning(
     more pod has started for ``stall`` seconds and reports how many never ran."""
     kube, management = await connect(stack)
     tracker = PodTracker()
-    watch = asyncio.create_task(_track_pods(kube, tracker))
+    watch = asyncio.create_task(track_pods(kube, tracker))
     try:
         max_size = max(10, deployments * replicas)
-        await _setup(stack, kube, management, infrastructure(max_size=max_size))
+        await prepare_stack(stack, kube, management, infrastructure(max_size=max_size))
         expected = deployments * replicas
-        cpu_before = _cpu_seconds(stack)
+        cpu_before = cpu_seconds_by_process(stack)
         started = time.time()
         await asyncio.gather(
             *(apply_manifests(kube, management, [d]) for d in varied_deployments(deployments, replicas))
@@ -552,12 +554,12 @@ async def measure_provisioning(
         async def running_pods() -> int:
             return tracker.running
 
-        running, running_at = await _wait_for_progress(
+        running, running_at = await wait_for_progress(
             stack, running_pods, expected, timeout, stall, "pods Running"
         )
-        cpu = _cpu_delta(cpu_before, _cpu_seconds(stack))
+        cpu = cpu_delta(cpu_before, cpu_seconds_by_process(stack))
         await asyncio.sleep(0.5)  # the last lifecycle events reach the log
-        events = await _read_log(stack.nats_url, (subjects.PENDING, "tenon.nodeclaim.>"))
+        events = await read_log(stack.nats_url, (subjects.PENDING, "tenon.nodeclaim.>"))
         nodes, _ = await kube.list(NODES)
     finally:
         watch.cancel()
@@ -604,7 +606,7 @@ async def measure_provisioning(
     }
 
 
-async def _wait_for_progress(
+async def wait_for_progress(
     stack: LocalStack, count: Callable[[], Awaitable[int]], goal: int, timeout: float, stall: float, what: str
 ) -> tuple[int, float]:
     """Poll ``count()`` until it reaches ``goal``, or until it has not moved for ``stall`` seconds (a pod the
@@ -632,12 +634,12 @@ async def measure_scale_to_zero(
     stopped."""
     kube, management = await connect(stack)
     tracker = PodTracker()
-    watch = asyncio.create_task(_track_pods(kube, tracker))
+    watch = asyncio.create_task(track_pods(kube, tracker))
     try:
         documents = infrastructure(
             max_size=max(10, nodes), budgets=[{"nodes": "10%"}], consolidate_after="1h"
         )
-        await _setup(stack, kube, management, documents)
+        await prepare_stack(stack, kube, management, documents)
         provision_started = time.time()
         await apply_manifests(
             kube, management, [deployment("bench-one-per-node", nodes, "1500m", "1Gi", one_per_node=True)]
@@ -646,20 +648,20 @@ async def measure_scale_to_zero(
         async def running_pods() -> int:
             return tracker.running
 
-        running, running_at = await _wait_for_progress(
+        running, running_at = await wait_for_progress(
             stack, running_pods, nodes, timeout, stall, "pods Running"
         )
         node_list, _ = await kube.list(NODES)
         claims_before, _ = await kube.list(NODECLAIMS)
         await kube.patch(NODEPOOLS, "default", {"spec": {"disruption": {"consolidateAfter": "1s"}}})
-        cpu_before = _cpu_seconds(stack)
+        cpu_before = cpu_seconds_by_process(stack)
         deleted_at = time.time()
         await kube.delete(DEPLOYMENTS, "bench-one-per-node", NAMESPACE)
 
         async def node_count() -> int:
             return len((await kube.list(NODES))[0])
 
-        nodes_left, no_nodes_at = await _wait_for_progress(
+        nodes_left, no_nodes_at = await wait_for_progress(
             stack, node_count, 0, timeout, stall, "no Node left"
         )
         zero_replicas_at: float | None = None
@@ -672,9 +674,9 @@ async def measure_scale_to_zero(
             zero_replicas_at = await _wait_for(
                 machine_deployments_at_zero, 60, "every MachineDeployment at 0", stack
             )
-        cpu = _cpu_delta(cpu_before, _cpu_seconds(stack))
+        cpu = cpu_delta(cpu_before, cpu_seconds_by_process(stack))
         await asyncio.sleep(0.5)
-        events = await _read_log(stack.nats_url, ("tenon.nodeclaim.>", "tenon.disruption.>"))
+        events = await read_log(stack.nats_url, ("tenon.nodeclaim.>", "tenon.disruption.>"))
     finally:
         watch.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -734,7 +736,7 @@ if _out and (not _only or _name in _only):
 """
 
 
-def _profiled_env(measure: str) -> dict[str, str]:
+def profiled_env(measure: str) -> dict[str, str]:
     """The stack's extra environment when :data:`PROFILE_ENV` names a directory: a ``sitecustomize`` that
     profiles each process of the stack (the env hook is the bench's own; nothing in tenon knows of it)."""
     root = os.environ.get(PROFILE_ENV)
@@ -764,13 +766,13 @@ def profile_summary(measure: str, top: int = 25) -> dict[str, list[str]]:
 
 
 def run_provisioning(deployments: int, replicas: int, timeout: float) -> dict[str, Any]:
-    with LocalStack(profile="fast", extra_env=_profiled_env("provisioning")) as stack:
+    with LocalStack(profile="fast", extra_env=profiled_env("provisioning")) as stack:
         result = asyncio.run(measure_provisioning(stack, deployments, replicas, timeout))
     return {**result, "profile": profile_summary("provisioning")} if os.environ.get(PROFILE_ENV) else result
 
 
 def run_scale_to_zero(nodes: int, timeout: float) -> dict[str, Any]:
-    with LocalStack(profile="fast", extra_env=_profiled_env("scale_to_zero")) as stack:
+    with LocalStack(profile="fast", extra_env=profiled_env("scale_to_zero")) as stack:
         result = asyncio.run(measure_scale_to_zero(stack, nodes, timeout))
     return {**result, "profile": profile_summary("scale_to_zero")} if os.environ.get(PROFILE_ENV) else result
 

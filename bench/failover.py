@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from bench.e2e import PodTracker, _read_log, _setup, _track_pods, infrastructure, varied_deployments
+from bench.e2e import PodTracker, infrastructure, prepare_stack, read_log, track_pods, varied_deployments
 from bench.suite import Suite, Target
 from devtools.stack import LocalStack, apply_manifests, connect
 from proto import events as ev
@@ -80,9 +80,9 @@ def _twice(events: list[ev.Event]) -> dict[str, int]:
 async def measure(stack: LocalStack, deployments: int, replicas: int, timeout: float) -> dict[str, Any]:
     kube, management = await connect(stack)
     tracker = PodTracker()
-    watch = asyncio.create_task(_track_pods(kube, tracker))
+    watch = asyncio.create_task(track_pods(kube, tracker))
     try:
-        await _setup(stack, kube, management, infrastructure(max_size=max(10, deployments * replicas)))
+        await prepare_stack(stack, kube, management, infrastructure(max_size=max(10, deployments * replicas)))
         started = time.time()
         await asyncio.gather(
             *(apply_manifests(kube, management, [d]) for d in varied_deployments(deployments, replicas))
@@ -103,7 +103,7 @@ async def measure(stack: LocalStack, deployments: int, replicas: int, timeout: f
         await asyncio.gather(watch, return_exceptions=True)
         await kube.close()
         await management.close()
-    timed = await _read_log(stack.nats_url, (subjects.PENDING, "tenon.nodeclaim.>", subjects.BATCH_DECISIONS))
+    timed = await read_log(stack.nats_url, (subjects.PENDING, "tenon.nodeclaim.>", subjects.BATCH_DECISIONS))
     after_kill = [t for t in timed if t.event.producer == "scheduler" and t.recorded_at.timestamp() > killed]
     return {
         "pods": deployments * replicas,

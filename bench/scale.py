@@ -134,17 +134,17 @@ from bench.e2e import (
     PROFILE_ENV,
     PodTracker,
     TimedEvent,
-    _cpu_delta,
-    _cpu_seconds,
-    _profiled_env,
-    _read_log,
-    _setup,
-    _track_pods,
-    _wait_for_progress,
+    cpu_delta,
+    cpu_seconds_by_process,
     infrastructure,
     last_steps_of_unfinished,
     percentile,
+    prepare_stack,
     profile_summary,
+    profiled_env,
+    read_log,
+    track_pods,
+    wait_for_progress,
 )
 from bench.scheduling_workloads import diverse_pods
 from bench.suite import Suite, Target
@@ -162,7 +162,7 @@ MAX_SIZE_PER_MD = 3000
 nothing keeps them out of one zone's cheapest type)."""
 OWNER_LABEL = "bench.tenon.sh/deployment"
 TRACKED_LABELS = {"bench": "e2e"}
-"""The label :func:`bench.e2e._track_pods` watches."""
+"""The label :func:`bench.e2e.track_pods` watches."""
 STALL_S = 120.0
 RSS_SAMPLE_S = 1.0
 RSS_LIMIT_BYTES = 1 << 30
@@ -472,7 +472,7 @@ async def _run_wave(
     """Scale every Deployment to the plan, wait until each has exactly its replicas Running (or until nothing
     moves), and read the wave's figures."""
     messages_before, bytes_before = await _stream_state(stack.nats_url)
-    cpu_before = _cpu_seconds(stack)
+    cpu_before = cpu_seconds_by_process(stack)
     observers.rss.next_wave()
     started = time.time()
     if plan.name == "zero":
@@ -487,14 +487,14 @@ async def _run_wave(
     async def placed() -> int:
         return convergence(observers.pods.running_by_deployment(), plan.replicas)
 
-    reached, settled_at = await _wait_for_progress(stack, placed, plan.pods, timeout, STALL_S, plan.name)
+    reached, settled_at = await wait_for_progress(stack, placed, plan.pods, timeout, STALL_S, plan.name)
     nodes_left = len(observers.nodes.names)
     if plan.name == "zero" and reached == plan.pods:
 
         async def nodes() -> int:
             return len(observers.nodes.names)
 
-        nodes_left, settled_at = await _wait_for_progress(stack, nodes, 0, timeout, STALL_S, "no Node left")
+        nodes_left, settled_at = await wait_for_progress(stack, nodes, 0, timeout, STALL_S, "no Node left")
     ended = time.time()
     messages_after, bytes_after = await _stream_state(stack.nats_url)
     latencies, never = pending_to_running(
@@ -517,7 +517,7 @@ async def _run_wave(
         "log_bytes": bytes_after,
         "log_bytes_added": bytes_after - bytes_before,
         "load_average_1m": round(os.getloadavg()[0], 2),
-        "cpu_seconds": _cpu_delta(cpu_before, _cpu_seconds(stack)),
+        "cpu_seconds": cpu_delta(cpu_before, cpu_seconds_by_process(stack)),
         "peak_rss_mib": {n: round(v / 2**20, 1) for n, v in observers.rss.wave.items()},
         "window": (started, ended),
     }
@@ -529,14 +529,14 @@ async def measure_scale(stack: LocalStack, deployments: int, replicas: int, time
     kube, management = await connect(stack)
     observers = Observers(ScalePodTracker(), NodeTracker(), RssPeaks())
     tasks = [
-        asyncio.create_task(_track_pods(kube, observers.pods)),
+        asyncio.create_task(track_pods(kube, observers.pods)),
         asyncio.create_task(_track_nodes(kube, observers.nodes)),
         asyncio.create_task(_sample_rss(stack, observers.rss)),
     ]
     workload = scale_deployments(deployments)
     waves: dict[str, dict[str, Any]] = {}
     try:
-        await _setup(stack, kube, management, zonal_infrastructure(MAX_SIZE_PER_MD))
+        await prepare_stack(stack, kube, management, zonal_infrastructure(MAX_SIZE_PER_MD))
         await apply_manifests(kube, management, workload)
         failed = False
         for plan in wave_plans([d["metadata"]["name"] for d in workload], replicas):
@@ -546,7 +546,7 @@ async def measure_scale(stack: LocalStack, deployments: int, replicas: int, time
             print(f"scale: wave {plan.name}: {_wave_line(waves[plan.name])}", flush=True)
             failed = failed or not waves[plan.name]["all_running"]
         high_water = _memory(stack, "VmHWM")
-        events = await _read_log(stack.nats_url, (subjects.PENDING, "tenon.nodeclaim.>"))
+        events = await read_log(stack.nats_url, (subjects.PENDING, "tenon.nodeclaim.>"))
     finally:
         for task in tasks:
             task.cancel()
@@ -610,7 +610,7 @@ def _wave_line(w: Mapping[str, Any]) -> str:
 
 def run_scale(deployments: int, replicas: int, timeout: float) -> dict[str, Any]:
     """One stack, every wave; with ``TENON_BENCH_PROFILE`` set, profiled as :mod:`bench.e2e` does."""
-    with LocalStack(profile="fast", extra_env=_profiled_env("scale")) as stack:
+    with LocalStack(profile="fast", extra_env=profiled_env("scale")) as stack:
         result = asyncio.run(measure_scale(stack, deployments, replicas, timeout))
     return {**result, "profile": profile_summary("scale")} if os.environ.get(PROFILE_ENV) else result
 
