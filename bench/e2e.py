@@ -40,29 +40,16 @@ Scale to zero (issue 6)
     violation; the target is none. Karpenter needed about 3 minutes in the field to return an empty pool to
     zero.
 
-Measured on this 2-core machine (2026-11-29, full sizes, 4-6 minutes for the suite; three runs)
-    Provisioning: 1,000 pods on 137-146 claims (mostly c3-16), ~25 $/h. Run 1: all Running after 96 s; run 2
-    never converged (interrupted); run 3: 989 Running, 11 never. Last Unschedulable -> every claim planned:
-    MISS (first wave alone 10.9-11.3 s against 1.25 s). Limits, all outside the bench: (1) the scheduler
-    carries out a plan's claims one after another (log append, NodeClaim create, status, Event: ~80 ms each
-    with the sandbox busy), so the 127 claims of one batch take ~10 s (``PendingBatch -> Planned`` p50
-    4.3-4.8 s, p99 9-10 s) though the scheduling core answers in ~0.2 s; (2) the sandbox's kube-scheduler
-    packs pods other than the plan assumed (the plan placed every pod), and the 44-81 pods left without
-    room wait for pod-watcher's 30 s re-batch, again and again (the run is mostly idle CPU); (3) the claims
-    that never register (below) still count as in-flight room, so later batches buy nothing for those
-    pods (run 3: 4 re-batches, 0 claims) and run 2 then began abandoning them ("not launched within 5 min",
-    logged ~1,400 times in 40 s for 77 claims). ``Launched -> Registered`` had only 48-57 of 137-146 claims.
-    Scale to zero: 500 one-pod nodes provisioned in 48 s; after the delete 172-219 claims went in 19-21 s,
-    the peak at once (27-29) never above the budget (0 violations), but 294-331 Nodes were never removed:
-    their claims stopped at ``NodeClaimLaunched`` and never got ``NodeClaimRegistered``, so they are no
-    emptiness candidates. The scheduler log shows one "concurrent write ... expected last sequence N"
-    retry per such claim: handling ``NodeClaimLaunched`` it decides ``Registered`` with the expected
-    sequence of the claim *before* that Launched (the projection folds the input after deciding); the
-    runner (one handler at a time) goes on to later messages while the failed one waits out its 0.2 s nak
-    backoff, so when it comes back the ``record.sequence <= projection.sequence`` guard skips it: the
-    Launched is never folded and the claim never registers (``services/scheduler/service.py``, ``handle``
-    and ``execute``). At 10-20 claims the race is rare (the tiny-size test passed 5 of 5 runs); at 50 nodes
-    it left 18 behind.
+Measured on this 2-core machine (2026-12-01, about a minute for the suite; five runs, load 2-4)
+    Provisioning: 1,000 pods on 173-180 claims, all Running in 6.1-10.8 s (target 5 s; 14.4 s in
+    November, 96 s and never before that); ``PendingBatch -> Planned`` p99 0.14-0.37 s, ``Planned ->
+    Launched`` p99 0.95-2.7 s, ``Launched -> Registered`` p99 0.99-1.8 s, ``Registered -> Initialized`` p50
+    16-49 ms (p99 0.14-1.7 s). The first wave is planned 1.19-1.37 s after the last pod went Unschedulable;
+    45-61 pods the kube-scheduler packed otherwise are offered again and buy 14-21 claims, so every claim is
+    planned 4.6-9.2 s after it. Scale to zero: 500 one-pod nodes gone 19.3-22.8 s after the delete, the
+    budget never exceeded and kept 93-94 % full. The November findings this section used to list (claims
+    carried out one by one, the 30 s re-batch, claims that never registered after a concurrent write) are
+    fixed; the git log says how.
 
 Every wait gives up when nothing has moved for a while (no pod started for 120 s, no node removed for 60 s)
 and the figures then say what never happened, so ``make bench`` always ends. What limits the numbers is
