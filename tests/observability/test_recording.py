@@ -10,7 +10,7 @@ from tenon.runtime.decider import BaseExecutor
 from tenon.runtime.observability import metrics, recording
 from tenon.services.scheduler.decider import SchedulerDecider
 from tests.runtime.test_decider_runtime import publish_batches, seeded
-from tests.support.events import build_event
+from tests.support.events import build_event, planned_claim
 from tests.support.services import caught_up, running
 from tests.support.waiting import until
 
@@ -29,17 +29,8 @@ def claim_story(*steps: ev.NodeClaimEvent) -> NodeClaim:
 
 
 def planned(nodepool: str = "rec-pool") -> ev.NodeClaimPlanned:
-    return build_event(
-        ev.NodeClaimPlanned,
-        "rec-planned",
-        nodeclaim=CLAIM,
-        nodepool=nodepool,
-        node_class="default",
-        choice=ev.InstanceChoice("c3-8", "zone-b", "on-demand", 0.2),
-        fallbacks=(),
-        pods=(),
-        requirements=(),
-        labels={},
+    return planned_claim(
+        CLAIM, "rec-planned", nodepool=nodepool, choice=ev.InstanceChoice("c3-8", "zone-b", "on-demand", 0.2)
     )
 
 

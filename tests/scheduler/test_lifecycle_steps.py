@@ -15,7 +15,7 @@ from tenon.runtime.kube import NODES, load_kube
 from tenon.services.scheduler.decider import SchedulerDecider
 from tenon.services.scheduler.service import SchedulerExecutor
 from tests.scheduler.test_nodeclaim_objects import CountingKube
-from tests.support.events import append_to_claim, build_event
+from tests.support.events import append_to_claim, build_event, planned_claim
 from tests.support.objects import demo_facts
 from tests.support.services import running
 from tests.support.waiting import until
@@ -44,19 +44,7 @@ def launched_claim(*, startup_taints: tuple[dict[str, Any], ...] = ()) -> Cluste
 def launch_story(*, startup_taints: tuple[dict[str, Any], ...] = ()) -> list[ev.NodeClaimEvent]:
     """The claim's story up to its launch."""
     return [
-        build_event(
-            ev.NodeClaimPlanned,
-            "planned",
-            nodeclaim=CLAIM,
-            nodepool="default",
-            node_class="default",
-            choice=ev.InstanceChoice("c3-8", None, "on-demand", 0.1),
-            fallbacks=(),
-            pods=(),
-            requirements=(),
-            labels={"karpenter.sh/nodepool": "default"},
-            startup_taints=startup_taints,
-        ),
+        planned_claim(CLAIM, labels={"karpenter.sh/nodepool": "default"}, startup_taints=startup_taints),
         build_event(
             ev.NodeClaimLaunched, "launched", nodeclaim=CLAIM, provider_id="p://a", instance_type="c3-8"
         ),

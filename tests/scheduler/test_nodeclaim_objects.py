@@ -15,7 +15,7 @@ from proto import events as ev
 from tenon.domain.projection import ClusterProjection
 from tenon.runtime.kube import NODECLAIMS, Kube, load_kube
 from tenon.services.scheduler.objects import NodeClaimObjects
-from tests.support.events import build_event
+from tests.support.events import build_event, planned_claim
 from tests.support.waiting import until
 
 CLAIM = "default-abcde"
@@ -45,18 +45,7 @@ async def clients() -> AsyncIterator[tuple[CountingKube, Kube]]:
 
 
 def steps() -> list[ev.NodeClaimEvent]:
-    planned = build_event(
-        ev.NodeClaimPlanned,
-        "planned",
-        nodeclaim=CLAIM,
-        nodepool="default",
-        node_class="default",
-        choice=ev.InstanceChoice("c3-8", None, "on-demand", 0.1),
-        fallbacks=(),
-        pods=(),
-        requirements=(),
-        labels={},
-    )
+    planned = planned_claim(CLAIM)
     launched = build_event(
         ev.NodeClaimLaunched, "launched", nodeclaim=CLAIM, provider_id="p://a", instance_type="c3-8"
     )

@@ -44,3 +44,27 @@ async def append_to_claim(event_log: Any, event: ev.NodeClaimEvent) -> int:
     expected = await event_log.last_subject_sequence(subjects.nodeclaim(event.nodeclaim))
     result = await append_claim_event(event_log, event, expected=expected)
     return int(result.sequence)
+
+
+def planned_claim(
+    nodeclaim: str,
+    event_id: str = "planned",
+    *,
+    nodepool: str = "default",
+    choice: ev.InstanceChoice | None = None,
+    labels: dict[str, str] | None = None,
+    **fields: Any,
+) -> ev.NodeClaimPlanned:
+    """A ``NodeClaimPlanned`` with nothing but what a test names: a c3-8 on-demand at 0.1 $/h in any zone
+    by default, no pods, no requirements."""
+    values: dict[str, Any] = {"fallbacks": (), "pods": (), "requirements": (), **fields}
+    return build_event(
+        ev.NodeClaimPlanned,
+        event_id,
+        nodeclaim=nodeclaim,
+        nodepool=nodepool,
+        node_class="default",
+        choice=choice or ev.InstanceChoice("c3-8", None, "on-demand", 0.1),
+        labels=labels if labels is not None else {},
+        **values,
+    )
