@@ -27,6 +27,11 @@ A service that decides from the log is three things (see :mod:`tenon.services`):
 4. **Snapshot** the state every ``snapshot_every`` handled records or ``snapshot_interval`` seconds, in the
    background (the state is encoded synchronously, so it is consistent).
 
+A **standby** replica (:class:`tenon.runtime.service.DeciderWork`) runs step 1 ahead of its term and again
+every third of the lease (:meth:`DeciderRuntime.catch_up`: what the leader has handled since, then the
+decider's optional ``warm(state)`` builds the caches its first decision would otherwise build), so a term that
+begins on it folds a short tail and decides at once. From the term on, its consumer alone folds.
+
 A kind of decision that has been seen to take long (on a large cluster, seconds) runs in a worker thread while
 the runtime holds its lock (nothing folds meanwhile): it must not stop the event loop, where the leadership
 lease is renewed, the broker's heartbeats answered and the health endpoint's heartbeat kept. Quick ones stay
@@ -272,6 +277,9 @@ class DeciderRuntime(Generic[S]):
         """Publish the claims gauges (``tenon_nodeclaims``, pool cost) from this state: one service does, so
         that summing them over processes counts each claim once."""
         self._gauges_at = 0.0
+        self._leading = False
+        """A term has begun here: its consumer folds from then on, a standby's catch-up no more."""
+        self._warmed = False
         self._long: set[Hashable] = set()
         """Kinds of decision (input types, ``"tick"``) whose last one took long enough to be decided off the
         event loop."""
@@ -283,8 +291,35 @@ class DeciderRuntime(Generic[S]):
     # --- 1. rebuild -----------------------------------------------------------------------------------------
 
     async def rebuild(self) -> None:
+        """The term's rebuild: the snapshot and the tail, or (on a runtime a standby kept warm) the tail."""
+        self._leading = True
+        async with self.lock:
+            await self._rebuild()
+
+    async def catch_up(self) -> bool:
+        """A standby's step (while another replica leads): fold what the leader has handled since the last
+        step, then let the decider warm what its first decision would otherwise build. False once a term has
+        begun on this runtime: its consumer folds from then on, and folding here too would fold twice."""
+        async with self.lock:
+            if self._leading:
+                return False
+            folded = await self._rebuild()
+            warm = getattr(self.decider, "warm", None)
+            if warm is not None and (folded or not self._warmed):
+                started = time.perf_counter()
+                await asyncio.to_thread(warm, self.state)
+                self._warmed = True
+                log.debug(
+                    "state warmed",
+                    extra={"service": self.name, "ms": round((time.perf_counter() - started) * 1000)},
+                )
+        return True
+
+    async def _rebuild(self) -> int:
+        """Fold the snapshot (first time only) and the log after what is folded; the records folded."""
         started = time.perf_counter()
-        source = await self._load_snapshot()
+        warm = self.rebuilt.is_set()
+        source = "warm standby" if warm else await self._load_snapshot()
         floor = await self.event_log.consumer_ack_floor(self.name)
         bounds = await self.event_log.bounds()
         if self.handled and bounds.first_sequence > self.handled + 1:
@@ -313,7 +348,8 @@ class DeciderRuntime(Generic[S]):
         gc.freeze()  # the rebuilt state lives as long as the term: later collections need not walk it again
         self._snapshot_handled = self.handled
         self.rebuilt.set()
-        log.info(
+        log.log(
+            logging.DEBUG if warm and not self._leading else logging.INFO,
             "state rebuilt",
             extra={
                 "service": self.name,
@@ -324,10 +360,11 @@ class DeciderRuntime(Generic[S]):
                 "ms": round((time.perf_counter() - started) * 1000),
             },
         )
+        return folded
 
     def _rebuild_record(self, record: LogRecord, floor: int) -> tuple[int, int]:
         event = record.event
-        if event is None or event.id in self.prefolded:
+        if event is None or self._prefolded(event, record.sequence, floor):
             return 0, 0
         untrusted = registry.refusal(record.subject, event)
         if untrusted is not None:
@@ -353,6 +390,15 @@ class DeciderRuntime(Generic[S]):
             self.prefolded.add(event.id)
             folded += 1
         return folded, 1
+
+    def _prefolded(self, event: ev.Event, sequence: int, floor: int) -> bool:
+        """Whether ``event`` was folded already (an own decision beyond the floor at an earlier step);
+        forgotten once the floor passes it, since its record will not be delivered here then."""
+        if event.id not in self.prefolded:
+            return False
+        if sequence <= floor:
+            self.prefolded.discard(event.id)
+        return True
 
     def _rebuild_fold(self, event: ev.Event, sequence: int) -> bool:
         reason = self._evolve(event, sequence)

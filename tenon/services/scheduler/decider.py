@@ -16,7 +16,7 @@ state as of itself.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from proto import events as ev
 from proto import registry
@@ -66,6 +66,11 @@ class SchedulerDecider:
         return lifecycle.expired_claims(
             state, now, launch_timeout=self.launch_timeout, registration_timeout=self.registration_timeout
         )
+
+    def warm(self, state: ClusterProjection) -> None:
+        """What a standby does before it may lead: read the cluster as a decision reads it, so the first
+        decision of its term finds every Node and bound pod parsed already (seconds on a large cluster)."""
+        planner.cluster_input(state, [], datetime.now(UTC))
 
     def claims(self, state: ClusterProjection) -> ClaimBook:
         return state.claims
