@@ -47,6 +47,8 @@ class Ctx:
         return InputError(self.source, self.index, self.kind, self.name, field, problem)
 
     def mapping(self, value: Any, field: str) -> Mapping[str, Any]:
+        if type(value) is dict:  # what JSON and YAML give: no abstract-class check needed
+            return value
         if value is None:
             return {}
         if not isinstance(value, Mapping):
@@ -93,9 +95,10 @@ class Ctx:
 
     def labels(self, value: Any, field: str) -> dict[str, str]:
         mapping = self.mapping(value, field)
-        if all(type(k) is str and type(v) is str for k, v in mapping.items()):
-            return dict(mapping)  # what the API server gives: strings only (every pod's labels, parsed once)
-        return {str(k): self.text(v, f"{field}.{k}") for k, v in mapping.items()}
+        for k, v in mapping.items():
+            if type(k) is not str or type(v) is not str:
+                return {str(k): self.text(v, f"{field}.{k}") for k, v in mapping.items()}
+        return dict(mapping)  # what the API server gives: strings only (every pod's labels, parsed once)
 
 
 def requirement(ctx: Ctx, raw: Any, field: str, operators: tuple[str, ...]) -> Requirement:

@@ -94,6 +94,16 @@ class PodVolume:
     storage_class: str | None = None  # an ephemeral volume's template's storageClassName
 
 
+class PodShape:
+    """A token the copies of one parsed pod share (:func:`tenon.core.podspec.placed`: the replicas of one
+    spec, which differ at most in their name and node), so what the solver works out for one bound pod (its
+    request vector, the selectors it matches, the limits it sets) it works out once for all of them. Compared
+    by identity: a pod parsed on its own has a shape of its own (equal pods with two shapes cost a repeated
+    work-out, never a wrong one)."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True)
 class Pod:
     namespace: str
@@ -132,6 +142,23 @@ class Pod:
         """The labels as a hashable set: what selectors' memos key on (computed once per pod, which the
         scheduler keeps parsed from one batch to the next)."""
         return frozenset(self.labels.items())
+
+    @cached_property
+    def shape(self) -> PodShape:
+        """The pod without its name and place (see :class:`PodShape`)."""
+        return PodShape()
+
+    @cached_property
+    def topology_free(self) -> bool:
+        """Whether the pod names no topology key (no spread, no pod (anti-)affinity, required or preferred):
+        most bound pods, which then only count for the selectors they match."""
+        return not (
+            self.topology_spread
+            or self.pod_affinity
+            or self.pod_anti_affinity
+            or self.preferred_pod_affinity
+            or self.preferred_pod_anti_affinity
+        )
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ from tenon.core.model import (
     StorageClass,
     VolumeClaim,
 )
-from tenon.core.podspec import SpecCache, node_selector_terms, parse_pod_spec
+from tenon.core.podspec import SpecCache, derived, node_selector_terms, parse_pod_spec, placed
 from tenon.core.requirements import KARPENTER_OPERATORS, Requirement
 from tenon.core.wellknown import (
     CAPACITY_TYPE,
@@ -169,13 +169,13 @@ NAMESPACED_KINDS = ("Pod", "DaemonSet", "MachineDeployment", "PersistentVolumeCl
 
 def _context(source: str, index: int, obj: Any) -> Ctx:
     """Where one object is (its kind and name checked first), for the errors of everything below."""
-    if not isinstance(obj, Mapping):
+    if type(obj) is not dict and not isinstance(obj, Mapping):
         raise InputError(source, index, "", "", "", f"expected a Kubernetes object, got {type(obj).__name__}")
     kind = obj.get("kind")
     if not kind or not isinstance(kind, str):
         raise InputError(source, index, "", "", "kind", "is required")
     meta = obj.get("metadata")
-    if not isinstance(meta, Mapping) or not meta.get("name"):
+    if (type(meta) is not dict and not isinstance(meta, Mapping)) or not meta.get("name"):
         raise InputError(source, index, kind, "", "metadata.name", "is required")
     name = meta["name"]
     namespace = meta.get("namespace") or "default"
@@ -209,10 +209,10 @@ def _workload_pods(ctx: Ctx, obj: Mapping[str, Any], namespace: str, name: str) 
     if not count:
         return ()
     owner = f"{ctx.kind}/{name}"
-    pod = parse_pod_spec(
-        ctx, namespace, f"{name}-0", labels, template.get("spec"), "spec.template.spec", owner
+    pod = derived(
+        parse_pod_spec(ctx, namespace, f"{name}-0", labels, template.get("spec"), "spec.template.spec", owner)
     )
-    return (pod, *(replace(pod, name=f"{name}-{i}") for i in range(1, count)))
+    return (pod, *(placed(pod, f"{name}-{i}") for i in range(1, count)))
 
 
 def _daemon_set(ctx: Ctx, obj: Mapping[str, Any], namespace: str, name: str) -> DaemonSet:
@@ -347,7 +347,7 @@ def parse_object(source: str, index: int, obj: Any, _depth: int = 0) -> ClusterI
     """
     if obj is None:
         return ClusterInput()
-    if isinstance(obj, Mapping) and obj.get("kind") == "List":
+    if (type(obj) is dict or isinstance(obj, Mapping)) and obj.get("kind") == "List":
         items = obj.get("items")
         if not isinstance(items, list):
             raise InputError(source, index, "List", "", "items", "must be a list")

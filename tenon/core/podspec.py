@@ -277,29 +277,38 @@ class SpecCache:
         try:
             key = self._encode((ctx.kind, namespace, labels, spec, field, extra))
         except (TypeError, ValueError, OverflowError):  # not plain data (a YAML timestamp, a set...)
-            return _placed(parse_pod_spec(ctx, namespace, name, labels, spec, field, **extra), name, node)
+            return placed(parse_pod_spec(ctx, namespace, name, labels, spec, field, **extra), name, node)
         found = self._pods.get(key)
         if found is None:
-            found = parse_pod_spec(ctx, namespace, name, labels, spec, field, **extra)
+            found = derived(parse_pod_spec(ctx, namespace, name, labels, spec, field, **extra))
             self._pods[key] = found
             if len(self._pods) > self.SIZE:
                 self._pods.popitem(last=False)
         else:
             self._pods.move_to_end(key)
-        return _placed(found, name, node)
+        return placed(found, name, node)
 
 
-def _placed(pod: Pod, name: str, node: str | None) -> Pod:
-    """The cached ``pod`` as the replica ``name``, bound to ``node`` when it is: a shallow copy sharing every
-    parsed field (its label set too) with the name and node set and its key left to be computed again
-    (``dataclasses.replace`` would build it field by field: a fifth of parsing a bound pod)."""
+def derived(pod: Pod) -> Pod:
+    """``pod`` with what the solver derives from its spec worked out (its label set, shape, whether it limits
+    its node or names a topology key), so that every copy :func:`placed` makes of it shares them: one shape
+    object for all the replicas of a spec."""
+    for cached in ("label_set", "shape", "limits_nothing", "topology_free"):
+        getattr(pod, cached)
+    return pod
+
+
+def placed(pod: Pod, name: str, node: str | None = None) -> Pod:
+    """``pod`` as the replica ``name``, bound to ``node`` when it is: a shallow copy sharing every parsed
+    field (and what :func:`derived` cached) with the name, key and node set (``dataclasses.replace`` would
+    build it field by field: a fifth of parsing a bound pod)."""
     if pod.name == name and (node is None or pod.node_name == node):
         return pod
     copy: Pod = object.__new__(Pod)
     fields = copy.__dict__
     fields.update(pod.__dict__)
     fields["name"] = name
+    fields["key"] = f"{pod.namespace}/{name}"
     if node is not None:
         fields["node_name"] = node
-    fields.pop("key", None)
     return copy

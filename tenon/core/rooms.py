@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from tenon.core.model import (
     DaemonSet,
@@ -29,12 +30,13 @@ from tenon.core.model import (
     Node,
     NodePool,
     Pod,
+    PodShape,
     Taint,
     untolerated,
 )
 from tenon.core.requirements import all_allow
 from tenon.core.templates import Template, avoided, daemon_pods_for, room_of
-from tenon.core.topology import HostnameRules, allows_on_node, scope_of
+from tenon.core.topology import Features, HostnameRules, allows_on_node, scope_of
 from tenon.core.wellknown import (
     CAPACITY_TYPE,
     EPHEMERAL_TAINT_PREFIXES,
@@ -77,6 +79,29 @@ class Room:
                 self.limits[sid] = min(lim, self.limits.get(sid, lim))
         self.pods.append(pod)
 
+    def occupy_existing(self, pods: Sequence[Pod], shapes: ShapeMemo) -> None:
+        """``pods`` (already on the node) take their room, the pods of one shape in one step: what one pod
+        of a shape takes and counts is worked out once per solve (a cluster's bound pods are mostly
+        replicas)."""
+        groups: dict[PodShape, list[Any]] = {}
+        for pod in pods:
+            found = groups.get(pod.shape)
+            if found is None:
+                groups[pod.shape] = [pod, 1]
+            else:
+                found[1] += 1
+        free, counts, limits = self.free, self.counts, self.limits
+        for pod, n in groups.values():
+            vec, matches, own_limits = shapes.of(pod)
+            for d, amount in enumerate(vec):
+                free[d] -= amount * n
+            for sid in matches:
+                counts[sid] = counts.get(sid, 0) + n
+            for sid, lim in own_limits:
+                if sid >= 0:
+                    limits[sid] = min(lim, limits.get(sid, lim))
+        self.pods.extend(pods)
+
     def fits(self, pod: Pod, vec: Sequence[int], rules: HostnameRules) -> bool:
         """Whether ``pod`` may join: room, taints, required node affinity, hostname rules and affinity."""
         if any(a > f for a, f in zip(vec, self.free, strict=True)):
@@ -100,6 +125,22 @@ class Room:
 
 def _vector(requests: Mapping[str, int], names: Sequence[str]) -> list[int]:
     return [requests.get(n, 0) for n in names]
+
+
+class ShapeMemo:
+    """Per pod shape (:class:`~tenon.core.model.PodShape`), for one solve: the request vector, the hostname
+    selectors matched and the limits set, worked out for the first pod of the shape."""
+
+    def __init__(self, names: Sequence[str], rules: HostnameRules) -> None:
+        self.names = names
+        self.rules = rules
+        self._found: dict[PodShape, tuple[list[int], Features]] = {}
+
+    def of(self, pod: Pod) -> tuple[list[int], tuple[int, ...], tuple[tuple[int, int], ...]]:
+        found = self._found.get(pod.shape)
+        if found is None:
+            found = self._found[pod.shape] = (_vector(pod.requests, self.names), self.rules.features(pod))
+        return found[0], found[1][0], found[1][1]
 
 
 def _room(alloc: Mapping[str, int], names: Sequence[str]) -> list[int]:
@@ -161,12 +202,11 @@ class RoomBuilder:
         self.rules = rules
         self.daemon_pods = daemon_sets
 
-    def nodes(self, nodes: Sequence[Node], bound: Sequence[Pod]) -> list[Room]:
-        """Schedulable Nodes, initialized first, with the pods bound to them taking their room."""
-        on_node: dict[str, list[Pod]] = defaultdict(list)
-        for pod in bound:
-            on_node[pod.node_name].append(pod)
+    def nodes(self, nodes: Sequence[Node], on_node: Mapping[str, Sequence[Pod]]) -> list[Room]:
+        """Schedulable Nodes, initialized first, with the pods bound to them (``on_node``: by node name)
+        taking their room."""
         out = []
+        shapes = ShapeMemo(self.names, self.rules)
         for node in sorted(nodes, key=lambda n: (starting(n), n.name)):
             alloc = dict(node.allocatable)
             alloc.setdefault("pods", DEFAULT_MAX_PODS)
@@ -177,8 +217,9 @@ class RoomBuilder:
                 node_taints(node, self.pools),
                 _room(alloc, self.names),
             )
-            for pod in on_node.get(node.name, []):
-                room.occupy(pod, _vector(pod.requests, self.names), self.rules)
+            here = on_node.get(node.name)
+            if here:
+                room.occupy_existing(here, shapes)
             if not node.unschedulable:
                 out.append(room)
         return out

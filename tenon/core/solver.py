@@ -102,12 +102,42 @@ def _domains_of(template: Template, offers: Iterable[OfferKey], key: str) -> set
     return set() if value is None else {value}
 
 
-class _Solve:
-    """One attempt at a plan (see :func:`solve`): the pods of ``excluded`` are left out with their reasons;
-    afterwards ``unschedulable`` holds every pod that cannot run and ``pinned`` those pinned to a domain."""
+class _Running:
+    """The bound pods of one solve, sorted out in one pass for all its rounds (a round relaxes or sets aside
+    pending pods only): by node, those with hostname rules of their own (by key, so the plan does not depend
+    on the order the pods came in), those naming a topology key; and the keys of the other pods."""
 
-    def __init__(self, inputs: ClusterInput, excluded: dict[str, dict[str, str]] | None = None):
+    def __init__(self, pods: Iterable[Pod]) -> None:
+        self.on_node: dict[str, list[Pod]] = defaultdict(list)
+        self.topology: list[Pod] = []
+        self.unbound: list[str] = []
+        restricting = []
+        for pod in pods:
+            if not pod.node_name:
+                self.unbound.append(pod.key)
+                continue
+            self.on_node[pod.node_name].append(pod)
+            if not pod.limits_nothing:
+                restricting.append(pod)
+            if not pod.topology_free:
+                self.topology.append(pod)
+        self.restricting = sorted(restricting, key=lambda p: p.key)
+
+
+class _Solve:
+    """One attempt at a plan (see :func:`solve`) for the pods of ``by_key`` (the bound ones sorted out in
+    ``running``): the pods of ``excluded`` are left out with their reasons; afterwards ``unschedulable`` holds
+    every pod that cannot run and ``pinned`` those pinned to a domain."""
+
+    def __init__(
+        self,
+        inputs: ClusterInput,
+        excluded: dict[str, dict[str, str]],
+        running: _Running,
+        by_key: dict[str, Pod],
+    ):
         self.inputs = inputs
+        self.running = running
         self.pools: list[NodePool] = sorted(inputs.node_pools, key=lambda p: (-p.weight, p.name))
         self.pool_types: dict[str, tuple[InstanceType, ...]] = {}
         self.pool_problem: dict[str, str] = {}
@@ -115,18 +145,18 @@ class _Solve:
             types, problem = instance_types_for_node_pool(inputs, pool)
             self.pool_types[pool.name], self.pool_problem[pool.name] = types, problem
         destined = {key for claim in inputs.in_flight for key in claim.pods}
-        self.by_key = {p.key: p for p in inputs.pods}
-        self.bound = [p for p in inputs.pods if p.node_name]
-        waiting = [p for p in inputs.pods if not p.node_name and p.key not in destined]
+        self.by_key = by_key
+        unbound = [by_key[key] for key in running.unbound]
+        waiting = [p for p in unbound if p.key not in destined]
         self.nominated = [p for p in waiting if p.nominated_node]
         self.pending = [p for p in waiting if not p.nominated_node]
-        self.destined = [p for p in inputs.pods if not p.node_name and p.key in destined]
+        self.destined = [p for p in unbound if p.key in destined]
         extra = sorted({r for p in self.pending for r in p.requests} - {CPU, MEMORY, PODS})
         self.names: list[str] = [CPU, MEMORY, PODS, *extra]
         self._templates()
         self.vec = {p.key: _vector(p.requests, self.names) for p in self.pending}
         self._feasibility()
-        self.unschedulable: dict[str, dict[str, str]] = dict(excluded or {})
+        self.unschedulable: dict[str, dict[str, str]] = dict(excluded)
         self.pinned: set[str] = set()
         self.pins: dict[str, dict[str, str]] = {}
         self.claims = ClaimMaker(self.names)
@@ -137,8 +167,8 @@ class _Solve:
         self.rooms: list[Room] = []
         self.rules = HostnameRules()
         # pods destined to an in-flight claim (or nominated to a Node) occupy its room, so their hostname
-        # rules count there too
-        self.rules.register(self.pending + self.bound + self.destined + self.nominated)
+        # rules count there too (of the bound pods, only those with rules of their own register anything)
+        self.rules.register(self.pending + running.restricting + self.destined + self.nominated)
 
     def _templates(self) -> None:
         misfits: dict[str, str] = {}
@@ -170,13 +200,12 @@ class _Solve:
     # -- main ------------------------------------------------------------------------------------------------
     def run(self) -> Plan:
         rooms = self.rooms = self._rooms()
-        self.domains = DomainRules(
-            domain_keys([*self.pending, *self.bound, *self.destined, *self.nominated]),
-            [*self.pending, *self.bound, *self.destined, *self.nominated],
-        )
-        for room in rooms:
-            for pod in room.pods:
-                self.domains.count(pod, room.domains(self.domains.keys))
+        # of the bound pods, only those naming a topology key have keys or selectors to register
+        named = [*self.pending, *self.running.topology, *self.destined, *self.nominated]
+        self.domains = DomainRules(domain_keys(named), named)
+        if self.domains.keys:  # else nothing is counted per domain
+            for room in rooms:
+                self.domains.count_existing(room.pods, room.domains(self.domains.keys))
         left = self._place(rooms)
         claims = self._pack_new([p for p in left if p.key not in self.unschedulable], self.pins)
         existing = tuple(
@@ -193,7 +222,7 @@ class _Solve:
         builder = RoomBuilder(
             {p.name: p for p in self.pools}, self.templates, self.names, self.rules, self.inputs.daemon_sets
         )
-        nodes = builder.nodes(self.inputs.nodes, self.bound)
+        nodes = builder.nodes(self.inputs.nodes, self.running.on_node)
         by_name = {r.name: r for r in nodes}
         for pod in self.nominated:  # the kube-scheduler is placing it there: its room is taken
             room = by_name.get(pod.nominated_node)
@@ -490,9 +519,10 @@ def solve(inputs: ClusterInput) -> Plan:
     inputs, failures = with_volume_topology(inputs)
     excluded = {key: {"*": reason} for key, reason in failures.items()}
     pods = {p.key: p for p in inputs.pods}
+    running = _Running(pods.values())
     plan = Plan()
     for _ in range(MAX_ROUNDS):
-        attempt = _Solve(replace(inputs, pods=tuple(pods.values())), excluded)
+        attempt = _Solve(replace(inputs, pods=tuple(pods.values())), excluded, running, dict(pods))
         plan = attempt.run()
         changed = False
         for key, reasons in attempt.unschedulable.items():

@@ -44,9 +44,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from tenon.core.model import Pod, PodAffinityTerm, TopologySpread
+from tenon.core.model import Pod, PodAffinityTerm, PodShape, TopologySpread
 from tenon.core.requirements import LabelSelector
 from tenon.core.wellknown import HOSTNAME
 
@@ -125,16 +125,22 @@ def soft_target(limit_id: int) -> int:
     return -1 - limit_id
 
 
+Features = tuple[tuple[int, ...], tuple[tuple[int, int], ...]]
+"""A pod's hostname selector ids matched, and the (selector id, limit) pairs it sets on its node."""
+
+
 @dataclass
 class HostnameRules:
     """Per pod: hostname selector ids it matches and the limits it imposes on its node."""
 
     index: SelectorIndex = field(default_factory=SelectorIndex)
-    _memo: dict[int, tuple[tuple[int, ...], tuple[tuple[int, int], ...]]] = field(default_factory=dict)
+    _memo: dict[int, Features] = field(default_factory=dict)
 
     def register(self, pods: Iterable[Pod]) -> None:
         self._memo.clear()
         for pod in pods:
+            if pod.limits_nothing:  # no anti-affinity, spread or host port: no selector of its own
+                continue
             for term in pod.pod_anti_affinity:
                 if term.topology_key == HOSTNAME:
                     self.index.add(scope_of(term))
@@ -147,13 +153,13 @@ class HostnameRules:
             for port in pod.host_ports:
                 self.index.add(("port", port.port, port.protocol))
 
-    def features(self, pod: Pod) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
+    def features(self, pod: Pod) -> Features:
         found = self._memo.get(id(pod))
         if found is None:
             found = self._memo[id(pod)] = self._features(pod)
         return found
 
-    def _features(self, pod: Pod) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
+    def _features(self, pod: Pod) -> Features:
         matches = self.index.matching(pod)
         if pod.limits_nothing:
             return matches, ()
@@ -227,6 +233,8 @@ def domain_keys(pods: Iterable[Pod]) -> list[str]:
     """Every topology key (but the hostname) some pod's spread or (anti-)affinity names, sorted."""
     keys: set[str] = set()
     for pod in pods:
+        if pod.topology_free:
+            continue
         keys.update(t.topology_key for t in pod.topology_spread)
         keys.update(t.topology_key for t in (*pod.pod_affinity, *pod.pod_anti_affinity))
         keys.update(
@@ -253,13 +261,17 @@ class DomainRules:
         self.index = SelectorIndex()
         self._rules: dict[int, dict[str, _KeyRules]] = {}
         self._matches: dict[int, tuple[int, ...]] = {}  # by pod: they live as long as the solve
-        pods = list(pods)
-        for pod in pods:
-            for key in self.keys:
-                self._register(pod, key)
+        if self.keys:
+            for pod in pods:
+                if pod.topology_free:  # names no key: nothing to register
+                    continue
+                for key in self.keys:
+                    self._register(pod, key)
         self.counts: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self.totals: dict[int, int] = defaultdict(int)
         self.anti_in: dict[tuple[str, str], list[tuple[int, Pod]]] = defaultdict(list)
+        self._stand_ins: dict[PodShape, Pod] = {}
+        """One pod per shape counted by :meth:`count_existing`: its memos serve every pod of the shape."""
 
     def _register(self, pod: Pod, key: str) -> None:
         for tsc in pod.topology_spread:
@@ -317,20 +329,34 @@ class DomainRules:
             return 2
         return 1 if any(r.preferred for r in rules) else 0
 
-    def count(self, pod: Pod, domains: Domains) -> None:
-        """``pod`` is placed in ``domains``: it counts for the selectors it matches, its anti-affinity holds
-        there."""
+    def count(self, pod: Pod, domains: Domains, n: int = 1) -> None:
+        """``pod`` (``n`` pods of its shape) is placed in ``domains``: it counts for the selectors it matches,
+        its anti-affinity holds there."""
         matching = self._matching(pod)
         for key in self.keys:
             dom = domains.get(key)
             if dom is None:
                 continue
             for sid in matching:
-                self.counts[(key, sid)][dom] += 1
+                self.counts[(key, sid)][dom] += n
             for _, sid in self.rules(pod, key).anti:
                 self.anti_in[(key, dom)].append((sid, pod))
         for sid in matching:
-            self.totals[sid] += 1
+            self.totals[sid] += n
+
+    def count_existing(self, pods: Iterable[Pod], domains: Domains) -> None:
+        """The pods on one existing node (bound, nominated to it, bought with it) counted there, the pods of
+        one shape in one step through one stand-in (a pod's anti-affinity is only ever checked against
+        another pod, and none of these is a pod being placed)."""
+        groups: dict[PodShape, list[Any]] = {}
+        for pod in pods:
+            found = groups.get(pod.shape)
+            if found is None:
+                groups[pod.shape] = [pod, 1]
+            else:
+                found[1] += 1
+        for shape, (pod, n) in groups.items():
+            self.count(self._stand_ins.setdefault(shape, pod), domains, n)
 
     # -- judging one domain ------------------------------------------------------------------------------
     def violation(self, pod: Pod, key: str, dom: str | None, counted_in: Sequence[str]) -> str:
