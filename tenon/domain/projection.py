@@ -17,6 +17,7 @@ into it; copying thousands of objects per event would cost more than the decisio
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 import msgspec
 
 from proto import events as ev
-from tenon.core import ClusterInput, InputError, parse_object
+from tenon.core import ClusterInput, InputError, Pod, parse_object
 from tenon.domain.nodeclaim import ClaimBook, NodeClaim
 
 KubeObject = dict[str, Any]
@@ -35,6 +36,8 @@ ENDED_KEPT = timedelta(hours=1)
 forgotten, so the state grows with the cluster, not with its history (the log and ``tenon explain`` keep
 it)."""
 PRUNE_EVERY = timedelta(minutes=10)
+FINISHED = ("Succeeded", "Failed")
+"""Phases of a pod that takes no room any more."""
 
 
 def object_key(obj: KubeObject) -> str:
@@ -67,8 +70,13 @@ class ClusterProjection:
     """providerID -> Node name, for the Nodes that have one."""
     parsed: dict[str, Parsed] = field(default_factory=dict)
     """Objects as the scheduling core reads them, by ``kind/key``: each is parsed once, when first needed
-    after it changed (folding a change drops its entry), and kept in snapshots, so a plan costs what is
-    new."""
+    after it changed (folding a change drops its entry), so a plan costs what is new. Derived, like the two
+    caches below: left out of snapshots (:func:`encode_projection`)."""
+    node_views: dict[str, tuple[str, Parsed]] = field(default_factory=dict)
+    """Node name -> (variant, parse): the Node as a decision reads it while its claim boots or before its
+    registration shows (:meth:`parse_node_view`), kept until the Node changes or the variant does."""
+    running: RunningPods = field(default_factory=lambda: RunningPods())
+    """The running pods parsed, by node (:meth:`running_pods`)."""
 
     pruned_at: datetime | None = None
     """Event time of the last pass that forgot long-ended claims (pruning follows event time, so a replay and
@@ -87,7 +95,7 @@ class ClusterProjection:
         return [
             pod
             for pod in self.pods_by_node.get(node_name, {}).values()
-            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            if (pod.get("status") or {}).get("phase") not in FINISHED
         ]
 
     def node_by_provider_id(self, provider_id: str) -> KubeObject | None:
@@ -102,6 +110,41 @@ class ClusterProjection:
         if found is None:
             found = self.parsed[cache_key] = parse_for_core(kind, obj)
         return found
+
+    def parse_node_view(self, name: str, variant: str, view: Callable[[], KubeObject]) -> Parsed:
+        """The Node ``name`` as ``view()`` gives it (the Node as the registration or a boot leaves it),
+        parsed once per ``variant`` (what, besides the Node, the view is made of) until the Node changes."""
+        found = self.node_views.get(name)
+        if found is None or found[0] != variant:
+            found = self.node_views[name] = (variant, parse_for_core("Node", view()))
+        return found[1]
+
+    def running_pods(self) -> tuple[Pod, ...]:
+        """Every running pod (bound, not Succeeded or Failed) as the scheduling core reads it, by node name
+        then pod key; one that cannot be read is left out. Kept between decisions, by node: a pod that binds,
+        changes or goes drops its nodes' entries, so a decision parses and gathers again only what changed."""
+        running = self.running
+        if running.every is None:
+            gathered: list[Pod] = []
+            for node in sorted(self.pods_by_node):
+                found = running.by_node.get(node)
+                if found is None:
+                    found = running.by_node[node] = self._parse_running_on(node)
+                gathered += found
+            running.every = tuple(gathered)
+        return running.every
+
+    def _parse_running_on(self, node: str) -> tuple[Pod, ...]:
+        pods = self.pods_by_node.get(node) or {}
+        out: list[Pod] = []
+        for key in sorted(pods):
+            pod = pods[key]
+            if (pod.get("status") or {}).get("phase") in FINISHED:
+                continue
+            part = self.parse("Pod", key, pod).part
+            if part is not None:
+                out += part.pods
+        return tuple(out)
 
     def _forget_parsed(self, prefix: str) -> None:
         for key in [k for k in self.parsed if k.startswith(prefix)]:
@@ -131,6 +174,7 @@ class ClusterProjection:
     def _node_observed(self, event: ev.NodeObserved) -> None:
         name = object_key(event.node)
         self.parsed.pop(f"Node/{name}", None)
+        self.node_views.pop(name, None)
         previous = self.nodes.pop(name, None)
         if previous is not None:
             self.provider_ids.pop(str((previous.get("spec") or {}).get("providerID")), None)
@@ -152,9 +196,11 @@ class ClusterProjection:
         if previous is not None:
             previous_node = (previous.get("spec") or {}).get("nodeName") or ""
             self.pods_by_node.get(previous_node, {}).pop(key, None)
+            self.running.forget(previous_node)
         if event.change != "removed":
             self.bound_pods[key] = event.pod
             self.pods_by_node.setdefault(node_name or "", {})[key] = event.pod
+            self.running.forget(node_name or "")
         self.pending.pop(key, None)
         self.pending_seen.pop(key, None)
 
@@ -194,6 +240,19 @@ def _pod_came_or_went(previous: KubeObject | None, event: ev.BoundPodObserved) -
     before, after = previous.get("spec") or {}, event.pod.get("spec") or {}
     phase = (previous.get("status") or {}).get("phase"), (event.pod.get("status") or {}).get("phase")
     return before.get("nodeName") != after.get("nodeName") or phase[0] != phase[1]
+
+
+@dataclass
+class RunningPods:
+    """The running pods as the scheduling core reads them (:meth:`ClusterProjection.running_pods`): per node,
+    and all of them in one tuple. A change to a node's pods drops that node's entry and the whole."""
+
+    by_node: dict[str, tuple[Pod, ...]] = field(default_factory=dict)
+    every: tuple[Pod, ...] | None = None
+
+    def forget(self, node: str) -> None:
+        self.by_node.pop(node, None)
+        self.every = None
 
 
 @dataclass(frozen=True)
@@ -237,9 +296,11 @@ def _decode_hook(kind: type, obj: Any) -> Any:
 
 def encode_projection(projection: ClusterProjection) -> bytes:
     """The projection as bytes (for snapshots); :func:`decode_projection` reads it back. Indexes that other
-    fields determine (pods by node, providerIDs) and the parse cache are left out: rebuilding them costs less
+    fields determine (pods by node, providerIDs) and the parse caches are left out: rebuilding them costs less
     than storing and decoding them (measured: 50,000 pods)."""
-    facts = dataclasses.replace(projection, pods_by_node={}, provider_ids={}, parsed={})
+    facts = dataclasses.replace(
+        projection, pods_by_node={}, provider_ids={}, parsed={}, node_views={}, running=RunningPods()
+    )
     return msgspec.msgpack.encode(facts)
 
 

@@ -34,6 +34,7 @@ from proto.ids import derive_id
 from tenon.core import (
     ClusterInput,
     InFlightNodeClaim,
+    Node,
     Plan,
     PlannedNodeClaim,
     Requirement,
@@ -102,6 +103,8 @@ class _Inputs:
     in_flight: list[InFlightNodeClaim] = field(default_factory=list)
     invalid_pools: dict[str, str] = field(default_factory=dict)
     invalid_pods: dict[str, str] = field(default_factory=dict)
+    node_names: set[str] = field(default_factory=set)
+    """The Nodes read (a claim whose Node is one of them counts as that Node, not as a claim)."""
 
     def add(self, parsed: Parsed) -> str | None:
         if parsed.part is not None:
@@ -150,33 +153,53 @@ def _cluster_facts(projection: ClusterProjection, inputs: _Inputs) -> None:
         inputs.add(projection.parse("DaemonSet", name, daemonset))
 
 
+@dataclass
+class _NodeViews:
+    """The claims that change how a Node is read, by providerID (see :func:`_nodes_and_pods`)."""
+
+    booting: dict[str, frozenset[str]]
+    registered: dict[str, NodeClaim]
+
+
+def _node_view(node: KubeObject, claim: NodeClaim | None, startup: frozenset[str] | None) -> KubeObject:
+    """``node`` as the registration of ``claim`` left it (when its observation does not show it yet), and
+    without the taints it sheds as it boots (``startup``: the startup taints of its claim, while booting)."""
+    if claim is not None:
+        node = as_registered(claim, node)
+    if startup is not None:
+        node = _without_ephemeral_taints(node, startup)
+    return node
+
+
+def _read_node(projection: ClusterProjection, name: str, node: KubeObject, views: _NodeViews) -> Parsed:
+    provider_id = str((node.get("spec") or {}).get("providerID"))
+    startup = views.booting.get(provider_id)
+    claim = views.registered.get(provider_id)
+    if claim is not None and ((node.get("metadata") or {}).get("labels") or {}).get(REGISTERED) == "true":
+        claim = None  # its observation shows the registration
+    if startup is None and claim is None:
+        return projection.parse("Node", name, node)
+    # what the view is made of besides the Node (a claim's Planned is never replaced)
+    planned = claim.planned.id if claim is not None and claim.planned is not None else ""
+    variant = f"{claim.name if claim else ''}/{planned}/{','.join(sorted(startup or ()))}"
+    return projection.parse_node_view(name, variant, lambda: _node_view(node, claim, startup))
+
+
 def _nodes_and_pods(projection: ClusterProjection, inputs: _Inputs) -> None:
-    """Nodes and the pods bound to them. A Node whose claim tenon registered but whose observation does not
+    """Nodes and the pods running on them. A Node whose claim tenon registered but whose observation does not
     show it yet (Registered and Initialized are decided together for a Node already Ready, before its next
     observation) is read as the registration left it: its unregistered taint gone, its pool's labels and
-    taints on; read otherwise, the room bought for its pods looked unusable and was bought again."""
-    booting = _booting_startup_taints(projection)
-    registered = _registered_unseen(projection)
+    taints on; read otherwise, the room bought for its pods looked unusable and was bought again. Such views
+    are parsed once per version of the Node, as the Nodes are, and the running pods come parsed from the
+    projection (:meth:`ClusterProjection.running_pods`): an unchanged cluster costs a look-up per Node."""
+    views = _NodeViews(_booting_startup_taints(projection), _registered_unseen(projection))
+    nodes: list[Node] = []
     for name, node in sorted(projection.nodes.items()):
-        provider_id = str((node.get("spec") or {}).get("providerID"))
-        startup = booting.get(provider_id)
-        claim = registered.get(provider_id)
-        unseen = (
-            claim is not None and ((node.get("metadata") or {}).get("labels") or {}).get(REGISTERED) != "true"
-        )
-        if startup is None and not unseen:
-            inputs.add(projection.parse("Node", name, node))
-            continue
-        # changes as the node boots: read fresh, not cached
-        if unseen:
-            assert claim is not None
-            node = as_registered(claim, node)
-        if startup is not None:
-            node = _without_ephemeral_taints(node, startup)
-        inputs.add(parse_for_core("Node", node))
-    for key, pod in sorted(projection.bound_pods.items()):
-        if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-            inputs.add(projection.parse("Pod", key, pod))
+        part = _read_node(projection, name, node, views).part
+        if part is not None:
+            nodes += part.nodes
+    inputs.node_names = {node.name for node in nodes}
+    inputs.parts.append(ClusterInput(nodes=tuple(nodes), pods=projection.running_pods()))
 
 
 def _requirements(planned: ev.NodeClaimPlanned) -> tuple[Requirement, ...]:
@@ -233,7 +256,8 @@ def _claims(projection: ClusterProjection, offered: set[str], now: datetime, inp
             found = projection.node_by_provider_id(claim.launched.provider_id)
             node_name = str((found.get("metadata") or {}).get("name")) if found else None
         still_pending = tuple(p for p in claim.planned.pods if projection.still_pending(p, now))
-        inputs.in_flight.append(_in_flight(claim, node_name, still_pending))
+        if node_name not in inputs.node_names:  # else its Node counts instead (assemble would drop it)
+            inputs.in_flight.append(_in_flight(claim, node_name, still_pending))
         # the pods it was bought for hold its room until they land, even when they are not in this batch
         for key in still_pending:
             waiting = projection.pending.get(key)
