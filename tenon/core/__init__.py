@@ -17,6 +17,9 @@ Parsing, once, at the edge
         other kinds are recorded as skipped (a MachineDeployment that cannot be read too, with the field in
         ``SkippedObject.field``). Raises :class:`InputError`, one line naming file (``source``), document
         (``index``), kind/name and field.
+    ``parse_pod(source: str, index: int, obj: dict) -> Pod``
+        One Pod object (what ``parse_object`` contributes for it, without the part around it): for a service
+        that keeps many running pods parsed. The replicas of one spec share what the solver derives from it.
     ``assemble(parts: Iterable[ClusterInput], in_flight: Iterable[InFlightNodeClaim] = ()) -> ClusterInput``
         Parts put together in order, without parsing anything again; in-flight claims may be given directly
         as :class:`InFlightNodeClaim`. Unpriced MachineDeployments are estimated against the whole set; a
@@ -83,7 +86,7 @@ from tenon.core.model import (
     Pod,
     SkippedObject,
 )
-from tenon.core.objects import MAX_PODS, assemble, parse_object, parse_objects
+from tenon.core.objects import MAX_PODS, assemble, parse_object, parse_objects, parse_pod
 from tenon.core.plan import NominatedPod, Plan, PlannedNodeClaim, Unschedulable
 from tenon.core.requirements import LabelSelector, Requirement
 from tenon.core.solver import solve
@@ -115,5 +118,6 @@ __all__ = [
     "one_line",
     "parse_object",
     "parse_objects",
+    "parse_pod",
     "solve",
 ]

@@ -338,6 +338,18 @@ _READERS = {
 }
 
 
+def parse_pod(source: str, index: int, obj: Any) -> Pod:
+    """One Pod object as the scheduler reads it: what :func:`parse_object` gives for it, without the part
+    around it (a service that keeps the running pods parsed keeps them as pods). Raises :class:`InputError`
+    as :func:`parse_object` does, and for an object of another kind."""
+    ctx = _context(source, index, obj)
+    if ctx.kind != "Pod":
+        raise InputError(source, index, ctx.kind, ctx.name, "kind", "expected a Pod")
+    meta = obj["metadata"]
+    labels = ctx.labels(meta.get("labels"), "metadata.labels")
+    return _pod(ctx, obj, str(meta.get("namespace") or "default"), str(meta["name"]), labels)
+
+
 def parse_object(source: str, index: int, obj: Any, _depth: int = 0) -> ClusterInput:
     """What one Kubernetes object (a ``List``: its items) contributes to a :class:`ClusterInput`, parsed once.
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from tenon.core.model import (
     DaemonSet,
@@ -83,16 +82,18 @@ class Room:
         """``pods`` (already on the node) take their room, the pods of one shape in one step: what one pod
         of a shape takes and counts is worked out once per solve (a cluster's bound pods are mostly
         replicas)."""
-        groups: dict[PodShape, list[Any]] = {}
+        many: dict[PodShape, int] = {}
+        first: dict[PodShape, Pod] = {}
         for pod in pods:
-            found = groups.get(pod.shape)
-            if found is None:
-                groups[pod.shape] = [pod, 1]
+            shape = pod.shape
+            if shape in many:
+                many[shape] += 1
             else:
-                found[1] += 1
+                many[shape] = 1
+                first[shape] = pod
         free, counts, limits = self.free, self.counts, self.limits
-        for pod, n in groups.values():
-            vec, matches, own_limits = shapes.of(pod)
+        for shape, n in many.items():
+            vec, matches, own_limits = shapes.of(first[shape])
             for d, amount in enumerate(vec):
                 free[d] -= amount * n
             for sid in matches:

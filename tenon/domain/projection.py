@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 
 from proto import events as ev
-from tenon.core import ClusterInput, InputError, Pod, parse_object
+from tenon.core import ClusterInput, InputError, Pod, parse_object, parse_pod
 from tenon.domain.nodeclaim import ClaimBook, NodeClaim
 
 KubeObject = dict[str, Any]
@@ -136,14 +136,18 @@ class ClusterProjection:
 
     def _parse_running_on(self, node: str) -> tuple[Pod, ...]:
         pods = self.pods_by_node.get(node) or {}
+        parsed = self.running.pods
         out: list[Pod] = []
         for key in sorted(pods):
-            pod = pods[key]
-            if (pod.get("status") or {}).get("phase") in FINISHED:
+            obj = pods[key]
+            if (obj.get("status") or {}).get("phase") in FINISHED:
                 continue
-            part = self.parse("Pod", key, pod).part
-            if part is not None:
-                out += part.pods
+            if key in parsed:
+                pod = parsed[key]
+            else:
+                pod = parsed[key] = _pod_for_core(obj)
+            if pod is not None:
+                out.append(pod)
         return tuple(out)
 
     def _forget_parsed(self, prefix: str) -> None:
@@ -196,11 +200,11 @@ class ClusterProjection:
         if previous is not None:
             previous_node = (previous.get("spec") or {}).get("nodeName") or ""
             self.pods_by_node.get(previous_node, {}).pop(key, None)
-            self.running.forget(previous_node)
+            self.running.forget(key, previous_node)
         if event.change != "removed":
             self.bound_pods[key] = event.pod
             self.pods_by_node.setdefault(node_name or "", {})[key] = event.pod
-            self.running.forget(node_name or "")
+            self.running.forget(key, node_name or "")
         self.pending.pop(key, None)
         self.pending_seen.pop(key, None)
 
@@ -244,13 +248,16 @@ def _pod_came_or_went(previous: KubeObject | None, event: ev.BoundPodObserved) -
 
 @dataclass
 class RunningPods:
-    """The running pods as the scheduling core reads them (:meth:`ClusterProjection.running_pods`): per node,
-    and all of them in one tuple. A change to a node's pods drops that node's entry and the whole."""
+    """The running pods as the scheduling core reads them (:meth:`ClusterProjection.running_pods`): each pod
+    (``None``: it cannot be read), per node, and all of them in one tuple. A change to a pod drops its entry,
+    its node's and the whole."""
 
+    pods: dict[str, Pod | None] = field(default_factory=dict)
     by_node: dict[str, tuple[Pod, ...]] = field(default_factory=dict)
     every: tuple[Pod, ...] | None = None
 
-    def forget(self, node: str) -> None:
+    def forget(self, key: str, node: str) -> None:
+        self.pods.pop(key, None)
         self.by_node.pop(node, None)
         self.every = None
 
@@ -261,6 +268,15 @@ class Parsed:
 
     part: ClusterInput | None = None
     problem: str | None = None
+
+
+def _pod_for_core(obj: KubeObject) -> Pod | None:
+    """A bound pod as the scheduling core reads it, ``None`` when it cannot be read (it takes no room then,
+    as a pod the planner parsed with :func:`parse_for_core` and could not read)."""
+    try:
+        return parse_pod("event", 0, obj)
+    except InputError:
+        return None
 
 
 def parse_for_core(kind: str, obj: KubeObject) -> Parsed:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tenon.core import InputError, parse_object
+from tenon.core import InputError, parse_object, parse_pod
 
 
 def replica(name: str, node: Any, cpu: str = "250m") -> dict[str, Any]:
@@ -44,3 +44,14 @@ def test_a_node_name_that_is_not_a_string_is_refused_naming_the_field() -> None:
     parse_object("event", 0, replica("web-0", "node-0"))
     with pytest.raises(InputError, match=r"spec\.nodeName"):
         parse_object("event", 1, replica("web-1", ["node-0"]))
+
+
+def test_parse_pod_reads_a_pod_as_parse_object_does_and_refuses_other_kinds() -> None:
+    for i in range(3):
+        obj = replica(f"web-{i}", f"node-{i}")
+        assert parse_pod("event", i, obj) == parse_object("event", i, obj).pods[0]
+    with pytest.raises(InputError, match=r"spec\.nodeName"):
+        parse_pod("event", 3, replica("web-3", ["node-3"]))
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": {}}
+    with pytest.raises(InputError, match=r"Deployment default/web.*expected a Pod"):
+        parse_pod("event", 4, deployment)
