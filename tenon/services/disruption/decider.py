@@ -7,7 +7,11 @@ it.
   terminations; a replacement lost -> abandoned); a settled proposal is judged again; and when nothing is
   settling, one round of :func:`tenon.domain.disruption.rounds.decide_round` (emptiness, drift,
   consolidation in Karpenter's order) may start a new command. A round whose inputs have not changed since
-  the last one that found nothing is not computed again (its answer would be the same).
+  the last one that found nothing is not computed again (its answer would be the same). A tick with nothing
+  due returns at once, whatever the size of the cluster: no command under way, no claim expired, no claim
+  drifted or consolidatable yet (:mod:`.due`, kept as events fold), or the last round found nothing at this
+  state and nothing it reads of the clock has changed since (:mod:`.quiet`); it decides what the whole
+  tick would (``shortcuts=False`` does the whole work, tests compare them).
 * ``decide``: a Node deleted by a user (a deletion timestamp held by tenon's finalizer) becomes
   ``DisruptionRequested`` with method ``delete``, so it takes the same graceful path as every other removal;
   an ``InterruptionNotice`` (folded into the state's notices) is answered by :mod:`.interruption`: the
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from functools import partial
 
 import msgspec
 
@@ -41,9 +46,10 @@ from tenon.domain.disruption.candidates import budget_mapping, candidates, conso
 from tenon.domain.disruption.commands import EPSILON, Command
 from tenon.domain.disruption.rounds import Round, decide_round
 from tenon.domain.disruption.simulation import Repacker
-from tenon.domain.disruption.view import ClusterView
+from tenon.domain.disruption.view import ClusterView, meta
 from tenon.domain.nodeclaim import ClaimBook
 from tenon.services.disruption import interruption, orchestration
+from tenon.services.disruption.due import Quiet, due_index
 from tenon.services.disruption.orchestration import REPLACEMENT_TIMEOUT, SETTLE, request
 from tenon.services.disruption.projection_view import (
     Command as Underway,
@@ -56,21 +62,30 @@ from tenon.services.disruption.projection_view import (
     hashes_at_plan,
 )
 from tenon.services.disruption.queue import empty_queue, is_queue, queued_requests
+from tenon.services.disruption.quiet import unchanged_until
 
 PRODUCER = registry.DISRUPTION
 __all__ = ["DisruptionDecider", "request"]
 
 
-def nodes_deleted_by_users(state: DisruptionState, cause: ev.Event) -> list[ev.Event]:
+def nodes_deleted_by_users(
+    state: DisruptionState, cause: ev.Event, *, indexed: bool = True
+) -> list[ev.Event]:
     """A ``delete`` request for every claim whose Node is being deleted (a deletion timestamp, held by tenon's
-    finalizer) and whose termination was not requested: a user's ``kubectl delete node``."""
-    deleting = {
-        name
-        for name, node in state.projection.nodes.items()
-        if (node.get("metadata") or {}).get("deletionTimestamp")
-    }
+    finalizer) and whose termination was not requested: a user's ``kubectl delete node``. ``indexed``: the
+    index (:mod:`.due`) names the Nodes being deleted and the claims on each, no walk over the cluster for
+    every input; else both are read off the projection."""
+    if indexed:
+        index = due_index(state)
+        index.build(state)
+        deleting = index.deleting
+        on_deleting = sorted(name for node in deleting for name in index.claims_on.get(node, ()))
+    else:
+        deleting = {n for n, node in state.projection.nodes.items() if meta(node).get("deletionTimestamp")}
+        on_deleting = sorted(state.projection.claims)
     if not deleting:
         return []
+    claims = state.projection.claims
     return [
         request(
             claim.name,
@@ -80,7 +95,7 @@ def nodes_deleted_by_users(state: DisruptionState, cause: ev.Event) -> list[ev.E
             node=claim.registered.node,
             cause=cause.id,
         )
-        for _, claim in sorted(state.projection.claims.items())
+        for claim in (claims[name] for name in on_deleting if name in claims)
         if claim.registered is not None
         and claim.registered.node in deleting
         and claim.disruption is None
@@ -152,9 +167,13 @@ class DisruptionDecider:
     """What termination (the executor) records of what it did: the pods evicted, whether the grace period
     ran out. A replay folds it as an input, never expects the decider to have decided it."""
 
-    def __init__(self, *, settle: timedelta = SETTLE) -> None:
+    def __init__(self, *, settle: timedelta = SETTLE, shortcuts: bool = True) -> None:
         self.settle = settle
         """How long a proposal settles before it is judged again (Karpenter: 15 s)."""
+        self.shortcuts = shortcuts
+        """A tick with nothing due returns at once, and ``decide`` finds deleted Nodes without a walk over the
+        cluster (:mod:`.due`); False: both do the whole work every time (the reference the shortcuts must
+        agree with)."""
         self._quiet: tuple[object, ...] | None = None
         """The inputs of the last round that found nothing (memo: the same inputs find nothing again)."""
 
@@ -163,6 +182,7 @@ class DisruptionDecider:
 
     def evolve(self, state: DisruptionState, event: ev.Event, sequence: int = 0) -> DisruptionState:
         pruned = state.projection.pruned_at
+        replaced = state.due.before(state.projection, event) if state.due is not None else None
         state.projection.apply(event, sequence)
         state.version += 1
         if isinstance(event, ev.NodeClaimPlanned) and event.nodeclaim not in state.hashes:
@@ -178,6 +198,8 @@ class DisruptionDecider:
         if state.projection.pruned_at != pruned:  # claims are forgotten only when the projection prunes
             for name in [n for n in state.hashes if n not in state.projection.claims]:
                 del state.hashes[name]  # forgotten with its claim
+        if state.due is not None:
+            state.due.after(state.projection, event, replaced, pruned=state.projection.pruned_at != pruned)
         return state
 
     def decided_alone(self, event: ev.Event) -> bool:
@@ -187,7 +209,7 @@ class DisruptionDecider:
         decisions: list[ev.Event] = []
         if isinstance(event, ev.InterruptionNotice):
             decisions += interruption.on_notice(state.interruptions, state.projection, event)
-        decisions += nodes_deleted_by_users(state, event)
+        decisions += nodes_deleted_by_users(state, event, indexed=self.shortcuts)
         spent: dict[str, int] = {}  # the queues share their pools' room
         for underway in sorted(state.commands.values(), key=lambda u: u.id):
             if underway.stage == "confirmed" and is_queue(underway):
@@ -195,6 +217,8 @@ class DisruptionDecider:
         return decisions
 
     def tick(self, state: DisruptionState, now: datetime) -> Sequence[ev.Event]:
+        if self.shortcuts and self._nothing_due(state, now):
+            return []
         view = build_view(state, now, with_core=False)  # the scheduling core's input only where it is read
         events: list[ev.Event] = self._expire(view, now)
         events += interruption.tick(state.interruptions, state.projection, now)
@@ -214,6 +238,21 @@ class DisruptionDecider:
             return events
         played = self._round(state, view)
         return self._start(state, view, played.command, now) if played.command is not None else []
+
+    def _nothing_due(self, state: DisruptionState, now: datetime) -> bool:
+        """Whether the whole tick would decide nothing, told without building the view: no command under way,
+        no claim expired, no notice's drain due, and no claim a round could act on yet (:mod:`.due`), or the
+        last round found nothing at this state and nothing it reads of the clock changed since
+        (:mod:`.quiet`)."""
+        if state.commands:
+            return False
+        index = due_index(state)
+        expires, acts = index.earliest(state)
+        if expires <= now:
+            return False
+        if state.interruptions.notices and interruption.tick(state.interruptions, state.projection, now):
+            return False
+        return acts > now or (index.quiet is not None and index.quiet.holds(state.version, now))
 
     # --- steps ----------------------------------------------------------------------------------------------
 
@@ -259,7 +298,7 @@ class DisruptionDecider:
         if all(n <= 0 for _, n in allowed):
             # no method may start a command on any pool (a queue holding a budget, most ticks of a
             # scale-down): the round would only find candidates to block them
-            return Round(None)
+            return self._found_nothing(state, view)
         found, _ = candidates(view)
         key = (
             state.version,
@@ -268,8 +307,9 @@ class DisruptionDecider:
             len(view.pending_pods),
         )
         if key == self._quiet:
-            return Round(None)
-        queue = empty_queue(view)
+            return self._found_nothing(state, view)
+        # no empty candidate consolidatable now: no queue (spares empty_queue its own pass over the cluster)
+        queue = empty_queue(view) if emptiness.empty_candidates(view, found) else None
         if queue is not None:
             played = Round(queue)
         elif drift.drifted(view) or consolidation.eligible(view, found):
@@ -277,6 +317,14 @@ class DisruptionDecider:
         else:
             played = decide_round(view)  # nothing drifted, nothing to consolidate: the core goes unread
         self._quiet = key if played.command is None else None
+        return played if played.command is not None else self._found_nothing(state, view, played)
+
+    def _found_nothing(self, state: DisruptionState, view: ClusterView, played: Round = Round(None)) -> Round:
+        """No command this round: at this state, none until a fact it reads of the clock changes (remembered
+        when no command is under way: only then may a tick skip its work)."""
+        if self.shortcuts and not state.commands:
+            until = partial(unchanged_until, state.projection, view)
+            due_index(state).quiet = Quiet(state.version, view.now, until)
         return played
 
     def _start(

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -24,6 +25,9 @@ from tenon.domain.disruption.view import ClaimFacts, ClusterView, spec
 from tenon.domain.nodeclaim import NodeClaim
 from tenon.domain.projection import ClusterProjection, KubeObject, decode_projection, encode_projection
 from tenon.services.disruption.interruption import Interruptions
+
+if TYPE_CHECKING:
+    from tenon.services.disruption.due import DueIndex
 
 
 class Command(msgspec.Struct, kw_only=True):
@@ -51,6 +55,9 @@ class DisruptionState:
     """Counts folded events: an unchanged version and clock-free inputs mean an unchanged round."""
     interruptions: Interruptions = field(default_factory=Interruptions)
     """The interruption notices of machines tenon runs (:mod:`.interruption`)."""
+    due: DueIndex | None = field(default=None, compare=False, repr=False)
+    """When a tick could next have something to do (:mod:`.due`): derived, made on first use, never
+    stored."""
 
     def busy(self) -> set[str]:
         """Claims that are candidates of a command under way."""
@@ -164,7 +171,8 @@ def catalog_documents(catalog: ev.CatalogSnapshot) -> list[KubeObject]:
     ]
 
 
-def _offers(projection: ClusterProjection) -> dict[str, set[str]]:
+def offers(projection: ClusterProjection) -> dict[str, set[str]]:
+    """NodePool -> what its catalogs offer now: bare type names and ``type/zone/capacityType`` offers."""
     by_class: dict[str, set[str]] = {}
     for name, catalog in projection.catalogs.items():
         found: set[str] = set()
@@ -251,7 +259,7 @@ def build_view(
         nodepools=projection.nodepools,
         nodeclasses={key.split("/")[-1]: nc for key, nc in projection.nodeclasses.items()},
         last_pod_event=projection.last_pod_activity,
-        catalog_types=_offers(projection),
+        catalog_types=offers(projection),
         core=core_input(projection, now) if with_core else None,
         pdbs=list(projection.pdbs.values()),
     )
