@@ -1,4 +1,5 @@
-"""Termination against the sandbox: PodDisruptionBudgets hold, a restart mid-drain finishes once."""
+"""Termination against the sandbox: PodDisruptionBudgets hold, a restart mid-drain finishes once; the Drifted
+condition the service keeps on NodeClaims."""
 
 from __future__ import annotations
 
@@ -213,4 +214,41 @@ async def test_kubectl_delete_node_takes_the_graceful_path(
         return await kube.get_or_none(NODES, NODE) is None
 
     await until(node_gone)  # the finalizer came off once the drain was done
+    await service.__aexit__(None, None, None)
+
+
+async def test_a_drifted_claim_held_back_by_its_budget_gets_the_drifted_condition(
+    jetstream_log: JetStreamEventLog, kube: Kube
+) -> None:
+    await seed(jetstream_log, kube)
+    service = start(jetstream_log, kube)
+    await service.__aenter__()
+    relabelled = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "default"},
+        "spec": {
+            "template": {
+                "metadata": {"labels": {"team": "b"}},
+                "spec": {"nodeClassRef": {"name": "default"}},
+            },
+            "disruption": {
+                "consolidationPolicy": "WhenEmpty",
+                "consolidateAfter": "Never",
+                "budgets": [{"nodes": "0", "reasons": ["Drifted"]}],
+            },
+        },
+    }
+    await jetstream_log.publish(
+        subjects.NODEPOOLS, ev.NodePoolsSnapshot(**envelope("relabelled"), nodepools=(relabelled,))
+    )
+
+    async def drifted() -> dict[str, Any] | None:
+        obj = await kube.get(NODECLAIMS, CLAIM)
+        found = [c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == "Drifted"]
+        return found[0] if found else None
+
+    condition = await until(drifted, what="the Drifted condition on the NodeClaim")
+    assert (condition["status"], condition["reason"]) == ("True", "NodePoolDrifted")
+    assert not [e for e in await claim_events(jetstream_log) if isinstance(e, ev.DisruptionRequested)]
     await service.__aexit__(None, None, None)

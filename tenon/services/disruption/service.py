@@ -24,7 +24,6 @@ from typing import Any
 
 from proto import events as ev
 from proto import registry
-from tenon.domain.disruption import drift
 from tenon.runtime.decider import BaseExecutor, Decider, DeciderRuntime, Executor
 from tenon.runtime.kube import NODECLAIMS, Kube, KubeApiError, Relisted, WatchChange, list_and_watch
 from tenon.runtime.kube.client import load_kube
@@ -38,7 +37,8 @@ from tenon.runtime.service import (
 )
 from tenon.runtime.settings import setting
 from tenon.services.disruption.decider import DisruptionDecider, request
-from tenon.services.disruption.projection_view import DisruptionState, build_view
+from tenon.services.disruption.due import due_index
+from tenon.services.disruption.projection_view import DisruptionState
 from tenon.services.disruption.queue import QUEUED_METHOD
 from tenon.services.disruption.termination import Terminator, remove_stale_taints
 
@@ -168,9 +168,14 @@ class DisruptionExecutor(BaseExecutor):
             )
 
     async def ticked(self, now: datetime) -> None:
-        """Keep the Drifted condition on drifted claims' NodeClaim objects (once per claim and reason)."""
+        """Keep the Drifted condition on drifted claims' NodeClaim objects (once per claim and reason). The
+        drift of each claim is kept as events fold (:mod:`.due`), not judged again over the cluster every
+        tick; it is read under the runtime's lock (a decision in a worker thread may be bringing it up to
+        date)."""
+        assert self.runtime is not None
         try:
-            drifted = drift.drifted(build_view(self.state, now, with_core=False))
+            async with self.runtime.lock:
+                drifted = due_index(self.state).drifted(self.state)
         except Exception as exc:  # the condition is a view for people; decisions do not depend on it
             log.warning("could not judge drift for the Drifted condition", extra={"error": str(exc)})
             return
