@@ -11,6 +11,11 @@
 2. **Decision time**: one full round (candidates, budgets, multi-node search, repacking through the core) on
    1,000 nodes / 10,000 pods, underutilized (a move exists) and full (none does: every probe of the search
    is made); the view is built first (the service keeps it parsed). Target: <= 2 s.
+3. **Ticks with nothing to do** (:mod:`bench.disruption_tick`, issue 16): the service's tick on 2,000 nodes /
+   10,000 pods folded from events, idle (nothing folded since the last tick) and after one pod binds, beside
+   the tick doing the whole work. Targets: idle <= 5 ms (it was 0.2-0.9 s); after a pod binds, when no node
+   is consolidatable yet, <= 1% of the whole tick. When nodes are consolidatable and a change comes, the
+   tick is the whole round (its repacking reads the whole cluster): the ``steady`` row shows it.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import statistics
 import time
 from typing import Any
 
+from bench.disruption_tick import measure
 from bench.scheduling_baselines import optimum, shapes_and_pods
 from bench.suite import Suite, Target
 from tenon.core import parse_objects
@@ -178,8 +184,55 @@ def _speed(suite: Suite, quick: bool) -> None:
             )
 
 
+def _ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 0.001:
+        return f"{seconds * 1e6:.3g} µs"
+    return f"{seconds * 1000:.3g} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def _ticks(suite: Suite, quick: bool) -> None:
+    """The service's tick and ``decide`` with nothing to do (:mod:`bench.disruption_tick`): ``wave`` (no node
+    consolidatable yet) in full; ``steady`` (consolidation finds nothing): its idle ticks and one change."""
+    nodes, per_node = (400, 5) if quick else (2000, 5)
+    suite.data["tick"] = {}
+    for shape, counts in (("wave", {}), ("steady", {"changes": 1, "batches": 0})):
+        figures = measure(nodes, per_node, shape, **counts)
+        suite.data["tick"][shape] = figures
+        size = f"{nodes} nodes / {nodes * per_node} pods"
+        whole = figures["whole_tick_seconds"]
+        suite.rows.append(
+            [
+                f"tick, {shape}, {size}",
+                f"idle {_ms(figures['idle_tick_seconds'])} (max {_ms(figures['idle_tick_max_seconds'])})",
+                f"after a pod binds {_ms(figures['tick_after_pod_seconds'])}, "
+                f"after a pending batch {_ms(figures['tick_after_batch_seconds'])}",
+                f"first {_ms(figures['first_tick_seconds'])}, whole work {_ms(whole)}, "
+                f"decide {_ms(figures['decide_seconds'])}",
+            ]
+        )
+        if quick:
+            continue
+        idle = figures["idle_tick_seconds"]
+        suite.targets.append(
+            Target(f"idle tick ({shape}), {size}", "<= 5 ms", _ms(idle), idle is not None and idle <= 0.005)
+        )
+        if shape == "wave":
+            after = figures["tick_after_pod_seconds"]
+            suite.targets.append(
+                Target(
+                    f"tick after a pod binds ({shape}), {size}",
+                    "<= 1% of the whole tick",
+                    f"{_ms(after)} (whole {_ms(whole)})",
+                    after is not None and after <= whole / 100,
+                )
+            )
+
+
 def run(quick: bool) -> Suite:
     suite = Suite("disruption", ["what", "who", "figure", "detail"])
     _cost(suite, quick)
     _speed(suite, quick)
+    _ticks(suite, quick)
     return suite
