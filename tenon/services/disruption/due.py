@@ -18,7 +18,8 @@ nothing. A round that found nothing is remembered with the moment its clock-read
 It is derived data, never in snapshots: a state gets its index on first use and builds it from the whole
 projection; from then on ``evolve`` marks what each event can change: a claim's events its claim; a Node,
 or a pod coming or going, the claims on that Node; NodePools, NodeClasses and catalogs that changed, every
-claim. A marked claim's moments are computed again at the next tick. Beside the moments it keeps the Nodes
+claim. A marked claim's moments are computed again at the next tick. (So a state with an index changes only
+through ``evolve``, as every runtime and replay changes it.) Beside the moments it keeps the Nodes
 being deleted and the claims registered on each Node (``decide`` answers a user's ``kubectl delete node``
 from them), and each claim's drift (the executor keeps the Drifted condition from it).
 """
