@@ -43,6 +43,7 @@ NEEDS: dict[str, set[tuple[str, str, str]]] = {
         ("karpenter.sh", "nodeclaims/status", "patch"),
         ("karpenter.sh", "nodepools/status", "patch"),
         ("", "nodes", "patch"),
+        ("", "pods/status", "patch"),  # nominatedNodeName (tenon/services/scheduler/nominations.py)
         ("", "events", "create"),
     },
     "disruption": {

@@ -312,6 +312,31 @@ def test_least_allocated_node_wins_ties_by_name() -> None:
     assert decide(state, pod("p", cpu="1")).node_name == "a"
 
 
+def nominated(name: str, node_name: str, **kwargs: Any) -> dict[str, Any]:
+    item = pod(name, **kwargs)
+    item.setdefault("status", {})["nominatedNodeName"] = node_name
+    return item
+
+
+def test_a_pod_nominated_to_a_node_goes_there_when_it_fits_though_another_scores_higher() -> None:
+    state = cluster(node("a", cpu="2"), node("b", cpu="8"))
+    assert decide(state, pod("p", cpu="1")).node_name == "b"
+    assert decide(state, nominated("p", "a", cpu="1")).node_name == "a"
+    # where it does not fit, it goes where it can, as any pod
+    assert decide(state, nominated("p", "a", cpu="3")).node_name == "b"
+
+
+def test_room_held_for_a_nominated_pod_is_not_given_to_another_pod_of_no_higher_priority() -> None:
+    state = cluster(node("a", cpu="2"), pods=(nominated("waiting", "a", cpu="1500m"),))
+    assert decide(state, pod("p", cpu="1")).message == "0/1 nodes are available: 1 Insufficient cpu."
+    assert decide(state, pod("urgent", cpu="1", priority=1000)).node_name == "a"
+    assert decide(state, nominated("waiting", "a", cpu="1500m")).node_name == "a"
+    # once it is bound, the room it held is its own: counted once, not twice
+    state.assume("default/waiting", "a")
+    assert decide(state, pod("p", cpu="500m")).node_name == "a"
+    assert not state.nominated
+
+
 def test_named_node_and_bad_operator() -> None:
     state = cluster(node("a"), node("b"))
     assert decide(state, pod("p", nodeName="")).scheduled

@@ -86,3 +86,23 @@ async def test_a_booking_in_the_cycle_voids_the_reused_failure(counted_choices: 
     assert stored(store, "b-db")["spec"]["nodeName"] == "n1"
     assert stored(store, "c-follower")["spec"]["nodeName"] == "n1"
     assert counted_choices == ["a-follower", "b-db", "c-follower"]
+
+
+async def test_pods_of_one_shape_each_go_to_the_node_they_are_nominated_to(
+    counted_choices: list[str],
+) -> None:
+    """The nomination is what a shape's reused failure does not share: each pod tries its own node first."""
+    store = Store()
+    nodes = [node(f"n{i}", cpu="1", ready=True) for i in range(3)]
+    replicas = [pod(f"r{i}", cpu="800m", labels={"app": "web"}) for i in range(4)]
+    for i, replica in enumerate(replicas[1:], start=1):
+        replica["status"] = {"nominatedNodeName": f"n{i}"}
+    # r0 is not nominated and comes first: n1 and n2 are held for r1 and r2, n0 goes to it
+    sched = scheduler_over(store, nodes, replicas)
+
+    await sched._cycle()
+
+    assert [stored(store, f"r{i}")["spec"].get("nodeName") for i in range(4)] == ["n0", "n1", "n2", None]
+    # r3's nominated node n3 does not exist: it fails as r0's shape would now, told why
+    scheduled = condition(stored(store, "r3"), "PodScheduled")
+    assert scheduled is not None and "Insufficient cpu" in scheduled["message"]

@@ -10,6 +10,10 @@ This is plain data kept up to date from watch events (``upsert_node``, ``remove_
   rather than at every pod in the cluster;
 * ``assume(pod, node)`` books a pod on a node the moment the scheduler decides, before the binding's watch
   event arrives (the real scheduler's "assumed pods"), so the next decision in the same cycle sees it.
+* waiting pods with ``status.nominatedNodeName`` are indexed by that node (``nominated``): the real
+  scheduler's nominator, which reads the field from its pod informer whoever set it (its own preemption, or
+  an autoscaler saying where it made room: KEP-5278), so their requests are held on the node against other
+  pods of no higher priority.
 
 A pod counts on its node while it is bound and not terminal, including while it is terminating: a
 terminating pod still holds its resources until the kubelet removes it (the reference's NodeResourcesFit
@@ -64,6 +68,7 @@ class PodEntry:
     node_name: str | None  # the node whose totals include this pod, if any
     host_ports: tuple[tuple[str, int], ...] = ()
     cache: dict[str, Any] = field(default_factory=dict)  # derived data (parsed terms), reset on update
+    nominated_to: str | None = None  # waiting with ``status.nominatedNodeName``: the node holding its room
 
 
 def _same_version(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -84,6 +89,11 @@ def _topology_signature(entry: PodEntry) -> tuple[Any, ...]:
         meta.get("namespace"),
         has_required_anti_affinity(entry.pod),
     )
+
+
+def nominated_node(pod: Mapping[str, Any]) -> str | None:
+    """``status.nominatedNodeName``, if set."""
+    return str((pod.get("status") or {}).get("nominatedNodeName") or "") or None
 
 
 def host_ports(pod: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
@@ -118,6 +128,7 @@ class ClusterState:
         self.topology_version = 0
         self.booked: list[tuple[PodEntry, NodeInfo]] = []
         self.derived: dict[str, Any] = {}
+        self.nominated: dict[str, dict[str, PodEntry]] = {}  # node name -> waiting pods nominated to it
 
     def _skip(self, key: str, err: ValueError) -> None:
         """Leave out an object the cache cannot use, saying why once per distinct reason."""
@@ -242,6 +253,7 @@ class ClusterState:
         target = self._counts_on_node(pod)
         if target is not None:
             self._attach(entry, target)
+        self._nominate(entry, None if target is not None or is_terminal(pod) else nominated_node(pod))
         if has_required_anti_affinity(pod) and target is not None:
             self.anti_affinity_pods.add(key)
         else:
@@ -262,6 +274,7 @@ class ClusterState:
         if entry.node_name is not None:
             self._bump()
         self._detach(entry)
+        self._nominate(entry, None)
         namespace = key.split("/", 1)[0]
         keys = self.pods_by_namespace.get(namespace)
         if keys is not None:
@@ -269,6 +282,19 @@ class ClusterState:
             if not keys:
                 del self.pods_by_namespace[namespace]
         self.anti_affinity_pods.discard(key)
+
+    def _nominate(self, entry: PodEntry, node_name: str | None) -> None:
+        """Index ``entry`` as nominated to ``node_name`` (None: to no node)."""
+        if entry.nominated_to == node_name:
+            return
+        if entry.nominated_to is not None:
+            held = self.nominated.get(entry.nominated_to, {})
+            held.pop(entry.key, None)
+            if not held:
+                self.nominated.pop(entry.nominated_to, None)
+        if node_name is not None:
+            self.nominated.setdefault(node_name, {})[entry.key] = entry
+        entry.nominated_to = node_name
 
     def assume(self, key: str, node_name: str) -> None:
         """Book a pod on ``node_name`` now, ahead of the watch event that will confirm the binding."""

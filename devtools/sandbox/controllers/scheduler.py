@@ -48,6 +48,7 @@ from devtools.sandbox.controllers.scheduling_filters import (
     Decision,
     choose_node,
     equivalence_key,
+    nominated_node_decision,
     pod_shape_key,
 )
 from devtools.sandbox.errors import ApiError, Conflict, NotFound
@@ -261,7 +262,7 @@ class Scheduler(InformerUser):
     def _decide(self, entry: PodEntry, known: Decision | None) -> tuple[Decision, str]:
         """A node for the pod (or why none), and the PodScheduled reason a failure is reported with."""
         if known is not None:
-            return known, "Unschedulable"
+            return nominated_node_decision(entry.pod, entry.requests, self.state) or known, "Unschedulable"
         try:
             return choose_node(entry.pod, entry.requests, self.state), "Unschedulable"
         except ValueError as err:  # malformed affinity/selector: not a capacity problem

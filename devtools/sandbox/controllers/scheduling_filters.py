@@ -13,7 +13,10 @@ every node of a :class:`ClusterState`, and scores the survivors:
    "node(s) didn't match Pod's node affinity/selector"; then ``NodePorts``: a ``hostPort`` (per protocol)
    already claimed on the node -> "node(s) didn't have free ports for the requested pod ports".
 5. ``NodeResourcesFit``: pod count against ``allocatable.pods`` ("Too many pods") and every requested
-   resource against allocatable minus what the node's pods request ("Insufficient cpu", ...; all of them).
+   resource against allocatable minus what the node's pods request ("Insufficient cpu", ...; all of them),
+   and again with the waiting pods *nominated* to the node (``status.nominatedNodeName``) of at least the
+   pod's priority counted as if they ran there (the framework's ``RunFilterPluginsWithNominatedPods``): room
+   the scheduler's preemption, or an autoscaler, said is someone's is not given to another pod.
 6. ``PodTopologySpread`` (``DoNotSchedule`` constraints only): the node must carry the topology key
    ("... (missing required label)") and ``matching(domain) + self - globalMin <= maxSkew``, where the domains
    are those of nodes passing the pod's node affinity (``nodeAffinityPolicy`` Honor by default) and, only
@@ -26,15 +29,17 @@ as ``FitError.Error()`` does: ``"0/3 nodes are available: 1 Insufficient cpu, 2 
 taint {node.kubernetes.io/not-ready: }."``. With no nodes at all the message is the real scheduler's
 "no nodes available to schedule pods".
 
-Like kube-scheduler, the search stops once enough feasible nodes were found (:func:`feasible_nodes_to_find`,
-the adaptive ``percentageOfNodesToScore``: every node below 100 nodes, 42% of 1,000) and the next pod's
-search starts where this one stopped. The per-domain pod counts behind spread and inter-pod affinity come
-from ``topology_index.TopologyIndex`` (memoised, exact under same-cycle bookings), so a pod with constraints
-costs a few dictionary look-ups per node rather than a scan of its namespace. Scoring is ``NodeResourcesFit``
-least-allocated (the mean free fraction of cpu and memory after placing the pod), ties broken by node name,
-so decisions are deterministic. Preemption is not simulated. Pod affinity
-terms with a non-empty ``namespaceSelector`` select namespaces by their ``kubernetes.io/metadata.name``
-label only (the cache holds no Namespace objects); an empty one selects all namespaces.
+A pod with a nominated node is tried there first and goes there when it fits (``PreferNominatedNode``, GA
+since Kubernetes 1.24). Like kube-scheduler, the search stops once enough feasible nodes were found
+(:func:`feasible_nodes_to_find`, the adaptive ``percentageOfNodesToScore``: every node below 100 nodes, 42%
+of 1,000) and the next pod's search starts where this one stopped. The per-domain pod counts behind spread
+and inter-pod affinity come from ``topology_index.TopologyIndex`` (memoised, exact under same-cycle
+bookings), so a pod with constraints costs a few dictionary look-ups per node rather than a scan of its
+namespace. Scoring is ``NodeResourcesFit`` least-allocated (the mean free fraction of cpu and memory after
+placing the pod), ties broken by node name, so decisions are deterministic. Preemption is not simulated. Pod
+affinity terms with a non-empty ``namespaceSelector`` select namespaces by their
+``kubernetes.io/metadata.name`` label only (the cache holds no Namespace objects); an empty one selects all
+namespaces.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from devtools.sandbox.controllers.cluster_state import ClusterState, NodeInfo, host_ports
+from devtools.sandbox.controllers.cluster_state import ClusterState, NodeInfo, host_ports, nominated_node
 from devtools.sandbox.controllers.predicates import (
     UNSCHEDULABLE_TAINT_KEY,
     match_label_selector,
@@ -106,6 +111,9 @@ class _PodContext:
         self.inter_pod = bool(self.spread or self.anti_terms or self.existing_blocked or self.affinity_terms)
         self.cpu = requests.get("cpu", 0)
         self.memory = requests.get("memory", 0)
+        self.priority = int(spec.get("priority") or 0)
+        self.nominations = state.nominated
+        self.nominated_node = nominated_node(pod)
 
     # ----- topology spread
     def _spread_constraints(self, pod: Mapping[str, Any], index: TopologyIndex) -> list[dict[str, Any]]:
@@ -210,6 +218,8 @@ class _PodContext:
             for name, amount in self.request_items
             if requested.get(name, 0) + amount > allocatable.get(name, 0)
         ]
+        if not too_many and not short and info.name in self.nominations:
+            too_many, short = self._short_beside_nominated(info)
         if too_many or short:  # NodeResourcesFit: the pod count, then every resource that is short
             return (["Too many pods"] if too_many else []) + [
                 f"Insufficient {name}" for name in sorted(short)
@@ -217,6 +227,24 @@ class _PodContext:
         if not self.inter_pod:
             return None
         return self._spread_failure(info) or self._anti_affinity_failure(info) or self._affinity_failure(info)
+
+    def _short_beside_nominated(self, info: NodeInfo) -> tuple[bool, list[str]]:
+        """NodeResourcesFit with the pods nominated to the node (other than this one, of at least its
+        priority) counted as running there."""
+        held = [
+            entry
+            for key, entry in self.nominations[info.name].items()
+            if key != self.key and int((entry.pod.get("spec") or {}).get("priority") or 0) >= self.priority
+        ]
+        max_pods = info.allocatable.get("pods")
+        too_many = max_pods is not None and len(info.pod_keys) + len(held) + 1 > max_pods
+        short = [
+            name
+            for name, amount in self.request_items
+            if info.requested.get(name, 0) + sum(e.requests.get(name, 0) for e in held) + amount
+            > info.allocatable.get(name, 0)
+        ]
+        return too_many, short
 
     def _placement_failure(self, info: NodeInfo) -> list[str] | None:
         """NodeUnschedulable, NodeName, TaintToleration, NodeAffinity and NodePorts."""
@@ -296,6 +324,23 @@ def feasible_nodes_to_find(node_count: int) -> int:
     return max(MIN_FEASIBLE_NODES, node_count * percentage // 100)
 
 
+def nominated_fit(context: _PodContext, state: ClusterState) -> bool:
+    """Whether the pod goes to its nominated node (``PreferNominatedNode``): it has one and it fits there."""
+    preferred = state.nodes.get(context.nominated_node or "")
+    return preferred is not None and not context.node_name and context.filter(preferred) is None
+
+
+def nominated_node_decision(
+    pod: Mapping[str, Any], requests: Mapping[str, int], state: ClusterState
+) -> Decision | None:
+    """The pod's nominated node when it fits there (before a failure of its equivalence class is reused: a
+    nomination is the one thing that class does not share)."""
+    if nominated_node(pod) is None:
+        return None
+    context = _PodContext(pod, requests, state)
+    return Decision(context.nominated_node) if nominated_fit(context, state) else None
+
+
 def choose_node(pod: Mapping[str, Any], requests: Mapping[str, int], state: ClusterState) -> Decision:
     """Filter nodes, score the feasible ones, and pick the best (ties: node name).
 
@@ -305,6 +350,8 @@ def choose_node(pod: Mapping[str, Any], requests: Mapping[str, int], state: Clus
     checked against every node, so the failure message counts them all.
     """
     context = _PodContext(pod, requests, state)
+    if nominated_fit(context, state):
+        return Decision(context.nominated_node)
     reasons: Counter[str] = Counter()
     best: tuple[float, str] | None = None
     nodes = state.nodes
@@ -340,8 +387,9 @@ def choose_node(pod: Mapping[str, Any], requests: Mapping[str, int], state: Clus
 
 
 def pod_shape_key(pod: Mapping[str, Any], requests: Mapping[str, int]) -> str:
-    """Everything :func:`choose_node` reads of a pod, as a key: two pods with the same key get the same
-    answer from the same cluster state (the pods of one ReplicaSet share one)."""
+    """Everything :func:`choose_node` reads of a pod but its nomination, as a key: two pods with the same key
+    get the same answer from the same cluster state (the pods of one ReplicaSet share one), except that a pod
+    that fits its nominated node goes there (:func:`nominated_node_decision`, asked first)."""
     spec = pod.get("spec") or {}
     meta = pod.get("metadata") or {}
     return repr(
@@ -355,6 +403,7 @@ def pod_shape_key(pod: Mapping[str, Any], requests: Mapping[str, int]) -> str:
             host_ports(pod),
             spec.get("topologySpreadConstraints"),
             spec.get("nodeName"),
+            spec.get("priority"),
         )
     )
 

@@ -18,11 +18,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
+import msgspec
+
 from proto import events as ev
 from proto import registry
 from tenon.domain.nodeclaim import ClaimBook
 from tenon.domain.projection import ClusterProjection, decode_projection, encode_projection
-from tenon.services.scheduler import lifecycle, planner, replacements
+from tenon.services.scheduler import lifecycle, nominations, planner, replacements
 
 ANSWERED_ALONE = (ev.PendingBatch, ev.ReplacementsRequested, ev.NodeClaimAbandoned)
 """Inputs whose answer is about the input itself: each is decided on the state as of itself."""
@@ -55,7 +57,8 @@ class SchedulerDecider:
     def decide(self, state: ClusterProjection, event: ev.Event) -> Sequence[ev.Event]:
         decisions: list[ev.Event] = []
         if isinstance(event, ev.PendingBatch):
-            decisions += planner.plan_batch(state, event).events
+            offered = tuple(nominations.without_own_nomination(state, pod) for pod in event.pods)
+            decisions += planner.plan_batch(state, msgspec.structs.replace(event, pods=offered)).events
         elif isinstance(event, ev.ReplacementsRequested):
             decisions += replacements.plan_replacements(state, event)
         elif isinstance(event, ev.NodeClaimAbandoned):

@@ -17,6 +17,7 @@ this module adds what the decisions need around them in the workload cluster:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -26,10 +27,11 @@ from typing import Any
 from proto import events as ev
 from proto import registry
 from tenon.core.wellknown import INITIALIZED
+from tenon.domain.nodeclaim import NodeClaim
 from tenon.domain.projection import ClusterProjection
 from tenon.runtime.decider import BaseExecutor, Decider, DeciderRuntime, Executor
 from tenon.runtime.eventlog import TransientError
-from tenon.runtime.kube import NODEPOOLS, NODES, Kube, KubeApiError
+from tenon.runtime.kube import NODEPOOLS, NODES, PODS, Kube, KubeApiError
 from tenon.runtime.kube.client import load_kube
 from tenon.runtime.service import (
     CommonSettings,
@@ -39,7 +41,7 @@ from tenon.runtime.service import (
     in_cluster_or,
 )
 from tenon.runtime.settings import setting
-from tenon.services.scheduler import lifecycle
+from tenon.services.scheduler import lifecycle, nominations
 from tenon.services.scheduler.decider import SchedulerDecider
 from tenon.services.scheduler.nodepools import nodepool_status
 from tenon.services.scheduler.objects import NodeClaimObjects
@@ -116,6 +118,8 @@ class SchedulerExecutor(BaseExecutor):
                 patch = patch or {}
                 patch.setdefault("metadata", {}).setdefault("labels", {})[INITIALIZED] = "true"
                 self._labelled_initialized.add(decision.node)
+            if claim is not None:
+                await self._nominate(claim, decision.node)
             if patch:
                 await self._patch_node(decision.node, patch)
         elif isinstance(decision, ev.NodeClaimInitialized):
@@ -152,6 +156,35 @@ class SchedulerExecutor(BaseExecutor):
 
     async def ticked(self, now: datetime) -> None:
         await self.sync_nodepools()
+
+    async def _nominate(self, claim: NodeClaim, node: str) -> None:
+        """Nominate the claim's waiting pods to its Node before the Node loses its unregistered taint (so
+        before any pod can land there): :mod:`.nominations`. Advice only: a pod gone or a refusal is logged
+        and registration goes on."""
+        keys = nominations.pods_to_nominate(self.state, claim, node, datetime.now(UTC))
+        results = await asyncio.gather(
+            *(
+                self.kube.patch(
+                    PODS,
+                    key.split("/", 1)[1],
+                    nominations.nomination_patch(node),
+                    namespace=key.split("/", 1)[0],
+                    subresource="status",
+                )
+                for key in keys
+            ),
+            return_exceptions=True,
+        )
+        failed = {
+            key: str(r)
+            for key, r in zip(keys, results, strict=True)
+            if isinstance(r, BaseException) and not (isinstance(r, KubeApiError) and r.status == 404)
+        }
+        if failed:
+            log.warning(
+                "could not nominate pods to their node",
+                extra={"nodeclaim": claim.name, "node": node, "errors": failed},
+            )
 
     async def _patch_node(self, name: str, patch: dict[str, Any]) -> None:
         try:
