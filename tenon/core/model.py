@@ -12,6 +12,7 @@ Well-known label keys live in :mod:`tenon.core.wellknown`, so all modules spell 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -102,6 +103,20 @@ class PodShape:
     work-out, never a wrong one)."""
 
     __slots__ = ()
+
+
+def by_shape(pods: Iterable[Pod]) -> list[tuple[Pod, int]]:
+    """One pod of each shape among ``pods`` with how many there are of it, shapes in the order they come."""
+    many: dict[PodShape, int] = {}
+    first: dict[PodShape, Pod] = {}
+    for pod in pods:
+        shape = pod.shape
+        if shape in many:
+            many[shape] += 1
+        else:
+            many[shape] = 1
+            first[shape] = pod
+    return [(first[shape], n) for shape, n in many.items()]
 
 
 @dataclass(frozen=True)

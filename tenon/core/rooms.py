@@ -31,6 +31,7 @@ from tenon.core.model import (
     Pod,
     PodShape,
     Taint,
+    by_shape,
     untolerated,
 )
 from tenon.core.requirements import all_allow
@@ -82,18 +83,9 @@ class Room:
         """``pods`` (already on the node) take their room, the pods of one shape in one step: what one pod
         of a shape takes and counts is worked out once per solve (a cluster's bound pods are mostly
         replicas)."""
-        many: dict[PodShape, int] = {}
-        first: dict[PodShape, Pod] = {}
-        for pod in pods:
-            shape = pod.shape
-            if shape in many:
-                many[shape] += 1
-            else:
-                many[shape] = 1
-                first[shape] = pod
         free, counts, limits = self.free, self.counts, self.limits
-        for shape, n in many.items():
-            vec, matches, own_limits = shapes.of(first[shape])
+        for pod, n in by_shape(pods):
+            vec, matches, own_limits = shapes.of(pod)
             for d, amount in enumerate(vec):
                 free[d] -= amount * n
             for sid in matches:

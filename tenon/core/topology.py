@@ -44,9 +44,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from tenon.core.model import Pod, PodAffinityTerm, PodShape, TopologySpread
+from tenon.core.model import Pod, PodAffinityTerm, PodShape, TopologySpread, by_shape
 from tenon.core.requirements import LabelSelector
 from tenon.core.wellknown import HOSTNAME
 
@@ -348,15 +348,8 @@ class DomainRules:
         """The pods on one existing node (bound, nominated to it, bought with it) counted there, the pods of
         one shape in one step through one stand-in (a pod's anti-affinity is only ever checked against
         another pod, and none of these is a pod being placed)."""
-        groups: dict[PodShape, list[Any]] = {}
-        for pod in pods:
-            found = groups.get(pod.shape)
-            if found is None:
-                groups[pod.shape] = [pod, 1]
-            else:
-                found[1] += 1
-        for shape, (pod, n) in groups.items():
-            self.count(self._stand_ins.setdefault(shape, pod), domains, n)
+        for pod, n in by_shape(pods):
+            self.count(self._stand_ins.setdefault(pod.shape, pod), domains, n)
 
     # -- judging one domain ------------------------------------------------------------------------------
     def violation(self, pod: Pod, key: str, dom: str | None, counted_in: Sequence[str]) -> str:
