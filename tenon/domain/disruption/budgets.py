@@ -49,7 +49,7 @@ MACROS = {
 }
 _NODES = re.compile(r"(?:100|[0-9]{1,2})%|[0-9]{1,9}")
 _BUDGET_DURATION = re.compile(r"(?:[0-9]+h)?(?:[0-9]+m)?(?:0s)?")
-_LOOKBACK_LIMIT = timedelta(days=366 * 100)
+LOOKBACK_LIMIT = timedelta(days=366 * 100)
 """How far back a schedule is searched at most: every valid cron expression matches within a century, so a
 longer duration is active exactly when this one is (and ``datetime`` stays in range)."""
 
@@ -72,7 +72,7 @@ class Budget:
     def active(self, now: datetime) -> bool:
         if self.schedule is None or self.duration is None:
             return True
-        checkpoint = now - min(self.duration, _LOOKBACK_LIMIT)
+        checkpoint = now - min(self.duration, LOOKBACK_LIMIT)
         return next(CronSim(MACROS.get(self.schedule, self.schedule), checkpoint)) <= now
 
     def limit(self, total: int) -> int:

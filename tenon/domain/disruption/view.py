@@ -88,7 +88,8 @@ def tolerates_disrupted(pod: Mapping[str, Any]) -> bool:
     return False
 
 
-def _started(pod: Mapping[str, Any]) -> datetime | None:
+def pod_started(pod: Mapping[str, Any]) -> datetime | None:
+    """``status.startTime``, if the pod has one (``karpenter.sh/do-not-disrupt`` durations count from it)."""
     raw = (pod.get("status") or {}).get("startTime")
     if isinstance(raw, datetime):
         return raw
@@ -122,7 +123,7 @@ def do_not_disrupt_active(obj: Mapping[str, Any], since: datetime | None, now: d
 
 def pod_do_not_disrupt(pod: Mapping[str, Any], now: datetime) -> bool:
     """Active ``do-not-disrupt`` on an active pod (a finished pod blocks nothing)."""
-    return is_active(pod) and do_not_disrupt_active(pod, _started(pod), now)
+    return is_active(pod) and do_not_disrupt_active(pod, pod_started(pod), now)
 
 
 def is_evictable(pod: Mapping[str, Any], now: datetime) -> bool:
@@ -130,7 +131,7 @@ def is_evictable(pod: Mapping[str, Any], now: datetime) -> bool:
         is_active(pod)
         and not is_mirror(pod)
         and not tolerates_disrupted(pod)
-        and not do_not_disrupt_active(pod, _started(pod), now)
+        and not do_not_disrupt_active(pod, pod_started(pod), now)
     )
 
 

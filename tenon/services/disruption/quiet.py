@@ -21,17 +21,16 @@ from cronsim import CronSim
 
 from tenon.core.wellknown import DO_NOT_DISRUPT
 
-# _LOOKBACK_LIMIT and _started: read exactly as Budget.active and the pod checks read them (private in the
-# domain; they would be public names there, which is not this package's to edit)
-from tenon.domain.disruption.budgets import _LOOKBACK_LIMIT, MACROS, read_budgets
+# LOOKBACK_LIMIT and pod_started: read exactly as Budget.active and the pod checks read them
+from tenon.domain.disruption.budgets import LOOKBACK_LIMIT, MACROS, read_budgets
 from tenon.domain.disruption.candidates import NOMINATION_TTL, consolidate_after, expire_after
 from tenon.domain.disruption.view import (
     ClaimFacts,
     ClusterView,
     KubeObject,
-    _started,
     do_not_disrupt_until,
     meta,
+    pod_started,
     spec,
 )
 from tenon.domain.projection import PENDING_TTL, ClusterProjection
@@ -82,7 +81,7 @@ def _budget_windows(nodepools: Mapping[str, KubeObject], now: datetime) -> Itera
             if budget.schedule is None or budget.duration is None:
                 continue
             expression = MACROS.get(budget.schedule, budget.schedule)
-            lookback = min(budget.duration, _LOOKBACK_LIMIT)  # as Budget.active looks back
+            lookback = min(budget.duration, LOOKBACK_LIMIT)  # as Budget.active looks back
             yield next(CronSim(expression, now))
             yield next(CronSim(expression, now - lookback)) + lookback
 
@@ -116,7 +115,7 @@ def _pod_moments(view: ClusterView) -> Iterator[datetime]:
         for pod in pods:
             annotations = (pod.get("metadata") or {}).get("annotations")
             if annotations and DO_NOT_DISRUPT in annotations:
-                yield from _do_not_disrupt_ends(pod, _started(pod))
+                yield from _do_not_disrupt_ends(pod, pod_started(pod))
 
 
 def _pending_moments(projection: ClusterProjection) -> Iterator[datetime]:
