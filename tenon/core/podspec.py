@@ -250,14 +250,65 @@ def parse_pod_spec(
     )
 
 
-class SpecCache:
-    """Pods parsed once per identical (namespace, labels, spec): a replica is the cached pod renamed.
+_READ_WHOLE = ("nodeSelector", "affinity", "tolerations", "topologySpreadConstraints", "overhead")
+_READ_OF_ITEMS = {
+    "containers": ("resources", "ports"),
+    "initContainers": ("resources", "restartPolicy"),
+    "volumes": ("persistentVolumeClaim", "ephemeral"),
+}
 
-    The key is the spec's exact encoding (msgpack keeps types apart: ``1`` and ``"1"``, ``1`` and ``True``),
-    so two specs share a parse only when they are the same data; a spec that cannot be encoded is parsed
-    every time. A bound pod's ``nodeName`` (a string) is left out of the key and set on the copy: the replicas
-    of a workload are spread over many nodes, and a scheduler rebuilt from a snapshot parses every bound pod
-    of the cluster once. At most :data:`SIZE` specs are kept, the least recently used going first.
+
+def what_is_read(spec: dict[str, Any]) -> dict[str, Any]:
+    """The part of a pod ``spec`` that :func:`parse_pod_spec` reads, its ``nodeName`` aside: every field it
+    reads kept where it is (list items stay at their index, a value of the wrong type stays as it is), so
+    parsing this gives the same pod, or the same error, as parsing ``spec``. The rest (images, env, probes,
+    mounts, the service account token volume a pod gets named at random, a DaemonSet pod's ``matchFields``
+    on its own node's name, which scheduling does not read) would make the spec of every replica differ.
+    Keep it in step with what the parser reads."""
+    out = {key: spec[key] for key in _READ_WHOLE if key in spec}
+    for key, fields in _READ_OF_ITEMS.items():
+        items = spec.get(key)
+        if type(items) is list:
+            out[key] = [_item_read(item, fields) for item in items]
+        elif key in spec:
+            out[key] = items
+    if "affinity" in out:
+        out["affinity"] = _without_match_fields(out["affinity"])
+    return out
+
+
+def _item_read(item: Any, fields: tuple[str, ...]) -> Any:
+    if type(item) is not dict:
+        return item
+    found = {field: item[field] for field in fields if field in item}
+    if "ephemeral" in found and "name" in item:  # a generic ephemeral volume's claim is named after it
+        found["name"] = item["name"]
+    return found
+
+
+def _without_match_fields(affinity: Any) -> Any:
+    """``affinity`` without the ``matchFields`` of its required node terms (never read; a DaemonSet pod's
+    name its node), when it is laid out as Kubernetes lays it out; else as it is."""
+    node_aff = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    required = node_aff.get(RD) if isinstance(node_aff, dict) else None
+    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+    if not isinstance(terms, list) or not any(isinstance(t, dict) and "matchFields" in t for t in terms):
+        return affinity
+    assert isinstance(node_aff, dict) and isinstance(required, dict)
+    kept = [{k: v for k, v in t.items() if k != "matchFields"} if isinstance(t, dict) else t for t in terms]
+    return {**affinity, "nodeAffinity": {**node_aff, RD: {**required, "nodeSelectorTerms": kept}}}
+
+
+class SpecCache:
+    """Pods parsed once per identical (namespace, labels, what scheduling reads of the spec): a replica is
+    the cached pod renamed.
+
+    The key is the exact encoding of what is read (:func:`what_is_read`; msgpack keeps types apart: ``1``
+    and ``"1"``, ``1`` and ``True``), so two specs share a parse only when what is read of them is the same
+    data; one that cannot be encoded is parsed every time. A bound pod's ``nodeName`` (a string) is left out
+    of the key and set on the copy: the replicas of a workload are spread over many nodes, and a scheduler
+    rebuilt from a snapshot parses every bound pod of the cluster once. At most :data:`SIZE` specs are kept,
+    the least recently used going first.
     """
 
     SIZE = 4096
@@ -269,11 +320,15 @@ class SpecCache:
     def pod(
         self, ctx: Ctx, namespace: str, name: str, labels: dict[str, str], spec: Any, field: str, **extra: str
     ) -> Pod:
-        node = spec.get("nodeName") if isinstance(spec, dict) else None
-        if isinstance(node, str):
-            spec = {k: v for k, v in spec.items() if k != "nodeName"}
-        else:
-            node = None  # absent, or not a string: parsed (and refused) with the rest
+        node = None
+        if type(spec) is dict:
+            node = spec.get("nodeName")
+            read = what_is_read(spec)
+            if isinstance(node, str):
+                spec = read
+            else:  # absent, or not a string: parsed (and refused) with the rest
+                spec = {**read, "nodeName": node} if "nodeName" in spec else read
+                node = None
         try:
             key = self._encode((ctx.kind, namespace, labels, spec, field, extra))
         except (TypeError, ValueError, OverflowError):  # not plain data (a YAML timestamp, a set...)
