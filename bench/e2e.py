@@ -120,6 +120,10 @@ SANDBOX_WAIT_S = {
 }
 """The fast profile's own waits inside each hop (seconds)."""
 ALL_RUNNING_TARGET_S = 5.0
+LEFTOVER_SHARE_TARGET = 0.02
+"""Issue 10: claims bought for pods the kube-scheduler placed otherwise than planned, as a share of claims."""
+EVERY_CLAIM_TARGET_S = 3.0
+"""Issue 10: last Unschedulable -> every claim planned, the claims for such leftovers included."""
 HOP_TARGET_S = 1.0
 """Each hop's p99 may exceed the sandbox's own wait in it by this much (issue 16)."""
 SCALE_TO_ZERO_TARGET_S = 30.0
@@ -899,6 +903,8 @@ def provisioning_targets(p: dict[str, Any]) -> list[Target]:
             and p["last_unschedulable_to_first_wave_planned_s"] < PLANNING_TARGET_S,
         ),
     ]
+    targets += _plan_kept_targets(p)
+    targets += _plan_kept_targets(p)
     for hop in HOPS:
         figures = p["hops"].get(hop)
         if not figures:
@@ -913,6 +919,27 @@ def provisioning_targets(p: dict[str, Any]) -> list[Target]:
             )
         )
     return targets
+
+
+def _plan_kept_targets(p: dict[str, Any]) -> list[Target]:
+    """Issue 10: the plan the kube-scheduler keeps (few claims bought afterwards, and soon)."""
+    leftovers, claims = p["claims_for_pods_offered_again"], p["claims"]
+    share = leftovers / claims if claims else 0.0
+    every = p["last_unschedulable_to_all_planned_s"]
+    return [
+        Target(
+            "claims bought for pods the kube-scheduler placed otherwise (share of claims)",
+            f"<= {LEFTOVER_SHARE_TARGET:.0%}",
+            f"{leftovers} of {claims} ({share:.1%})",
+            share <= LEFTOVER_SHARE_TARGET,
+        ),
+        Target(
+            "last Unschedulable -> every claim planned, leftovers included",
+            f"<= {EVERY_CLAIM_TARGET_S:.0f} s",
+            f"{every:.3f} s",
+            every <= EVERY_CLAIM_TARGET_S,
+        ),
+    ]
 
 
 def scale_to_zero_targets(s: dict[str, Any]) -> list[Target]:

@@ -24,7 +24,7 @@ from proto import events as ev
 from proto import registry
 from tenon.domain.nodeclaim import ClaimBook
 from tenon.domain.projection import ClusterProjection, decode_projection, encode_projection
-from tenon.services.scheduler import lifecycle, nominations, planner, replacements
+from tenon.services.scheduler import lifecycle, nominations, planner, reoffers, replacements
 
 ANSWERED_ALONE = (ev.PendingBatch, ev.ReplacementsRequested, ev.NodeClaimAbandoned)
 """Inputs whose answer is about the input itself: each is decided on the state as of itself."""
@@ -57,7 +57,10 @@ class SchedulerDecider:
     def decide(self, state: ClusterProjection, event: ev.Event) -> Sequence[ev.Event]:
         decisions: list[ev.Event] = []
         if isinstance(event, ev.PendingBatch):
-            offered = tuple(nominations.without_own_nomination(state, pod) for pod in event.pods)
+            offered = tuple(
+                nominations.without_own_nomination(state, pod)
+                for pod in reoffers.to_plan_again(state, event.pods, event.window_opened_at)
+            )
             decisions += planner.plan_batch(state, msgspec.structs.replace(event, pods=offered)).events
         elif isinstance(event, ev.ReplacementsRequested):
             decisions += replacements.plan_replacements(state, event)
