@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -95,6 +96,25 @@ def test_pods_still_pending_join_again_exactly_at_their_rebatch_time() -> None:
     assert b.window_size == 0
     [again] = b.poll(T0 + 40 * S)  # it joined at T0+31 s, and that window closed 1 s later
     assert (again.uids, again.opened_at, again.closed_at) == (("a",), T0 + 31 * S, T0 + 32 * S)
+
+
+def test_a_pod_still_pending_is_offered_again_ever_more_rarely_until_it_stops_pending() -> None:
+    b = batcher(rebatch=5.0)
+    b.pod_pending("a", pod("a"), T0)
+    offers: list[int] = []
+    while len(offers) < 9:  # every deadline in turn: a window opens, closes 1 s later, the pod waits
+        deadline = b.next_deadline()
+        assert deadline is not None
+        offers += [(batch.opened_at - T0) // S for batch in b.poll(deadline)]
+    # first batch at T0 (closed 1 s idle later), then 5, 10, 20, ... s after each, capped at 5 s x 64
+    gaps = [later - earlier for earlier, later in itertools.pairwise(offers)]
+    assert gaps == [6, 11, 21, 41, 81, 161, 321, 321]
+    b.poll(T0 + 2000 * S)  # the offers until then
+    b.pod_not_pending("a", T0 + 2000 * S)
+    b.pod_pending("a", pod("a", 2), T0 + 2001 * S)  # pending again later: a fresh start
+    [fresh] = b.poll(T0 + 2002 * S)
+    [again] = b.poll(T0 + 2010 * S)
+    assert again.opened_at - fresh.closed_at == 5 * S
 
 
 def test_pods_remembered_from_the_log_wait_for_their_rebatch_time() -> None:

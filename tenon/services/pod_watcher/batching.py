@@ -19,7 +19,12 @@ Rules
   only pods still pending when its window closes. A window left empty closes without a batch.
 * Every pod of a closed batch remembers when it was batched. If it is still pending ``rebatch`` later it joins
   a window again, at that moment. The scheduler counts in-flight NodeClaims, so offering a pod again never
-  buys twice; it is the safety net for claims that were abandoned or for a batch the scheduler never saw. Its
+  buys twice; it is the safety net for claims that were abandoned or for a batch the scheduler never saw.
+  Each further offer of a pod still pending waits twice as long as the one before, up to
+  ``2**REBATCH_DOUBLINGS`` times ``rebatch`` (5 s -> 5 min 20 s): a pod nothing can run (too big for every
+  pool, a limit reached) is offered every few minutes, not every 5 s, each time a copy of its spec in the
+  log (pending batches were 227 of the 273 MiB the 10,000-pod scale run's log grew by). Capacity arriving
+  still brings every such pod back at once (below). Its
   window waits ``idle`` like any other: on a busy machine the nodes of a wave may still be coming when the
   delay ends, and the kube-scheduler places many of those pods meanwhile (closing it at once offered 900 of
   1,000 pods again instead of 25, and planning them held back the registrations).
@@ -125,6 +130,10 @@ class _Window:
     """uid -> index in ``arrivals`` of its join while it is in the window."""
 
 
+REBATCH_DOUBLINGS = 6
+"""How many times a pod's re-batch delay doubles at most (see the module docstring)."""
+
+
 class PendingBatcher:
     """The pending pods the service knows, the open window, and when each batched pod may be offered again."""
 
@@ -146,6 +155,8 @@ class PendingBatcher:
         self._window: _Window | None = None
         self._closed: list[Batch] = []
         self._batched_at: dict[str, Micros] = {}
+        self._offers: dict[str, int] = {}
+        """Times each pod was batched while pending without a break (its re-batch delay doubles with each)."""
         self._rebatch_due: list[
             tuple[Micros, str]
         ] = []  # heap; entries whose time no longer matches are stale
@@ -175,7 +186,7 @@ class PendingBatcher:
             self._window.pods[uid] = pod
             return
         batched_at = self._batched_at.get(uid)
-        if batched_at is not None and now < batched_at + self.rebatch:
+        if batched_at is not None and now < batched_at + self._rebatch_delay(uid):
             return  # batched recently: it joins at its re-batch time (see advance)
         self._join(uid, pod, now)
 
@@ -183,6 +194,7 @@ class PendingBatcher:
         """The pod was bound, deleted or stopped being eligible at ``now``."""
         now = self.advance(now)
         self._pending.pop(uid, None)
+        self._offers.pop(uid, None)
         batched = self._batched_at.pop(uid, None)
         if self._capacity_at is not None and batched is not None and batched < self._capacity_at:
             self._placed_at = now  # the kube-scheduler is still placing them: the re-offer waits
@@ -201,6 +213,7 @@ class PendingBatcher:
             self.pod_not_pending(uid, now)
         for uid in [uid for uid in self._batched_at if uid not in pods]:
             del self._batched_at[uid]  # remembered from the log, but not pending any more
+            self._offers.pop(uid, None)
         for uid, pod in pods.items():
             self.pod_pending(uid, pod, now)
 
@@ -215,7 +228,8 @@ class PendingBatcher:
         for uid in uids:
             if at > self._batched_at.get(uid, -1):
                 self._batched_at[uid] = at
-                heapq.heappush(self._rebatch_due, (at + self.rebatch, uid))
+                self._offers[uid] = self._offers.get(uid, 0) + 1
+                heapq.heappush(self._rebatch_due, (at + self._rebatch_delay(uid), uid))
 
     # --- time -----------------------------------------------------------------------------------------------
 
@@ -331,13 +345,18 @@ class PendingBatcher:
             )
         )
 
+    def _rebatch_delay(self, uid: str) -> Micros:
+        """``rebatch`` after a pod's first batch, doubling with each further one, up to
+        ``2**REBATCH_DOUBLINGS`` times it."""
+        return self.rebatch << min(max(self._offers.get(uid, 1) - 1, 0), REBATCH_DOUBLINGS)
+
     def _next_rebatch(self) -> Micros | None:
         # drop stale heap entries: pods forgotten, or batched again since the entry was pushed. A pod
         # remembered from the log but not seen yet keeps its entry: it may still turn up pending before then
         while self._rebatch_due:
             due, uid = self._rebatch_due[0]
             batched_at = self._batched_at.get(uid)
-            if batched_at is not None and due == batched_at + self.rebatch:
+            if batched_at is not None and due == batched_at + self._rebatch_delay(uid):
                 return due
             heapq.heappop(self._rebatch_due)
         return None
