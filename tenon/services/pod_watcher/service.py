@@ -113,7 +113,7 @@ class PodWatcherSettings(CommonSettings):
     rebatch: float = setting(
         "TENON_REBATCH",
         5.0,
-        "offer a pod still pending this long after its batch again (the scheduler never buys twice)",
+        "offer a pod still pending this long after its batch again, then twice as long each time (up to 64x)",
         kind="duration",
         minimum=0.001,
     )
