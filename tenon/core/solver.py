@@ -37,7 +37,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from tenon.core.catalog import instance_types_for_node_pool
-from tenon.core.model import ClusterInput, InstanceType, NodePool, Pod
+from tenon.core.model import ClusterInput, InstanceType, NodePool, Pod, PodShape
 from tenon.core.newnodes import ClaimMaker, MinValuesSplitter, pack_pool
 from tenon.core.packing import Bin, PackClass
 from tenon.core.plan import ExistingPlacement, NominatedPod, Plan, PlannedNodeClaim, Unschedulable
@@ -104,24 +104,27 @@ def _domains_of(template: Template, offers: Iterable[OfferKey], key: str) -> set
 
 class _Running:
     """The bound pods of one solve, sorted out in one pass for all its rounds (a round relaxes or sets aside
-    pending pods only): by node, those with hostname rules of their own (by key, so the plan does not depend
-    on the order the pods came in), those naming a topology key; and the keys of the other pods."""
+    pending pods only): by node; one of each shape with hostname rules of its own (the first by key, all by
+    key, so the plan does not depend on the order the pods came in: registering a pod of a shape registered
+    already adds nothing); those naming a topology key; and the keys of the other pods."""
 
     def __init__(self, pods: Iterable[Pod]) -> None:
         self.on_node: dict[str, list[Pod]] = defaultdict(list)
         self.topology: list[Pod] = []
         self.unbound: list[str] = []
-        restricting = []
+        restricting: dict[PodShape, Pod] = {}  # the first pod of each shape by key: what registers its rules
         for pod in pods:
             if not pod.node_name:
                 self.unbound.append(pod.key)
                 continue
             self.on_node[pod.node_name].append(pod)
             if not pod.limits_nothing:
-                restricting.append(pod)
+                first = restricting.get(pod.shape)
+                if first is None or pod.key < first.key:
+                    restricting[pod.shape] = pod
             if not pod.topology_free:
                 self.topology.append(pod)
-        self.restricting = sorted(restricting, key=lambda p: p.key)
+        self.restricting = sorted(restricting.values(), key=lambda p: p.key)
 
 
 class _Solve:

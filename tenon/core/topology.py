@@ -76,18 +76,50 @@ def scope_of(term: PodAffinityTerm) -> ScopedSelector:
     return term_scope(term.selector, term.namespaces, term.all_namespaces)
 
 
+class _Scope:
+    """The selectors of one namespace (or of every namespace), by a label a pod needs to match them (the first
+    of their ``matchLabels``), so a pod is checked against the few it may match, not against all of them."""
+
+    def __init__(self) -> None:
+        self.by_label: dict[tuple[str, str], list[int]] = defaultdict(list)
+        self.others: list[int] = []
+
+    def add(self, sid: int, selector: LabelSelector) -> None:
+        if selector.nothing:
+            return  # selects no pod
+        if selector.match_labels:
+            self.by_label[selector.match_labels[0]].append(sid)
+        else:
+            self.others.append(sid)
+
+    def candidates(self, labels: Mapping[str, str], into: list[int]) -> None:
+        into += self.others
+        for pair in labels.items():
+            found = self.by_label.get(pair)
+            if found:
+                into += found
+
+
 class SelectorIndex:
-    """Numbers selectors and answers "which of them does this pod match", cached by namespace and labels."""
+    """Numbers selectors and answers "which of them does this pod match", cached by namespace and labels.
+
+    A pod is checked only against the selectors of its namespace (or of every namespace) that it carries the
+    first required label of: a cluster's bound pods would otherwise each be checked against every spread and
+    affinity selector of the cluster (measured: 100 million checks for 10,000 pods of 10,000 workloads)."""
 
     def __init__(self) -> None:
         self.ids: dict[ScopedSelector | tuple[str, int, str], int] = {}
         self.selectors: list[ScopedSelector | tuple[str, int, str]] = []
+        self._scopes: dict[str | None, _Scope] = defaultdict(_Scope)  # namespace (None: all) -> selectors
         self._cache: dict[tuple[str, frozenset[tuple[str, str]]], tuple[int, ...]] = {}
 
     def add(self, sel: ScopedSelector | tuple[str, int, str]) -> int:
         if sel not in self.ids:
-            self.ids[sel] = len(self.selectors)
+            sid = self.ids[sel] = len(self.selectors)
             self.selectors.append(sel)
+            if isinstance(sel, ScopedSelector):
+                for namespace in (None,) if sel.namespaces is None else sel.namespaces:
+                    self._scopes[namespace].add(sid, sel.selector)
             self._cache.clear()
         return self.ids[sel]
 
@@ -95,9 +127,12 @@ class SelectorIndex:
         key = (pod.namespace, pod.label_set)
         found = self._cache.get(key)
         if found is None:
-            found = tuple(
-                i for i, s in enumerate(self.selectors) if isinstance(s, ScopedSelector) and s.matches(pod)
-            )
+            candidates: list[int] = []
+            for namespace in (pod.namespace, None):
+                scope = self._scopes.get(namespace)
+                if scope is not None:
+                    scope.candidates(pod.labels, candidates)
+            found = tuple(i for i in sorted(candidates) if self._selects(i, pod))
             self._cache[key] = found
         ports = tuple(
             self.ids[("port", p.port, p.protocol)]
@@ -105,6 +140,10 @@ class SelectorIndex:
             if ("port", p.port, p.protocol) in self.ids
         )
         return found + ports if ports else found
+
+    def _selects(self, sid: int, pod: Pod) -> bool:
+        sel = self.selectors[sid]
+        return isinstance(sel, ScopedSelector) and sel.selector.matches(pod.labels)
 
     def describe(self, sid: int) -> str:
         sel = self.selectors[sid]
@@ -232,9 +271,11 @@ _NO_RULES = _KeyRules([], [], [], [])
 def domain_keys(pods: Iterable[Pod]) -> list[str]:
     """Every topology key (but the hostname) some pod's spread or (anti-)affinity names, sorted."""
     keys: set[str] = set()
+    seen: set[PodShape] = set()
     for pod in pods:
-        if pod.topology_free:
+        if pod.topology_free or pod.shape in seen:
             continue
+        seen.add(pod.shape)
         keys.update(t.topology_key for t in pod.topology_spread)
         keys.update(t.topology_key for t in (*pod.pod_affinity, *pod.pod_anti_affinity))
         keys.update(
@@ -262,9 +303,11 @@ class DomainRules:
         self._rules: dict[int, dict[str, _KeyRules]] = {}
         self._matches: dict[int, tuple[int, ...]] = {}  # by pod: they live as long as the solve
         if self.keys:
+            seen: set[PodShape] = set()
             for pod in pods:
-                if pod.topology_free:  # names no key: nothing to register
+                if pod.topology_free or pod.shape in seen:  # nothing to register, or registered already
                     continue
+                seen.add(pod.shape)
                 for key in self.keys:
                     self._register(pod, key)
         self.counts: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
