@@ -27,7 +27,11 @@ Steps, each in its own module:
 A pod that cannot run has its soft constraints relaxed one step (:mod:`.relax`, Karpenter's ladder) and the
 plan is made again; so is one that was pinned to a domain and then found no room (the spreads it was counted
 in would be wrong), set aside with its reason. No I/O, no clocks, no randomness: the same input gives the
-same plan (lists are sorted before output).
+same plan (lists are sorted before output), whatever order the bound pods come in.
+
+Bound pods, most of a large cluster's input, are sorted out once for every round of a solve, and what each
+takes, matches and limits is worked out once per shape (:class:`~tenon.core.model.PodShape`: the replicas of
+one spec), so they cost a pass, not a parse-sized work-out each.
 """
 
 from __future__ import annotations

@@ -12,6 +12,11 @@ must expect.
 
 ``apply`` mutates in place and returns the projection (a replay holds one projection and folds the whole range
 into it; copying thousands of objects per event would cost more than the decisions).
+
+Besides the facts it keeps what the scheduling core read of them, parsed when first needed and dropped when
+the fact changes (objects by kind and key, Nodes as a booting claim or a registration leaves them, running
+pods by node), so a decision on a large, mostly unchanged cluster parses and gathers only what changed.
+Those are derived: snapshots leave them out (:func:`encode_projection`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """From a PendingBatch and the projection to NodeClaims (pure): the scheduler's main decision.
 
 Every object is parsed once, when first needed after it changed (:meth:`ClusterProjection.parse` keeps what
-the scheduling core read of it), and a plan assembles the parts (:func:`tenon.core.assemble`), so planning a
-batch costs what the batch adds, not the cluster's size in parsing:
+the scheduling core read of it; :meth:`ClusterProjection.running_pods` keeps the running pods parsed, by
+node), and a plan assembles the parts (:func:`tenon.core.assemble`), so planning a batch costs what the
+batch adds, not the cluster's size in parsing:
 
 * NodePools, NodeClasses, DaemonSets as last snapshotted; Nodes and their bound pods as last observed; a Node
   still booting for one of tenon's claims is judged without its startup and ephemeral taints (they go away by
