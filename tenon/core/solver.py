@@ -41,7 +41,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from tenon.core.catalog import instance_types_for_node_pool
-from tenon.core.model import ClusterInput, InstanceType, NodePool, Pod, PodShape
+from tenon.core.model import ClusterInput, InstanceType, NodePool, Pod, PodShape, Toleration
 from tenon.core.newnodes import ClaimMaker, MinValuesSplitter, pack_pool
 from tenon.core.packing import Bin, PackClass
 from tenon.core.plan import ExistingPlacement, NominatedPod, Plan, PlannedNodeClaim, Unschedulable
@@ -171,6 +171,7 @@ class _Solve:
         self._okeys_cache: dict[int, tuple[Feasibility, frozenset[OfferKey]]] = {}
         self._eligible_cache: dict[tuple[object, ...], list[str]] = {}
         self._counted_cache: dict[tuple[object, ...], list[str]] = {}
+        self._avoiding_order: dict[tuple[Toleration, ...], list[Room]] = {}  # of self.rooms
         self.rooms: list[Room] = []
         self.rules = HostnameRules()
         # pods destined to an in-flight claim (or nominated to a Node) occupy its room, so their hostname
@@ -251,7 +252,7 @@ class _Solve:
         outcome = DomainOutcome({}, {}, set())
         left: list[Pod] = []
         for pod in todo:
-            room = self._room_for(pod, rooms, avoiding) if rooms else None
+            room = self._room_for(pod, avoiding) if rooms else None
             if room is not None:
                 room.occupy(pod, self.vec[pod.key], self.rules)
                 room.new_pods.append(pod.key)
@@ -272,12 +273,16 @@ class _Solve:
         self.pinned = set(outcome.pins)
         self.pins = outcome.pins
 
-    def _room_for(self, pod: Pod, rooms: Sequence[Room], avoiding: bool) -> Room | None:
+    def _room_for(self, pod: Pod, avoiding: bool) -> Room | None:
         """The first room ``pod`` may join, rooms with a ``PreferNoSchedule`` taint it does not tolerate
         last."""
-        ordered: Iterable[Room] = rooms
-        if avoiding:
-            ordered = sorted(rooms, key=lambda r: r.avoided_by(pod))
+        ordered: Iterable[Room] = self.rooms
+        if avoiding:  # the order depends on the pod's tolerations alone: sorted once for each set of them
+            found = self._avoiding_order.get(pod.tolerations)
+            if found is None:
+                found = sorted(self.rooms, key=lambda r: r.avoided_by(pod))
+                self._avoiding_order[pod.tolerations] = found
+            ordered = found
         vec = self.vec[pod.key]
         for room in ordered:
             if not room.fits(pod, vec, self.rules):
