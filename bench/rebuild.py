@@ -8,10 +8,17 @@ spread over two weeks of event time. A previous scheduler handled all of it (its
 is at the end).
 
 Then, in the same run, a new scheduler leader (the real :class:`DeciderRuntime` with the scheduler's decider)
-starts twice: first with no snapshot (it folds the whole log), then from the snapshot the first one wrote
-when it stopped. Each time a PendingBatch is published as the leader starts, and the figure is the time from
-start (what follows taking the lease) to that batch's answer being recorded. Target: within 2 s from a
-snapshot.
+starts three times: with no snapshot (it folds the whole log); cold from the snapshot the first one wrote
+when it stopped; and as the warm standby every deployed replica is (:class:`tenon.runtime.service.
+DeciderWork`: rebuilt and warmed before it may campaign, caught up while another leads). Each time a
+PendingBatch is published as the leader starts, and the figure is the time from start (what follows taking
+the lease) to that batch's answer being recorded. Target: within 2 s of taking the lease.
+
+Measured on this 2-core machine (2026-12-02, load about 1.5): whole log 91 s rebuilt / 92.1 s to the first
+decision; cold from the snapshot 0.72 s / 1.61 s; warm standby 0.27 s from the lease to the answer (its
+rebuild and warm-up, 1.44 s, happen before it campaigns). Before this session's changes: 176 s / 187.6 s
+from the whole log and 1.8 s / 8.7 s from the snapshot (each decision read the cluster's 55,000 objects
+again; it now works per pod shape and keeps what it derived between decisions).
 """
 
 from __future__ import annotations
