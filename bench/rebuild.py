@@ -9,8 +9,9 @@ is at the end).
 
 Then, in the same run, a new scheduler leader (the real :class:`DeciderRuntime` with the scheduler's decider)
 starts three times: with no snapshot (it folds the whole log); cold from the snapshot the first one wrote
-when it stopped; and as the warm standby every deployed replica is (:class:`tenon.runtime.service.
-DeciderWork`: rebuilt and warmed before it may campaign, caught up while another leads). Each time a
+when it stopped; and as the warm standby every deployed replica is
+(:class:`tenon.runtime.service.DeciderWork`: rebuilt and warmed before it may campaign, caught up while
+another leads). Each time a
 PendingBatch is published as the leader starts, and the figure is the time from start (what follows taking
 the lease) to that batch's answer being recorded. Target: within 2 s of taking the lease.
 
