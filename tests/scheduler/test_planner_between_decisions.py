@@ -8,7 +8,7 @@ import random
 from typing import Any
 
 from proto import events as ev
-from tenon.core.wellknown import NOT_READY_TAINT
+from tenon.core.wellknown import INITIALIZED, NOT_READY_TAINT
 from tenon.domain.projection import ClusterProjection, decode_projection, encode_projection
 from tenon.services.scheduler.planner import plan_batch
 from tests.scheduler.test_planner import batch, demo_projection, envelope, planned, pod
@@ -151,3 +151,23 @@ def test_a_snapshot_holds_the_facts_only_and_plans_the_same() -> None:
     assert plan_batch(decode_projection(encode_projection(kept)), offered).events == (
         plan_batch(kept, offered).events
     )
+
+
+def test_a_node_whose_claim_stops_booting_is_read_with_every_taint_it_shows() -> None:
+    projection = demo_projection()
+    [claim] = planned(plan_batch(projection, batch("b1", pod("big-0", "3"))).events)
+    projection.apply(claim)
+    projection.apply(
+        build_event(
+            ev.NodeClaimLaunched, "l", nodeclaim=claim.nodeclaim, provider_id="p://1", instance_type="c3-8"
+        )
+    )
+    projection.apply(
+        build_event(ev.NodeClaimRegistered, "r", nodeclaim=claim.nodeclaim, node="n1", provider_id="p://1")
+    )
+    taint = {"key": NOT_READY_TAINT, "effect": "NoSchedule"}
+    spec = {"providerID": "p://1", "taints": [taint]}
+    projection.apply(observed(node("n1", "4", labels={INITIALIZED: "true"}, spec=spec)))
+    assert placed_on(projection, "b2", "1") == ["n1"]  # its claim boots: judged without the taint it sheds
+    projection.apply(build_event(ev.NodeClaimInitialized, "i", nodeclaim=claim.nodeclaim, node="n1"))
+    assert placed_on(projection, "b3", "1") == ["new c3-4"]  # initialized, still showing it: kept off

@@ -198,9 +198,11 @@ def _read_node(projection: ClusterProjection, name: str, node: KubeObject, views
         claim = None  # its observation shows the registration
     if startup is None and claim is None:
         return projection.parse("Node", name, node)
-    # what the view is made of besides the Node (a claim's Planned is never replaced)
+    # what the view is made of besides the Node (a claim's Planned is never replaced); a claim booting
+    # without startup taints still sheds the ephemeral ones, one not booting sheds none
     planned = claim.planned.id if claim is not None and claim.planned is not None else ""
-    variant = f"{claim.name if claim else ''}/{planned}/{','.join(sorted(startup or ()))}"
+    booting = "-" if startup is None else ",".join(sorted(startup))
+    variant = f"{claim.name if claim else ''}/{planned}/{booting}"
     return projection.parse_node_view(name, variant, lambda: _node_view(node, claim, startup))
 
 
