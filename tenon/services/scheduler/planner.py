@@ -201,8 +201,8 @@ def _read_node(projection: ClusterProjection, name: str, node: KubeObject, views
     # what the view is made of besides the Node (a claim's Planned is never replaced); a claim booting
     # without startup taints still sheds the ephemeral ones, one not booting sheds none
     planned = claim.planned.id if claim is not None and claim.planned is not None else ""
-    booting = "-" if startup is None else ",".join(sorted(startup))
-    variant = f"{claim.name if claim else ''}/{planned}/{booting}"
+    booting = None if startup is None else tuple(sorted(startup))
+    variant = repr((claim.name if claim else "", planned, booting))
     return projection.parse_node_view(name, variant, lambda: _node_view(node, claim, startup))
 
 
