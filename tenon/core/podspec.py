@@ -287,8 +287,8 @@ def _item_read(item: Any, fields: tuple[str, ...]) -> Any:
 
 
 def _without_match_fields(affinity: Any) -> Any:
-    """``affinity`` without the ``matchFields`` of its required node terms (never read; a DaemonSet pod's
-    name its node), when it is laid out as Kubernetes lays it out; else as it is."""
+    """``affinity`` without the ``matchFields`` of its required node terms (never read: a DaemonSet pod's
+    name the node it runs on), when it is laid out as Kubernetes lays it out; else as it is."""
     node_aff = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
     required = node_aff.get(RD) if isinstance(node_aff, dict) else None
     terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None

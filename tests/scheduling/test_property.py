@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -129,3 +130,37 @@ def test_every_plan_passes_the_independent_checker(docs: list[dict[str, Any]]) -
 @given(scenarios())
 def test_same_input_same_plan(docs: list[dict[str, Any]]) -> None:
     assert solve(parse(*docs)).to_json() == solve(parse(*docs)).to_json()
+
+
+@st.composite
+def running_pods(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Nodes in three zones and the pods running on them, with rules of their own (hostname and zone
+    spreads, anti-affinity, host ports), in two namespaces."""
+    docs: list[dict[str, Any]] = []
+    for n in range(draw(st.integers(1, 4))):
+        zone = ZONES[n % 3]
+        docs.append(node(f"r{n}", "4", "8Gi", labels={"topology.kubernetes.io/zone": zone}))
+        for b in range(draw(st.integers(0, 4))):
+            app = draw(st.sampled_from(["a", "b"]))
+            spec = draw(rules(app))
+            if draw(st.integers(0, 5)) == 0:
+                spec["containers"] = [
+                    {"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}], "resources": {}}
+                ]
+            namespace = draw(st.sampled_from(["default", "other"]))
+            docs.append(
+                pod(f"run-{n}-{b}", "250m", "256Mi", {"app": app}, namespace, nodeName=f"r{n}", **spec)
+            )
+    return docs
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), running_pods(), st.randoms(use_true_random=False))
+def test_the_order_running_pods_come_in_does_not_change_the_plan(
+    docs: list[dict[str, Any]], running: list[dict[str, Any]], rnd: Any
+) -> None:
+    inputs = parse(*docs, *running)
+    bound = [p for p in inputs.pods if p.node_name]
+    rnd.shuffle(bound)
+    shuffled = replace(inputs, pods=(*bound, *(p for p in inputs.pods if not p.node_name)))
+    assert solve(shuffled).to_json() == solve(inputs).to_json()
