@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import copy
 from datetime import timedelta
+from typing import Any
 
 from proto import events as ev
 from tenon.domain.disruption.drift import template_hash
 from tenon.domain.disruption.whatif import run
 from tenon.services.disruption.decider import DisruptionDecider
+from tenon.services.disruption.orchestration import REQUEST_AGAIN_AFTER
+from tenon.services.disruption.projection_view import DisruptionState
 from tests.disruption.clusters import NOW, SIZES, catalog, node, nodepool, pod
 from tests.support.events import T0, build_event
 
@@ -46,7 +49,8 @@ def test_expiration_is_forceful_whatever_the_budget() -> None:
     assert [(p["method"], p["candidates"]) for p in played] == [("expiration", ["aged"])]
 
 
-def test_the_service_notices_a_template_change_and_replaces_the_node_before_draining_it() -> None:
+def drifting_cluster() -> tuple[DisruptionDecider, DisruptionState, dict[str, Any]]:
+    """One node of a WhenEmpty pool, its pod and its claim through Initialized, as the service folds them."""
     pool = nodepool(budgets=[{"nodes": "100%"}], consolidationPolicy="WhenEmpty")
     decider = DisruptionDecider()
     state = decider.initial_state()
@@ -79,6 +83,11 @@ def test_the_service_notices_a_template_change_and_replaces_the_node_before_drai
     ]
     for event in facts:
         state = decider.evolve(state, event)
+    return decider, state, pool
+
+
+def test_the_service_notices_a_template_change_and_replaces_the_node_before_draining_it() -> None:
+    decider, state, pool = drifting_cluster()
     later = T0 + timedelta(minutes=5)
     assert decider.tick(state, later) == []  # nothing drifted
     relabelled = copy.deepcopy(pool)
@@ -96,3 +105,19 @@ def test_the_service_notices_a_template_change_and_replaces_the_node_before_drai
     for event in decisions:
         state = decider.evolve(state, event)
     assert decider.tick(state, later + timedelta(seconds=1)) == []  # nothing drained before it is Initialized
+
+
+def test_replacements_asked_for_and_never_planned_are_asked_for_again() -> None:
+    """A leader that lost its lease between recording the confirmation and the request left a command
+    waiting for claims nobody had asked for."""
+    decider, state, pool = drifting_cluster()
+    later = T0 + timedelta(minutes=5)
+    relabelled = copy.deepcopy(pool)
+    relabelled["spec"]["template"]["metadata"] = {"labels": {"team": "b"}}
+    state = decider.evolve(state, build_event(ev.NodePoolsSnapshot, "np2", nodepools=(relabelled,)))
+    confirmed, request = decider.tick(state, later)
+    state = decider.evolve(state, confirmed)  # the request itself never reached the log
+    assert decider.tick(state, later + timedelta(seconds=10)) == []  # the scheduler may still be at it
+    [again] = decider.tick(state, later + REQUEST_AGAIN_AFTER)
+    assert isinstance(again, ev.ReplacementsRequested) and again.id == request.id
+    assert again.replacements == request.replacements  # the same claims: the scheduler plans each once

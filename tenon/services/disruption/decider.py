@@ -50,7 +50,7 @@ from tenon.domain.disruption.view import ClusterView, meta
 from tenon.domain.nodeclaim import ClaimBook
 from tenon.services.disruption import interruption, orchestration
 from tenon.services.disruption.due import Quiet, due_index
-from tenon.services.disruption.orchestration import REPLACEMENT_TIMEOUT, SETTLE, request
+from tenon.services.disruption.orchestration import REPLACEMENT_TIMEOUT, REQUEST_AGAIN_AFTER, SETTLE, request
 from tenon.services.disruption.projection_view import (
     Command as Underway,
 )
@@ -404,6 +404,8 @@ class DisruptionDecider:
             why = f"replacement {lost[0].name} ended ({lost[0].phase}) before it was Initialized"
         elif now - underway.decided_at > REPLACEMENT_TIMEOUT:
             why = f"replacements not Initialized within {REPLACEMENT_TIMEOUT}"
+        elif all(c is None for c in claims) and now - underway.decided_at >= REQUEST_AGAIN_AFTER:
+            return orchestration.confirm(state, underway, underway.id, now)  # the request may have been lost
         else:
             return []
         view = build_view(state, now)

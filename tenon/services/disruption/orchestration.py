@@ -5,7 +5,8 @@
    again on the state then: still candidates, still within budgets, the same kind of move at no higher price.
    While a proposal settles no new round starts (Karpenter's loop waits for its validation too).
 2. **Confirmed**: ``stage=confirmed`` (the executor taints the candidates ``karpenter.sh/disrupted``). With
-   replacements, ``ReplacementsRequested`` asks the scheduler for exactly those claims; once every one is
+   replacements, ``ReplacementsRequested`` asks the scheduler for exactly those claims (again after
+   :data:`REQUEST_AGAIN_AFTER` while it has planned none of them); once every one is
    Initialized, each candidate gets ``DisruptionRequested`` (termination drains it). Without replacements
    (a delete, an expiration), ``DisruptionRequested`` at once. Drift is confirmed at once (no settling, as
    Karpenter's drift).
@@ -36,6 +37,12 @@ SETTLE = timedelta(seconds=15)
 REPLACEMENT_TIMEOUT = timedelta(minutes=20)
 """A replacement not Initialized this long after its command was confirmed fails the command (the
 scheduler's own launch and registration timeouts, 5 + 15 minutes, abandon it first)."""
+REQUEST_AGAIN_AFTER = timedelta(seconds=30)
+"""A confirmed command none of whose replacements the scheduler has planned this long after the
+confirmation asks for them again: the request may never have been recorded (the 10,000-pod scale run lost
+one to a leader that lost its lease between recording the confirmation and the request, and 100 nodes
+waited for replacements nobody had asked for). The request keeps its id and the scheduler plans only the
+claims it does not have, so asking again is harmless."""
 
 
 def request(
