@@ -33,9 +33,9 @@ decider's optional ``warm(state)`` builds the caches its first decision would ot
 begins on it folds a short tail and decides at once. From the term on, its consumer alone folds.
 
 A kind of decision that has been seen to take long (on a large cluster, seconds) runs in a worker thread while
-the runtime holds its lock (nothing folds meanwhile): it must not stop the event loop, where the leadership
-lease is renewed, the broker's heartbeats answered and the health endpoint's heartbeat kept. Quick ones stay
-on the loop, where they do not queue for the GIL.
+the runtime holds its lock (nothing folds meanwhile), from then on: it must not stop the event loop, where the
+leadership lease is renewed, the broker's heartbeats answered and the health endpoint's heartbeat kept. Kinds
+never seen to take long stay on the loop, where they do not queue for the GIL.
 
 Executors with inputs from outside the log (a user's ``kubectl delete nodeclaim``) call :meth:`submit`; such
 decisions carry neither causation nor basis, and a replay reports them as external.
@@ -253,6 +253,7 @@ class DeciderRuntime(Generic[S]):
         settings: RuntimeSettings | None = None,
         *,
         claim_gauges: bool = False,
+        long_kinds: set[Hashable] | None = None,
     ) -> None:
         self.decider = decider
         self.executor = executor
@@ -280,7 +281,8 @@ class DeciderRuntime(Generic[S]):
         self._leading = False
         """A term has begun here: its consumer folds from then on, a standby's catch-up no more."""
         self._warmed = False
-        self._long: set[Hashable] = set()
+        self._broken: str | None = None
+        self._long: set[Hashable] = long_kinds if long_kinds is not None else set()
         """Kinds of decision (input types, ``"tick"``) whose last one took long enough to be decided off the
         event loop."""
 
@@ -316,7 +318,18 @@ class DeciderRuntime(Generic[S]):
         return True
 
     async def _rebuild(self) -> int:
-        """Fold the snapshot (first time only) and the log after what is folded; the records folded."""
+        """Fold the snapshot (first time only) and the log after what is folded; the records folded. A
+        rebuild that failed part-way leaves records folded beyond what ``handled`` says, which another pass
+        would fold again: the runtime refuses to go on, and its owner starts a fresh one."""
+        if self._broken is not None:
+            raise RuntimeError(f"{self.name}: an earlier rebuild failed part-way ({self._broken})")
+        try:
+            return await self._fold_log()
+        except BaseException as exc:
+            self._broken = f"{type(exc).__name__}: {exc}"
+            raise
+
+    async def _fold_log(self) -> int:
         started = time.perf_counter()
         warm = self.rebuilt.is_set()
         source = "warm standby" if warm else await self._load_snapshot()
@@ -656,14 +669,15 @@ class DeciderRuntime(Generic[S]):
 
     async def _decided(self, kind: Hashable, decide: Callable[[], list[ev.Event]]) -> list[ev.Event]:
         """``decide()`` on the event loop while decisions of its kind are quick; in a worker thread once one
-        took :data:`LONG_DECISION_S` of CPU, until one takes a fifth of that again. A thread costs every
-        decision a wait for the GIL while the loop is busy (a convoy of small ones adds up to seconds); a
-        long decision on the loop stops the lease renewal, the broker's heartbeats and the health heartbeat
-        (the scale run lost the scheduler's lease again and again at 10,000 pods, each loss a rebuild)."""
+        took :data:`LONG_DECISION_S` of CPU, and from then on. A thread costs every decision a wait for the
+        GIL while the loop is busy (a convoy of small ones adds up to seconds); a long decision on the loop
+        stops the lease renewal, the broker's heartbeats and the health heartbeat (the scale run lost the
+        scheduler's lease again and again at 10,000 pods, each loss a rebuild). Once long, always: a kind's
+        cost can swing from microseconds to seconds (disruption's idle tick and its consolidation round), so
+        a quick one says nothing of the next; going back to the loop after quick ones lost the disruption
+        lease at its first round of the scale run's scale-down."""
         if kind in self._long:
             decisions, cpu = await asyncio.to_thread(_timed, decide)
-            if cpu < LONG_DECISION_S / 5:
-                self._long.discard(kind)
         else:
             decisions, cpu = _timed(decide)
             if cpu >= LONG_DECISION_S:

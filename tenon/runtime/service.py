@@ -24,7 +24,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -182,6 +182,9 @@ class ServiceContext:
     """The runtime a standby keeps caught up for this replica's next term (see :class:`DeciderWork`)."""
     leading: bool = False
     """A term of this replica is under way (its standby steps aside)."""
+    long_kinds: set[Hashable] = field(default_factory=set)
+    """Kinds of decision seen to take long in any of this replica's runtimes: decided off the event loop in
+    every later one too (:meth:`DeciderRuntime._decided`)."""
 
     def readiness(self, name: str, check: Callable[[], tuple[bool, str]]) -> None:
         if self.observability is not None:
@@ -243,6 +246,7 @@ class DeciderWork(Generic[SettingsT]):
             ctx.event_log,
             settings.runtime(self.tick_seconds(settings)),
             claim_gauges=self.claim_gauges,
+            long_kinds=ctx.long_kinds,
         )
 
     async def __call__(self, ctx: ServiceContext, settings: SettingsT) -> None:
@@ -275,13 +279,15 @@ class DeciderWork(Generic[SettingsT]):
                 await asyncio.wait_for(ctx.stopping.wait(), interval)
 
     async def _standby_step(self, ctx: ServiceContext, settings: SettingsT) -> None:
-        runtime = ctx.warm or self._runtime(ctx, settings, BaseExecutor())
+        """One catch-up. The runtime is offered to a term before it starts (a term that begins meanwhile takes
+        it and waits for the step, rather than rebuilding a second state beside it)."""
+        runtime = ctx.warm = ctx.warm or self._runtime(ctx, settings, BaseExecutor())
         try:
-            if await runtime.catch_up() and not ctx.leading:
-                ctx.warm = runtime
-        except Exception as exc:  # the broker away: the next step (or the term) tries again
+            await runtime.catch_up()
+        except Exception as exc:  # the broker away: the next step (or the term) starts afresh
             log.warning("standby could not catch up", extra={"service": ctx.name, "error": str(exc)})
-            ctx.warm = None
+            if ctx.warm is runtime:
+                ctx.warm = None
 
 
 def decider_work(

@@ -3,6 +3,7 @@ stories, tick with a basis a replay can follow, and never decide the same input 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import threading
@@ -19,10 +20,11 @@ from tenon.domain.projection import ClusterProjection, encode_projection
 from tenon.runtime.decider import LONG_DECISION_S, BaseExecutor
 from tenon.runtime.eventlog.memory import InMemoryEventLog
 from tenon.runtime.replay import replay
+from tenon.runtime.service import CommonSettings, ServiceContext, decider_work
 from tenon.services.scheduler.decider import SchedulerDecider
 from tests.support.events import build_event
 from tests.support.objects import demo_facts, pending_batch, pending_pod
-from tests.support.services import caught_up, running
+from tests.support.services import caught_up, no_io, running
 from tests.support.waiting import until
 
 
@@ -166,4 +168,59 @@ async def test_a_kind_of_decision_seen_to_take_long_leaves_the_event_loop_free()
         decider.answer.set()  # the loop ran while the decision was waiting
         await until(lambda: caught_up(runtime), what="the second batch planned")
         assert len(planned_claims(runtime.state)) == 2
+    assert decider.answered_in_time == [True]
+
+
+class LongQuickThenWaiting(SchedulerDecider):
+    """Batch 1 takes long (CPU), batch 2 is quick, batch 3 is planned only once something on the event loop
+    has answered it: a kind's cost swings (disruption's idle tick, then its consolidation round)."""
+
+    def __init__(self, waiting_from: int = 3) -> None:
+        super().__init__()
+        self.batches = 0
+        self.waiting_from = waiting_from
+        self.deciding = threading.Event()
+        self.answer = threading.Event()
+        self.answered_in_time: list[bool] = []
+
+    def decide(self, state: ClusterProjection, event: ev.Event) -> Sequence[ev.Event]:
+        if isinstance(event, ev.PendingBatch):
+            self.batches += 1
+            if self.batches == 1 and self.waiting_from > 1:
+                started = time.thread_time()
+                while time.thread_time() - started < 2 * LONG_DECISION_S:
+                    pass
+            elif self.batches >= self.waiting_from:
+                self.deciding.set()
+                self.answered_in_time.append(self.answer.wait(10))
+        return super().decide(state, event)
+
+
+async def test_a_kind_seen_to_take_long_stays_off_the_event_loop_after_quick_ones() -> None:
+    event_log = await seeded()
+    decider = LongQuickThenWaiting()
+    async with running(decider, BaseExecutor(), event_log) as runtime:
+        for name in ("a", "b"):
+            await publish_batches(event_log, name)
+            await until(lambda: caught_up(runtime), what=f"batch {name} planned")
+        await publish_batches(event_log, "c")
+        await until(decider.deciding.is_set, 15, interval=0.01, what="the third decision under way")
+        decider.answer.set()  # the loop ran while it was being decided
+        await until(lambda: caught_up(runtime), what="the third batch planned")
+    assert decider.answered_in_time == [True]
+
+
+async def test_a_replicas_next_term_decides_off_the_loop_what_an_earlier_term_saw_take_long() -> None:
+    event_log = await seeded()
+    decider = LongQuickThenWaiting(waiting_from=1)
+    work = decider_work(lambda _: decider, no_io)
+    ctx = ServiceContext("scheduler", "replica-1", event_log)
+    ctx.long_kinds.add(ev.PendingBatch)  # learnt by an earlier term of this replica
+    term = asyncio.create_task(work(ctx, CommonSettings(lease_ttl=1.5)))
+    await publish_batches(event_log, "a")
+    await until(decider.deciding.is_set, 15, interval=0.01, what="the first decision of the term under way")
+    decider.answer.set()
+    await until(lambda: decider.answered_in_time, what="the first batch decided")
+    ctx.stopping.set()
+    await asyncio.wait_for(term, 30)
     assert decider.answered_in_time == [True]

@@ -6,18 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
+from proto import registry
 from tenon.domain.projection import ClusterProjection
-from tenon.runtime.decider import BaseExecutor, DeciderRuntime, Executor, RuntimeSettings
+from tenon.runtime.decider import BaseExecutor, DeciderRuntime, RuntimeSettings
 from tenon.runtime.eventlog.memory import InMemoryEventLog
 from tenon.runtime.service import CommonSettings, ServiceContext, decider_work
 from tenon.services.scheduler.decider import SchedulerDecider
 from tests.runtime.test_decider_runtime import facts, planned_claims, publish_batches, seeded
-from tests.support.services import caught_up, running
+from tests.support.objects import demo_facts
+from tests.support.services import caught_up, no_io, running
 from tests.support.waiting import until
 
 
@@ -82,15 +83,6 @@ async def test_a_standby_steps_aside_once_its_term_has_begun() -> None:
     await asyncio.wait_for(term, 30)
 
 
-async def no_io(
-    ctx: ServiceContext, settings: CommonSettings, decider: Any
-) -> tuple[Executor, Callable[[], Awaitable[None]]]:
-    async def close() -> None:
-        return None
-
-    return BaseExecutor(), close
-
-
 async def test_a_replica_is_warm_before_it_may_campaign_and_its_term_runs_on_that_state() -> None:
     event_log = await seeded()
     await publish_batches(event_log, "a")
@@ -113,3 +105,39 @@ async def test_a_replica_is_warm_before_it_may_campaign_and_its_term_runs_on_tha
     ctx.stopping.set()
     await asyncio.wait_for(term, 30)
     await asyncio.wait_for(standing, 30)
+
+
+class LogThatBreaksOnce(InMemoryEventLog):
+    """Once ``armed``, its next read stops with an error after two records (the broker went away mid-read)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+
+    async def read(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        count = 0
+        async for record in super().read(*args, **kwargs):
+            if self.armed and count == 2:
+                self.armed = False
+                raise ConnectionError("broker went away")
+            count += 1
+            yield record
+
+
+async def test_a_catch_up_that_failed_part_way_is_not_continued_but_started_afresh() -> None:
+    """Continuing would fold again what the failed pass had folded; the replica's next step starts anew."""
+    event_log = LogThatBreaksOnce()
+    for fact in demo_facts():
+        await event_log.publish(registry.subject_of(fact), fact)
+    await publish_batches(event_log, "a")
+    async with running(SchedulerDecider(), BaseExecutor(), event_log) as leader:
+        await until(lambda: caught_up(leader))
+        event_log.armed = True
+        standby = standby_runtime(event_log, SchedulerDecider())
+        with pytest.raises(ConnectionError):
+            await standby.catch_up()
+        with pytest.raises(RuntimeError, match="an earlier rebuild failed part-way"):
+            await standby.catch_up()
+        fresh = standby_runtime(event_log, SchedulerDecider())
+        assert await fresh.catch_up()
+        assert facts(fresh.state) == facts(leader.state)

@@ -4,12 +4,13 @@ election)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from tenon.runtime.decider import Decider, DeciderRuntime, Executor, RuntimeSettings
+from tenon.runtime.decider import BaseExecutor, Decider, DeciderRuntime, Executor, RuntimeSettings
 from tenon.runtime.eventlog import EventLog
+from tenon.runtime.service import CommonSettings, ServiceContext
 
 
 @asynccontextmanager
@@ -54,3 +55,14 @@ async def caught_up(runtime: DeciderRuntime[Any]) -> bool:
     anything it does is an answer to something newer."""
     newest = [await runtime.event_log.last_subject_sequence(f) for f in runtime.decider.inputs]
     return runtime.handled >= max(newest, default=0)
+
+
+async def no_io(
+    ctx: ServiceContext, settings: CommonSettings, decider: Any
+) -> tuple[Executor, Callable[[], Awaitable[None]]]:
+    """A ``make_executor`` for :func:`tenon.runtime.service.decider_work` whose executor does no I/O."""
+
+    async def close() -> None:
+        return None
+
+    return BaseExecutor(), close
