@@ -119,6 +119,7 @@ class _History:
                     "karpenter.sh/nodepool": "default",
                     "node.kubernetes.io/instance-type": "c3-16",
                     "kubernetes.io/hostname": name,
+                    "karpenter.sh/registered": "true",  # as the registration patch left it
                     "karpenter.sh/initialized": "true",
                 },
             },
