@@ -33,9 +33,9 @@ decider's optional ``warm(state)`` builds the caches its first decision would ot
 begins on it folds a short tail and decides at once. From the term on, its consumer alone folds.
 
 A kind of decision that has been seen to take long (on a large cluster, seconds) runs in a worker thread while
-the runtime holds its lock (nothing folds meanwhile), from then on: it must not stop the event loop, where the
-leadership lease is renewed, the broker's heartbeats answered and the health endpoint's heartbeat kept. Kinds
-never seen to take long stay on the loop, where they do not queue for the GIL.
+the runtime holds its lock (nothing folds meanwhile): it must not stop the event loop, where the leadership
+lease is renewed, the broker's heartbeats answered and the health endpoint's heartbeat kept. Quick ones go
+back to the loop, where they do not queue for the GIL; ticks, whose cost swings, stay in the thread.
 
 Executors with inputs from outside the log (a user's ``kubectl delete nodeclaim``) call :meth:`submit`; such
 decisions carry neither causation nor basis, and a replay reports them as external.
@@ -241,6 +241,8 @@ class _SnapshotEnvelope(msgspec.Struct, frozen=True):
 
 _RECENT_DECISIONS = 20_000
 LONG_DECISION_S = 0.05
+TICK = "tick"
+"""The kind of a tick's decisions (:meth:`DeciderRuntime._decided`); an input's kind is its type."""
 """CPU seconds from which a kind of decision is made off the event loop (``DeciderRuntime._decided``)."""
 
 
@@ -565,7 +567,7 @@ class DeciderRuntime(Generic[S]):
     async def tick(self, now: datetime | None = None) -> None:
         moment = now or datetime.now(UTC)
         async with self.lock:
-            due = await self._decided("tick", lambda: list(self.decider.tick(self.state, moment)))
+            due = await self._decided(TICK, lambda: list(self.decider.tick(self.state, moment)))
             decisions = [
                 msgspec.structs.replace(d, basis=self.handled) if d.causation_id is None else d for d in due
             ]
@@ -669,15 +671,18 @@ class DeciderRuntime(Generic[S]):
 
     async def _decided(self, kind: Hashable, decide: Callable[[], list[ev.Event]]) -> list[ev.Event]:
         """``decide()`` on the event loop while decisions of its kind are quick; in a worker thread once one
-        took :data:`LONG_DECISION_S` of CPU, and from then on. A thread costs every decision a wait for the
-        GIL while the loop is busy (a convoy of small ones adds up to seconds); a long decision on the loop
-        stops the lease renewal, the broker's heartbeats and the health heartbeat (the scale run lost the
-        scheduler's lease again and again at 10,000 pods, each loss a rebuild). Once long, always: a kind's
-        cost can swing from microseconds to seconds (disruption's idle tick and its consolidation round), so
-        a quick one says nothing of the next; going back to the loop after quick ones lost the disruption
-        lease at its first round of the scale run's scale-down."""
+        took :data:`LONG_DECISION_S` of CPU, until one takes a fifth of that again, except ticks, which stay
+        in the thread. A thread costs every decision a wait for the GIL while the loop is busy (a convoy of
+        small ones adds up to seconds: the registrations' p99 tripled with every kind kept there); a long
+        decision on the loop stops the lease renewal, the broker's heartbeats and the health heartbeat (the
+        scale run lost the scheduler's lease again and again at 10,000 pods, each loss a rebuild). A tick's
+        cost swings from microseconds to seconds (disruption's idle tick, then a consolidation round), so a
+        quick one says nothing of the next: back on the loop after quick ones, the first round of the scale
+        run's scale-down held it past disruption's lease, twice."""
         if kind in self._long:
             decisions, cpu = await asyncio.to_thread(_timed, decide)
+            if cpu < LONG_DECISION_S / 5 and kind != TICK:
+                self._long.discard(kind)
         else:
             decisions, cpu = _timed(decide)
             if cpu >= LONG_DECISION_S:

@@ -196,17 +196,36 @@ class LongQuickThenWaiting(SchedulerDecider):
         return super().decide(state, event)
 
 
-async def test_a_kind_seen_to_take_long_stays_off_the_event_loop_after_quick_ones() -> None:
+class LongQuickThenWaitingTicks(SchedulerDecider):
+    """Tick 1 takes long (CPU), tick 2 is quick, tick 3 decides only once something on the event loop has
+    answered it: a tick's cost swings (disruption's idle tick, then its consolidation round)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ticks = 0
+        self.deciding = threading.Event()
+        self.answer = threading.Event()
+        self.answered_in_time: list[bool] = []
+
+    def tick(self, state: ClusterProjection, now: datetime) -> Sequence[ev.Event]:
+        self.ticks += 1
+        if self.ticks == 1:
+            started = time.thread_time()
+            while time.thread_time() - started < 2 * LONG_DECISION_S:
+                pass
+        elif self.ticks == 3:
+            self.deciding.set()
+            self.answered_in_time.append(self.answer.wait(10))
+        return super().tick(state, now)
+
+
+async def test_a_tick_seen_to_take_long_stays_off_the_event_loop_after_quick_ones() -> None:
     event_log = await seeded()
-    decider = LongQuickThenWaiting()
-    async with running(decider, BaseExecutor(), event_log) as runtime:
-        for name in ("a", "b"):
-            await publish_batches(event_log, name)
-            await until(lambda: caught_up(runtime), what=f"batch {name} planned")
-        await publish_batches(event_log, "c")
-        await until(decider.deciding.is_set, 15, interval=0.01, what="the third decision under way")
+    decider = LongQuickThenWaitingTicks()
+    async with running(decider, BaseExecutor(), event_log, tick_seconds=0.05):
+        await until(decider.deciding.is_set, 15, interval=0.01, what="the third tick under way")
         decider.answer.set()  # the loop ran while it was being decided
-        await until(lambda: caught_up(runtime), what="the third batch planned")
+        await until(lambda: decider.answered_in_time, what="the third tick decided")
     assert decider.answered_in_time == [True]
 
 
