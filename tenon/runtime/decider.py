@@ -673,12 +673,12 @@ class DeciderRuntime(Generic[S]):
         """``decide()`` on the event loop while decisions of its kind are quick; in a worker thread once one
         took :data:`LONG_DECISION_S` of CPU, until one takes a fifth of that again, except ticks, which stay
         in the thread. A thread costs every decision a wait for the GIL while the loop is busy (a convoy of
-        small ones adds up to seconds: the registrations' p99 tripled with every kind kept there); a long
-        decision on the loop stops the lease renewal, the broker's heartbeats and the health heartbeat (the
-        scale run lost the scheduler's lease again and again at 10,000 pods, each loss a rebuild). A tick's
-        cost swings from microseconds to seconds (disruption's idle tick, then a consolidation round), so a
-        quick one says nothing of the next: back on the loop after quick ones, the first round of the scale
-        run's scale-down held it past disruption's lease, twice."""
+        small ones adds up to seconds); a long decision on the loop stops the lease renewal, the broker's
+        heartbeats and the health heartbeat (the scale run lost the scheduler's lease again and again at
+        10,000 pods, each loss a rebuild). A tick's cost swings from microseconds to seconds (disruption's
+        idle tick, then a consolidation round), so a quick one says nothing of the next: back on the loop
+        after quick ones, the first round of the scale run's scale-down held it past disruption's lease,
+        twice."""
         if kind in self._long:
             decisions, cpu = await asyncio.to_thread(_timed, decide)
             if cpu < LONG_DECISION_S / 5 and kind != TICK:
