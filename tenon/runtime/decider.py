@@ -64,7 +64,7 @@ import gc
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, Protocol, TypeVar
@@ -76,6 +76,7 @@ from proto import registry, subjects
 from proto.codec import UndecodableEvent
 from tenon.domain.nodeclaim import ClaimBook, ImpossibleStory
 from tenon.runtime.claims import append_claim_event
+from tenon.runtime.collector import collector_paused
 from tenon.runtime.eventlog import (
     ConcurrencyConflict,
     ConsumerSettings,
@@ -220,17 +221,6 @@ class RuntimeSettings:
 _RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 """Between attempts at carrying out one input's decisions (under half a minute in all: the consumer's ack
 wait)."""
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class _SnapshotEnvelope(msgspec.Struct, frozen=True):
@@ -454,7 +444,7 @@ class DeciderRuntime(Generic[S]):
             return "log"
         try:
             # millions of new objects: a collection pass every thousand of them would cost seconds
-            with _collector_paused():
+            with collector_paused():
                 envelope = msgspec.msgpack.decode(stored.data, type=_SnapshotEnvelope)
                 state = self.decider.decode(envelope.state)
         except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError) as exc:

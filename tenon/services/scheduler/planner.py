@@ -26,10 +26,7 @@ redelivered batch names (and ids) its claims identically and the appends dedupli
 from __future__ import annotations
 
 import base64
-import contextlib
-import gc
 import hashlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -58,6 +55,7 @@ from tenon.core.wellknown import (
 from tenon.domain.explain import replan_batch_id
 from tenon.domain.nodeclaim import NodeClaim
 from tenon.domain.projection import ClusterProjection, KubeObject, Parsed, object_key, parse_for_core
+from tenon.runtime.collector import collector_paused
 from tenon.services.scheduler.lifecycle import as_registered
 
 PRODUCER = "scheduler"
@@ -68,21 +66,6 @@ class BatchOutcome:
     events: list[ev.Event] = field(default_factory=list)
     invalid_nodepools: dict[str, str] = field(default_factory=dict)
     plan: Plan | None = None
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cycle collector off while a plan is made: a plan allocates hundreds of thousands of objects
-    (the first after a rebuild parses every running pod), none of them in a cycle, and a collection pass
-    every few hundred of them walked every object made since (measured: a third of the first decision's
-    CPU on 50,000 pods). Nested or concurrent pauses leave it on as they found it."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def claim_name(nodepool: str, batch_event_id: str, index: int) -> str:
