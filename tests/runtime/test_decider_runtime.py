@@ -131,6 +131,13 @@ async def test_tick_decisions_carry_their_basis_and_replay_to_the_same() -> None
     assert any(c.input_type == "tick" for c in report.comparisons)
 
 
+def take_long() -> None:
+    """Spend the CPU of a long decision (twice :data:`LONG_DECISION_S`) in the calling thread."""
+    started = time.thread_time()
+    while time.thread_time() - started < 2 * LONG_DECISION_S:
+        pass
+
+
 class DecisionThatWaitsForTheLoop(SchedulerDecider):
     """Its first batch takes long (CPU); its second is planned only once something on the event loop has
     answered it: possible only if that decision does not hold the loop."""
@@ -146,9 +153,7 @@ class DecisionThatWaitsForTheLoop(SchedulerDecider):
         if isinstance(event, ev.PendingBatch):
             self.batches += 1
             if self.batches == 1:
-                started = time.thread_time()
-                while time.thread_time() - started < 2 * LONG_DECISION_S:
-                    pass
+                take_long()
             else:
                 self.deciding.set()
                 self.answered_in_time.append(self.answer.wait(10))
@@ -171,28 +176,19 @@ async def test_a_kind_of_decision_seen_to_take_long_leaves_the_event_loop_free()
     assert decider.answered_in_time == [True]
 
 
-class LongQuickThenWaiting(SchedulerDecider):
-    """Batch 1 takes long (CPU), batch 2 is quick, batch 3 is planned only once something on the event loop
-    has answered it: a kind's cost swings (disruption's idle tick, then its consolidation round)."""
+class EveryBatchWaitsForTheLoop(SchedulerDecider):
+    """Each batch is planned only once something on the event loop has answered it."""
 
-    def __init__(self, waiting_from: int = 3) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.batches = 0
-        self.waiting_from = waiting_from
         self.deciding = threading.Event()
         self.answer = threading.Event()
         self.answered_in_time: list[bool] = []
 
     def decide(self, state: ClusterProjection, event: ev.Event) -> Sequence[ev.Event]:
         if isinstance(event, ev.PendingBatch):
-            self.batches += 1
-            if self.batches == 1 and self.waiting_from > 1:
-                started = time.thread_time()
-                while time.thread_time() - started < 2 * LONG_DECISION_S:
-                    pass
-            elif self.batches >= self.waiting_from:
-                self.deciding.set()
-                self.answered_in_time.append(self.answer.wait(10))
+            self.deciding.set()
+            self.answered_in_time.append(self.answer.wait(10))
         return super().decide(state, event)
 
 
@@ -210,9 +206,7 @@ class LongQuickThenWaitingTicks(SchedulerDecider):
     def tick(self, state: ClusterProjection, now: datetime) -> Sequence[ev.Event]:
         self.ticks += 1
         if self.ticks == 1:
-            started = time.thread_time()
-            while time.thread_time() - started < 2 * LONG_DECISION_S:
-                pass
+            take_long()
         elif self.ticks == 3:
             self.deciding.set()
             self.answered_in_time.append(self.answer.wait(10))
@@ -231,7 +225,7 @@ async def test_a_tick_seen_to_take_long_stays_off_the_event_loop_after_quick_one
 
 async def test_a_replicas_next_term_decides_off_the_loop_what_an_earlier_term_saw_take_long() -> None:
     event_log = await seeded()
-    decider = LongQuickThenWaiting(waiting_from=1)
+    decider = EveryBatchWaitsForTheLoop()
     work = decider_work(lambda _: decider, no_io)
     ctx = ServiceContext("scheduler", "replica-1", event_log)
     ctx.long_kinds.add(ev.PendingBatch)  # learnt by an earlier term of this replica
