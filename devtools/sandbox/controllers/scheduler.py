@@ -42,7 +42,7 @@ from typing import Any
 from devtools.sandbox.controllers.cluster_state import ClusterState, PodEntry
 from devtools.sandbox.controllers.conditions import set_condition
 from devtools.sandbox.controllers.events import EventRecorder
-from devtools.sandbox.controllers.informer import InformerFactory, InformerUser, StoreLike
+from devtools.sandbox.controllers.informer import InformerFactory, InformerUser, StoreLike, TurnSlice
 from devtools.sandbox.controllers.predicates import get_condition, is_terminal, is_terminating, pod_key
 from devtools.sandbox.controllers.scheduling_filters import (
     Decision,
@@ -57,7 +57,6 @@ from devtools.sandbox.profiles import TimingProfile
 log = logging.getLogger(__name__)
 
 DEFAULT_SCHEDULER = "default-scheduler"
-CYCLE_YIELD_EVERY = 100  # pods decided between two yields to the event loop
 COUNTS_ONLY_REWRITE = 2.0
 """Seconds at least between two rewrites of a pod's Unschedulable message that differ only in their counts
 (see :meth:`Scheduler._mark_unschedulable`)."""
@@ -244,11 +243,10 @@ class Scheduler(InformerUser):
 
     async def _cycle(self) -> None:
         failures = _CycleFailures(as_of=self._now())
-        for index, key in enumerate(self._due_pods()):
-            if index and index % CYCLE_YIELD_EVERY == 0:
-                await asyncio.sleep(0)
-                if self._changed_at >= failures.as_of:
-                    failures = _CycleFailures(as_of=self._now())
+        turn = TurnSlice()
+        for key in self._due_pods():
+            if await turn.pause() and self._changed_at >= failures.as_of:
+                failures = _CycleFailures(as_of=self._now())
             entry = self.state.pods.get(key)
             item = self.pending.get(key)
             if entry is None or item is None or not wants_scheduling(entry.pod):
