@@ -429,6 +429,7 @@ class PodTracker:
 
     first_unschedulable: dict[str, float] = field(default_factory=dict)
     phase: dict[str, str] = field(default_factory=dict)
+    first_running: dict[str, float] = field(default_factory=dict)
 
     def see(self, pod: dict[str, Any], deleted: bool = False) -> None:
         uid = pod["metadata"]["uid"]
@@ -437,6 +438,8 @@ class PodTracker:
             return
         status = pod.get("status") or {}
         self.phase[uid] = status.get("phase") or "Pending"
+        if self.phase[uid] == "Running":
+            self.first_running.setdefault(uid, time.time())
         if uid not in self.first_unschedulable and any(
             (c.get("type"), c.get("status"), c.get("reason")) == ("PodScheduled", "False", "Unschedulable")
             for c in status.get("conditions") or []
@@ -592,9 +595,31 @@ async def measure_provisioning(
         "nodes": len(nodes),
         "price_per_hour": round(price, 4),
         "hops": hop_summary(chain_hops(events)),
+        "timeline_s": timeline(events, tracker, started),
         "cpu_seconds": cpu,
         "run_dir": str(stack.run_dir),
     }
+
+
+def timeline(events: Iterable[TimedEvent], tracker: PodTracker, started: float) -> dict[str, list[float]]:
+    """When each step of the burst happened, in seconds after the Deployments were applied: [first, median,
+    last] over the pods (Unschedulable, Running) or claims (each lifecycle step). Where the hops say how long
+    each step took, this says where the 5 s went."""
+
+    def spread(moments: Iterable[float]) -> list[float]:
+        ordered = sorted(m - started for m in moments)
+        if not ordered:
+            return []
+        return [round(ordered[0], 2), round(ordered[len(ordered) // 2], 2), round(ordered[-1], 2)]
+
+    steps: dict[str, list[float]] = {"Unschedulable": list(tracker.first_unschedulable.values())}
+    for timed in events:
+        if isinstance(timed.event, CHAIN_EVENTS):
+            steps.setdefault(type(timed.event).__name__.removeprefix("NodeClaim"), []).append(
+                timed.recorded_at.timestamp()
+            )
+    steps["Running"] = list(tracker.first_running.values())
+    return {step: spread(moments) for step, moments in steps.items()}
 
 
 async def wait_for_progress(
@@ -845,6 +870,10 @@ def provisioning_rows(p: dict[str, Any]) -> list[list[Any]]:
                     f"sandbox waits {FAST_PROFILE_WAITS[hop]}" if hop in FAST_PROFILE_WAITS else "",
                 ]
             )
+    for step, spread in (p.get("timeline_s") or {}).items():
+        if spread:
+            figures = " / ".join(map(str, spread))
+            rows.append([f"  {step} (s after apply: first / median / last)", figures, ""])
     rows.append(["CPU during provisioning (top 3)", _top(p["cpu_seconds"]), ""])
     return rows
 
