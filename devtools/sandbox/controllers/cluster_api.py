@@ -67,6 +67,7 @@ MACHINE_FINALIZER = "machine.cluster.x-k8s.io"
 MIN_SIZE_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
 PROVIDER_ID_PREFIX = "openstack:///"
 MAX_MACHINE_WRITES_PER_RECONCILE = 200
+MACHINE_EVENT_BATCH = 0.05  # seconds a Machine event may wait: a burst of them, one MachineSet sync
 
 
 def md_desired_replicas(md: dict[str, Any]) -> int:
@@ -180,7 +181,8 @@ class ClusterApiController:
             self._machine_by_node[obj["metadata"]["name"]] = key
             self.queue.add(("machine", key))
         if owner is not None and owner in self._md_key_by_uid:
-            self.queue.add(("md", self._md_key_by_uid[owner]))
+            # a wave of Machines changing: one MachineSet sync over them all, not one per Machine
+            self.queue.add(("md", self._md_key_by_uid[owner]), MACHINE_EVENT_BATCH)
 
     def _on_node(self, event_type: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         if event_type == "MODIFIED" and old is not None and node_is_ready(old) == node_is_ready(obj):

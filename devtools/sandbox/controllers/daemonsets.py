@@ -156,7 +156,7 @@ class DaemonSetController(InformerUser):
             if before == after:
                 return
         for key in self._ds_key_by_uid.values():
-            self.queue.add(key)
+            self.queue.add(key, POD_EVENT_BATCH)  # a wave of nodes joining or going: one sync, not one each
 
     def _on_pod(self, event_type: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         if event_type != "DELETED" and controller_ref(obj) is None:
