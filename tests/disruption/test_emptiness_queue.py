@@ -104,6 +104,44 @@ def test_a_queued_node_that_is_no_longer_empty_ends_the_queue_and_keeps_its_node
     assert [c.nodeclaim for c in again.candidates] == queued[1:]
 
 
+def test_a_node_that_empties_while_a_queue_fills_the_budget_settles_while_that_queue_drains() -> None:
+    """A deliberate difference from Karpenter, which proposes empty nodes only when its budget has room now:
+    here the next queue settles while the budget is full, so it is confirmed and waiting when room comes
+    (proposed only then, its settle period was 1-2 s at an empty budget in every 500-node scale-down)."""
+    decider = DisruptionDecider(settle=SETTLE)
+    busy = {3: [app_pod("web-0")]}
+    state = cluster(4, nodepool([{"nodes": "2"}], consolidateAfter="0s"), pods=busy)
+    later = T0 + timedelta(minutes=1)
+    [proposal] = decider.tick(state, later)
+    record(decider, state, [proposal])
+    confirmed, *requests = decider.tick(state, later + SETTLE)
+    record(decider, state, [confirmed, *requests])
+    assert len(confirmed.candidates) == 3 and len(requests) == 2  # the budget is full; one waits
+
+    # the last node's pod goes while the budget is full
+    node = state.projection.claims["default-3"].node_name
+    pod = {**app_pod("web-0"), "spec": {"nodeName": node}}
+    gone = ev.BoundPodObserved(id="gone", decided_at=later, producer="pod-watcher", change="removed", pod=pod)
+    record(decider, state, [gone])
+    [second] = decider.tick(state, later + 2 * SETTLE)
+    assert isinstance(second, ev.DisruptionDecision) and second.stage == "proposed"
+    assert [c.nodeclaim for c in second.candidates] == ["default-3"]
+    assert "2 of 4 at once" in second.budget  # full: nothing may start now
+    record(decider, state, [second])
+
+    # settled while the first queue still fills the budget: confirmed, nothing requested yet
+    [confirmed_second] = decider.tick(state, later + 3 * SETTLE)
+    assert isinstance(confirmed_second, ev.DisruptionDecision) and confirmed_second.stage == "confirmed"
+    record(decider, state, [confirmed_second])
+
+    # room comes: both queues share it, never more than the budget at once
+    drained, terminated = finished(requests[0].nodeclaim, requests[0])
+    record(decider, state, [drained, terminated])
+    [following] = decider.decide(state, terminated)
+    assert isinstance(following, ev.DisruptionRequested)
+    assert sum(1 for c in state.projection.claims.values() if c.disruption is not None and not c.ended) == 1
+
+
 class Terminating(BaseExecutor):
     """Stands for termination and the launcher: a requested claim is drained and terminated a moment later,
     and how many are in flight at once is watched."""

@@ -103,6 +103,10 @@ class Allowance:
     """Which budget decided it, as text for decisions and logs."""
     invalid: bool = False
     """True when the pool's budgets cannot be read (nothing is allowed then)."""
+    at_once: int | None = None
+    """How many of the pool's nodes the budget lets be disrupted at once, those in progress included (None:
+    as many as ``allowed``). Full now (``allowed`` 0) but not zero: a command may be prepared that waits for
+    room, as an emptiness queue does."""
 
 
 def _disruption(nodepool: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -257,9 +261,14 @@ def allowance(
         if best is None or limit < best[0]:
             best = (limit, budget)
     if best is None:
-        return Allowance(max(0, total_nodes - disrupting), f"NodePool {name}: no active budget for {reason}")
+        return Allowance(
+            max(0, total_nodes - disrupting),
+            f"NodePool {name}: no active budget for {reason}",
+            at_once=total_nodes,
+        )
     limit, budget = best
     return Allowance(
         max(0, limit - disrupting),
         f"{budget.describe(name)}: {limit} of {total_nodes} at once, {disrupting} in progress",
+        at_once=limit,
     )

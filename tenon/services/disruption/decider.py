@@ -27,7 +27,9 @@ it.
   with every batch of inputs (a claim Terminated makes room), so the budget stays full: the next node starts
   when one finishes, not at the next tick. The tick that confirms a queue also proposes the empty nodes no
   command holds (they emptied while it settled), so the next queue settles while this one drains; queues on
-  one pool share its room within a decision.
+  one pool share its room within a decision. A queue may be proposed while the budget is full (its nodes
+  wait for room): a round then runs on a full budget when a claim no command holds is consolidatable, and
+  only to look for empty ones.
 """
 
 from __future__ import annotations
@@ -66,6 +68,15 @@ from tenon.services.disruption.quiet import unchanged_until
 
 PRODUCER = registry.DISRUPTION
 __all__ = ["DisruptionDecider", "request"]
+
+
+def _may_wait_for_room(state: DisruptionState, now: datetime) -> bool:
+    """Whether a claim no command holds is consolidatable now (:mod:`.due`): if it is empty, an emptiness
+    queue may be proposed for it although every budget is full (:func:`.queue.empty_queue`)."""
+    index = due_index(state)
+    index.refresh(state)
+    busy = state.busy()
+    return any(moments.acts <= now and name not in busy for name, moments in index.moments.items())
 
 
 def nodes_deleted_by_users(
@@ -295,9 +306,11 @@ class DisruptionDecider:
             for r in ("Empty", "Drifted", "Underutilized")
             for pool, a in budget_mapping(view, r).items()
         )
-        if all(n <= 0 for _, n in allowed):
+        full = all(n <= 0 for _, n in allowed)
+        if full and not _may_wait_for_room(state, view.now):
             # no method may start a command on any pool (a queue holding a budget, most ticks of a
-            # scale-down): the round would only find candidates to block them
+            # scale-down) and no node outside a command could go in a queue waiting for room: the round
+            # would only find candidates to block them
             return self._found_nothing(state, view)
         found, _ = candidates(view)
         key = (
@@ -312,6 +325,8 @@ class DisruptionDecider:
         queue = empty_queue(view) if emptiness.empty_candidates(view, found) else None
         if queue is not None:
             played = Round(queue)
+        elif full:
+            played = Round(None)  # only an emptiness queue may be proposed to wait for room
         elif drift.drifted(view) or consolidation.eligible(view, found):
             played = decide_round(build_view(state, view.now))  # they read the core: repacking
         else:
