@@ -57,6 +57,10 @@ from devtools.sandbox.profiles import TimingProfile
 log = logging.getLogger(__name__)
 
 DEFAULT_SCHEDULER = "default-scheduler"
+FAILURES_KEPT_FOR = 100
+"""Pods a cycle decides on its cached failures before a cluster change seen meanwhile voids them: voided at
+every 5 ms turn during a churn (pods deleted all the time), each pod filtered every node again, and the
+sandbox spent 2.4 times the CPU on the 2,500 pods of a churn wave at 2,300 nodes."""
 COUNTS_ONLY_REWRITE = 2.0
 """Seconds at least between two rewrites of a pod's Unschedulable message that differ only in their counts
 (see :meth:`Scheduler._mark_unschedulable`)."""
@@ -244,8 +248,9 @@ class Scheduler(InformerUser):
     async def _cycle(self) -> None:
         failures = _CycleFailures(as_of=self._now())
         turn = TurnSlice()
-        for key in self._due_pods():
-            if await turn.pause() and self._changed_at >= failures.as_of:
+        for index, key in enumerate(self._due_pods()):
+            await turn.pause()
+            if index % FAILURES_KEPT_FOR == 0 and self._changed_at >= failures.as_of:
                 failures = _CycleFailures(as_of=self._now())
             entry = self.state.pods.get(key)
             item = self.pending.get(key)
