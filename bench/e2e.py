@@ -23,6 +23,9 @@ Provisioning (issue 5)
       ``fast`` profile's own waits sit inside some hops (machine providerID 0.15 s after it is created, the
       Node 0.05 s later, Ready 0.1 s after that) and are reported beside them, so the share of tenon is
       visible;
+    * ``timeline_s``: for each step (the pods' first Unschedulable, each lifecycle event of the claims, the
+      pods' first Running) its first, median and last moment in seconds after the first create: where the
+      hops say how long each step took, this says where the whole run's seconds went;
     * nodes, claims, price per hour; cluster-autoscaler's published bound is printed for reference (30 s
       worst case, about 5 s on average, for clusters under 100 nodes).
 
@@ -40,16 +43,16 @@ Scale to zero (issue 6)
     violation; the target is none. Karpenter needed about 3 minutes in the field to return an empty pool to
     zero.
 
-Measured on this 2-core machine (2026-12-01, about a minute for the suite; five runs, load 2-4)
-    Provisioning: 1,000 pods on 173-180 claims, all Running in 6.1-10.8 s (target 5 s; 14.4 s in
-    November, 96 s and never before that); ``PendingBatch -> Planned`` p99 0.14-0.37 s, ``Planned ->
-    Launched`` p99 0.95-2.7 s, ``Launched -> Registered`` p99 0.99-1.8 s, ``Registered -> Initialized`` p50
-    16-49 ms (p99 0.14-1.7 s). The first wave is planned 1.19-1.37 s after the last pod went Unschedulable;
-    45-61 pods the kube-scheduler packed otherwise are offered again and buy 14-21 claims, so every claim is
-    planned 4.6-9.2 s after it. Scale to zero: 500 one-pod nodes gone 19.3-22.8 s after the delete, the
-    budget never exceeded and kept 93-94 % full. The November findings this section used to list (claims
-    carried out one by one, the 30 s re-batch, claims that never registered after a concurrent write) are
-    fixed; the git log says how.
+Measured on this 2-core machine (2026-12-02, about a minute for the suite; three runs, load 1.7-2.4)
+    Provisioning: 1,000 pods on 159 claims, all Running in 5.6-6.6 s (target 5 s; 5.9-7.4 s the day before,
+    14.4 s in November). The first wave is planned 1.15-1.22 s after the last pod went Unschedulable, and no
+    claim is bought for a pod placed otherwise (nominations). ``PendingBatch -> Planned`` p99 84-121 ms,
+    ``Planned -> Launched`` p99 0.99-1.28 s, ``Launched -> Registered`` p99 1.77-1.97 s (2.5-4.2 s the day
+    before), ``Registered -> Initialized`` p50 12-29 ms, p99 1.45-1.50 s. The timeline says where the time
+    goes: pods Unschedulable by 0.5 s, planned at 1.6-1.7 s, Launched by 2.6-3.3 s, Registered by 4.3-4.8 s,
+    Running by 5.4-6.4 s; from the first node joining to the last pod Running the sandbox's one thread is busy
+    in every sample. Scale to zero: 500 one-pod nodes gone 14.3-17.1 s after the delete, the budget never
+    exceeded and kept 92-95 % full. The findings this section used to list are fixed; the git log says how.
 
 Every wait gives up when nothing has moved for a while (no pod started for 120 s, no node removed for 60 s)
 and the figures then say what never happened, so ``make bench`` always ends. What limits the numbers is
