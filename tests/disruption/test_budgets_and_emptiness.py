@@ -11,6 +11,7 @@ import pytest
 from proto import events as ev
 from proto import registry
 from tenon.domain.disruption.budgets import allowance, disruption_problems
+from tenon.domain.disruption.candidates import candidates
 from tenon.domain.disruption.durations import DurationError, parse_duration
 from tenon.domain.disruption.rounds import decide_round
 from tenon.runtime.decider import BaseExecutor
@@ -292,3 +293,16 @@ async def test_the_disruption_service_s_decisions_replay_to_the_same() -> None:
     report = replay(DisruptionDecider(settle=settle), event_log.records())
     assert report.differing == [], [c.differences() for c in report.differing]
     assert [c.input_type for c in report.comparisons].count("tick") >= 2
+
+
+def test_a_round_given_the_candidates_of_its_tick_decides_what_it_decides_alone() -> None:
+    """The tick finds the candidates on a view without the core's input and hands them to the round, which
+    would otherwise walk the cluster for them again: the same command and the same blocked claims."""
+    pool = nodepool([{"nodes": "2"}], consolidationPolicy="WhenEmptyOrUnderutilized", consolidateAfter="0s")
+    state = cluster(4, pool, pods={i: [app_pod(f"web-{i}")] for i in range(4)})  # none empty: consolidation
+    later = T0 + timedelta(minutes=1)
+    alone = decide_round(build_view(state, later))
+    known = candidates(build_view(state, later, with_core=False))
+    given_them = decide_round(build_view(state, later), known=known)
+    assert alone.command is not None and alone.command.method != "emptiness"
+    assert given_them.command == alone.command and given_them.blocked == alone.blocked

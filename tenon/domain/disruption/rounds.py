@@ -107,9 +107,18 @@ def _consolidate(
     return (_with_budget(command, budgets) if command else None), blocked
 
 
-def decide_round(view: ClusterView, rules: Rules = TENON) -> Round:
+def decide_round(
+    view: ClusterView,
+    rules: Rules = TENON,
+    *,
+    known: tuple[list[Candidate], list[Blocked]] | None = None,
+) -> Round:
+    """One round on ``view``. ``known``: ``candidates(view)`` when the caller has it already, from a view of
+    the same state at the same moment (candidates do not read the core's input), so the cluster is not
+    walked for them twice."""
     lazy = _Lazy(view)
-    found, blocked = candidates(view)
+    found, blocked = known if known is not None else candidates(view)
+    blocked = list(blocked)
     command, empty_blocked = emptiness.decide(
         view, pdb_safe(found, PdbLedger(view), view), budget_mapping(view, "Empty")
     )

@@ -312,7 +312,8 @@ class DisruptionDecider:
             # scale-down) and no node outside a command could go in a queue waiting for room: the round
             # would only find candidates to block them
             return self._found_nothing(state, view)
-        found, _ = candidates(view)
+        known = candidates(view)
+        found = known[0]
         key = (
             state.version,
             tuple((c.name, consolidatable(view, c)) for c in found),
@@ -328,9 +329,10 @@ class DisruptionDecider:
         elif full:
             played = Round(None)  # only an emptiness queue may be proposed to wait for room
         elif drift.drifted(view) or consolidation.eligible(view, found):
-            played = decide_round(build_view(state, view.now))  # they read the core: repacking
+            # they read the core (repacking); the candidates are those of this view (same state, same moment)
+            played = decide_round(build_view(state, view.now), known=known)
         else:
-            played = decide_round(view)  # nothing drifted, nothing to consolidate: the core goes unread
+            played = decide_round(view, known=known)  # nothing drifted, nothing to consolidate: core unread
         self._quiet = key if played.command is None else None
         return played if played.command is not None else self._found_nothing(state, view, played)
 
