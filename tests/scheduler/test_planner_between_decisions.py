@@ -46,6 +46,23 @@ def placed_on(projection: ClusterProjection, batch_id: str, cpu: str) -> list[st
     return [p.node for p in answer.existing] or [f"new {c.choice.instance_type}" for c in planned(events)]
 
 
+def registered_on_n1() -> tuple[ClusterProjection, ev.NodeClaimPlanned]:
+    """The demo cluster with one claim planned for a 3-CPU pod, launched (``p://1``) and registered as n1;
+    and the claim's plan."""
+    projection = demo_projection()
+    [claim] = planned(plan_batch(projection, batch("b1", pod("big-0", "3"))).events)
+    projection.apply(claim)
+    projection.apply(
+        build_event(
+            ev.NodeClaimLaunched, "l", nodeclaim=claim.nodeclaim, provider_id="p://1", instance_type="c3-8"
+        )
+    )
+    projection.apply(
+        build_event(ev.NodeClaimRegistered, "r", nodeclaim=claim.nodeclaim, node="n1", provider_id="p://1")
+    )
+    return projection, claim
+
+
 def test_a_pod_that_binds_finishes_or_goes_is_seen_by_the_next_plan() -> None:
     projection = demo_projection()
     projection.apply(observed(node("n1", "4")))
@@ -65,17 +82,7 @@ def test_a_pod_that_binds_finishes_or_goes_is_seen_by_the_next_plan() -> None:
 
 
 def test_a_booting_node_read_without_its_boot_taints_is_read_again_when_it_changes() -> None:
-    projection = demo_projection()
-    [claim] = planned(plan_batch(projection, batch("b1", pod("big-0", "3"))).events)
-    projection.apply(claim)
-    projection.apply(
-        build_event(
-            ev.NodeClaimLaunched, "l", nodeclaim=claim.nodeclaim, provider_id="p://1", instance_type="c3-8"
-        )
-    )
-    projection.apply(
-        build_event(ev.NodeClaimRegistered, "r", nodeclaim=claim.nodeclaim, node="n1", provider_id="p://1")
-    )
+    projection, claim = registered_on_n1()
     booting = node(
         "n1",
         "4",
@@ -154,17 +161,7 @@ def test_a_snapshot_holds_the_facts_only_and_plans_the_same() -> None:
 
 
 def test_a_node_whose_claim_stops_booting_is_read_with_every_taint_it_shows() -> None:
-    projection = demo_projection()
-    [claim] = planned(plan_batch(projection, batch("b1", pod("big-0", "3"))).events)
-    projection.apply(claim)
-    projection.apply(
-        build_event(
-            ev.NodeClaimLaunched, "l", nodeclaim=claim.nodeclaim, provider_id="p://1", instance_type="c3-8"
-        )
-    )
-    projection.apply(
-        build_event(ev.NodeClaimRegistered, "r", nodeclaim=claim.nodeclaim, node="n1", provider_id="p://1")
-    )
+    projection, claim = registered_on_n1()
     taint = {"key": NOT_READY_TAINT, "effect": "NoSchedule"}
     spec = {"providerID": "p://1", "taints": [taint]}
     projection.apply(observed(node("n1", "4", labels={INITIALIZED: "true"}, spec=spec)))
