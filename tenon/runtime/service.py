@@ -276,7 +276,8 @@ class DeciderWork(Generic[SettingsT]):
                 await self._standby_step(ctx, settings)
             warmed.set()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ctx.stopping.wait(), interval)
+                async with asyncio.timeout(interval):  # not wait_for: on 3.11 it can swallow a cancel
+                    await ctx.stopping.wait()
 
     async def _standby_step(self, ctx: ServiceContext, settings: SettingsT) -> None:
         """One catch-up. The runtime is offered to a term before it starts (a term that begins meanwhile takes

@@ -10,7 +10,8 @@ import pytest
 
 from proto.events import NodeObserved, NodePoolsSnapshot
 from tenon.services.pod_watcher import observations as obs
-from tenon.services.pod_watcher.service import NODE_READS, POD_READS, readable
+from tenon.services.pod_watcher.service import NODE_READS, read_pod, readable
+from tenon.services.pod_watcher.views import pod_view
 
 
 def unschedulable_pod(name: str = "web-1", uid: str = "u-web-1", **spec: Any) -> dict[str, Any]:
@@ -293,16 +294,13 @@ def test_an_object_that_cannot_be_read_is_skipped_with_a_warning_naming_it(
     odd_status["status"] = ["not", "a", "mapping"]
     odd_node = node("n-odd", "u-n-odd")
     odd_node["spec"] = "taints?"
-    checks = [
-        (unschedulable_pod(), POD_READS),
-        (no_uid, POD_READS),
-        (odd_status, POD_READS),
-        ("junk", POD_READS),
-        (node(), NODE_READS),
-        (odd_node, NODE_READS),
-    ]
+    pods = [unschedulable_pod(), no_uid, odd_status, "junk"]
     with caplog.at_level(logging.WARNING, logger="tenon.pod_watcher"):
-        assert [readable(obj, reads) for obj, reads in checks] == [True, False, False, False, True, False]  # type: ignore[arg-type]
+        readings = [read_pod(pod) for pod in pods]  # type: ignore[arg-type]
+        assert [reading is not None for reading in readings] == [True, False, False, False]
+        assert [readable(obj, NODE_READS) for obj in (node(), odd_node)] == [True, False]
+    good = readings[0]
+    assert good is not None and good.pending and good.view == pod_view(unschedulable_pod())
     assert [getattr(r, "object", None) for r in caplog.records] == [
         "Pod default/no-uid",
         "Pod default/odd",

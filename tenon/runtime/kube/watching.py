@@ -11,11 +11,12 @@ seconds.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from tenon.runtime.kube.resources import Kube, KubeApiError, ResourceRef
 
@@ -36,6 +37,11 @@ class WatchChange:
 
 class _Expired(Exception):
     pass
+
+
+_decode = msgspec.json.Decoder().decode
+"""A watch line to plain dicts and lists, as ``json.loads`` gives, for about half its cost (every change of
+every pod passes here). A malformed line raises ``msgspec.DecodeError``, a ``ValueError``."""
 
 
 async def list_and_watch(
@@ -111,7 +117,7 @@ async def _watch_once(
                 return
             if not line.strip():
                 continue
-            event = json.loads(line)
+            event = _decode(line)
             kind = event.get("type")
             obj = event.get("object") or {}
             if kind == "ERROR":

@@ -265,9 +265,11 @@ def node_event(
     *,
     decided_at: datetime | None = None,
     resync: int | None = None,
+    view: KubeObject | None = None,
 ) -> NodeObserved:
-    """``resync``: the epoch of a re-assertion of an unchanged node (:mod:`.resync`), else None."""
-    obj = node_view(node)
+    """``resync``: the epoch of a re-assertion of an unchanged node (:mod:`.resync`), else None; ``view``: its
+    :func:`.views.node_view`, when the caller has it already."""
+    obj = view if view is not None else node_view(node)
     return make_event(
         NodeObserved,
         producer=PRODUCER,
@@ -284,9 +286,11 @@ def bound_pod_event(
     *,
     decided_at: datetime | None = None,
     resync: int | None = None,
+    view: KubeObject | None = None,
 ) -> BoundPodObserved:
-    """``resync``: the epoch of a re-assertion of an unchanged pod (:mod:`.resync`), else None."""
-    obj = pod_view(pod)
+    """``resync``: the epoch of a re-assertion of an unchanged pod (:mod:`.resync`), else None; ``view``: its
+    :func:`.views.pod_view`, when the caller has it already."""
+    obj = view if view is not None else pod_view(pod)
     return make_event(
         BoundPodObserved,
         producer=PRODUCER,
@@ -324,21 +328,43 @@ class ObservedObjects:
     view: Callable[[Mapping[str, Any]], KubeObject]
     make: Callable[..., Event]
     known: dict[str, KubeObject] = field(default_factory=dict)
+    _fingerprints: dict[str, tuple[KubeObject, dict[str, Any]]] = field(default_factory=dict, repr=False)
+    """The fingerprint of each known view, beside the view it is of (a ``known`` entry replaced by any other
+    path is recognised and its fingerprint computed again): every change of every bound pod is compared."""
 
-    def observe(self, obj: Mapping[str, Any], *, decided_at: datetime | None = None) -> Event | None:
-        """An object was added or modified: ``added``, ``changed`` (if its fingerprint moved) or nothing."""
+    def observe(
+        self,
+        obj: Mapping[str, Any],
+        *,
+        decided_at: datetime | None = None,
+        view: KubeObject | None = None,
+        fingerprint: dict[str, Any] | None = None,
+    ) -> Event | None:
+        """An object was added or modified: ``added``, ``changed`` (if its fingerprint moved) or nothing.
+        ``view`` and ``fingerprint``: ``self.view(obj)`` and ``self.fingerprint(obj)`` when the caller has
+        them already (the event and ``known`` then share the view)."""
         uid = uid_of(obj)
         previous = self.known.get(uid)
         if not self.tracked(obj):
             # e.g. a pod that was never bound; a tracked object cannot leave the set without being deleted
             return self.forget(obj, decided_at=decided_at) if previous is not None else None
-        if previous is None:
-            self.known[uid] = self.view(obj)
-            return self.make("added", obj, decided_at=decided_at)
-        if self.fingerprint(previous) == self.fingerprint(obj):
+        if fingerprint is None:
+            fingerprint = self.fingerprint(obj)
+        if previous is not None and self._fingerprint_of(uid, previous) == fingerprint:
             return None
-        self.known[uid] = self.view(obj)
-        return self.make("changed", obj, decided_at=decided_at)
+        seen = view if view is not None else self.view(obj)
+        self.known[uid] = seen
+        self._fingerprints[uid] = (seen, fingerprint)
+        change: ObservedChange = "changed" if previous is not None else "added"
+        return self.make(change, obj, decided_at=decided_at, view=seen)
+
+    def _fingerprint_of(self, uid: str, known: KubeObject) -> dict[str, Any]:
+        remembered = self._fingerprints.get(uid)
+        if remembered is not None and remembered[0] is known:
+            return remembered[1]
+        fingerprint = self.fingerprint(known)
+        self._fingerprints[uid] = (known, fingerprint)
+        return fingerprint
 
     def reassert(self, uid: str, epoch: int, *, decided_at: datetime | None = None) -> Event | None:
         """The last published version of ``uid`` again, as a ``changed`` of resync ``epoch`` (the same id for
@@ -350,7 +376,9 @@ class ObservedObjects:
 
     def forget(self, obj: Mapping[str, Any], *, decided_at: datetime | None = None) -> Event | None:
         """An object was deleted: ``removed`` if it was known."""
-        if self.known.pop(uid_of(obj), None) is None:
+        uid = uid_of(obj)
+        self._fingerprints.pop(uid, None)
+        if self.known.pop(uid, None) is None:
             return None
         return self.make("removed", obj, decided_at=decided_at)
 
@@ -366,6 +394,7 @@ class ObservedObjects:
         events: list[Event] = []
         for uid in [uid for uid in self.known if uid not in seen]:
             gone = self.known.pop(uid)
+            self._fingerprints.pop(uid, None)
             events.append(self.make("removed", gone, decided_at=decided_at))
         for obj in items:
             event = self.observe(obj, decided_at=decided_at)
@@ -377,6 +406,7 @@ class ObservedObjects:
         """Replay one published event (from the log) into the view."""
         if change == "removed":
             self.known.pop(uid_of(obj), None)
+            self._fingerprints.pop(uid_of(obj), None)
         else:
             self.known[uid_of(obj)] = self.view(obj)
 

@@ -31,13 +31,16 @@ class PodStates:
 
     def pod(self, pod: Mapping[str, Any], deleted: bool = False) -> None:
         key = _key(pod)
+        seen = None if deleted else _Pod.of(pod)
+        if seen is not None and self._pods.get(key) == seen:
+            return  # its series is current: most changes of a pod are not in it (its Node's are, via node())
         old = self._pods.pop(key, None)
         if old is not None:
             self._on_node[old.node].discard(key)
-        if deleted:
+        if seen is None:
             self._set(key, None)
             return
-        seen = self._pods[key] = _Pod.of(pod)
+        self._pods[key] = seen
         self._on_node[seen.node].add(key)
         self._set(key, self._labels(seen))
 
