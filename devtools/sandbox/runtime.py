@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import importlib
 import logging
 import signal
@@ -209,9 +210,24 @@ async def serve_until_stopped(
         await stop.wait()
 
 
+COLLECTOR_THRESHOLDS = (50_000, 50, 50)
+"""``gc.set_threshold`` of a sandbox process. Every request and every controller step makes dicts that live as
+long as the object they belong to, and the default pace (a pass every 700 net allocations) walked the growing
+stores again and again: in-process, 1,000 pod status patches with two watchers took 0.76 s of CPU, 0.21 s of
+it in 120 collector passes, and 0.40 s with these thresholds. The startup's objects (modules, CRD schemas)
+are frozen out of every pass once the sandbox serves."""
+
+
 def run(config: SandboxConfig, on_ready: Callable[[Sandbox], None] | None = None) -> int:
     """Serve until SIGINT or SIGTERM; returns the process exit code (0 on a clean stop, 1 if start failed,
-    2 if a CRD it was given is invalid)."""
+    2 if a CRD it was given is invalid). The process's collector is paced for a server
+    (:data:`COLLECTOR_THRESHOLDS`)."""
+    gc.set_threshold(*COLLECTOR_THRESHOLDS)
+
+    def ready(sandbox: Sandbox) -> None:
+        gc.freeze()
+        if on_ready is not None:
+            on_ready(sandbox)
 
     async def main() -> int:
         stop = asyncio.Event()
@@ -219,7 +235,7 @@ def run(config: SandboxConfig, on_ready: Callable[[Sandbox], None] | None = None
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         try:
-            await serve_until_stopped(config, stop, on_ready)
+            await serve_until_stopped(config, stop, ready)
         except CrdInstallError as exc:
             log.error("%s", exc)
             return 2

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from tenon.runtime.collector import pace_for_service
 from tenon.runtime.decider import BaseExecutor, Decider, DeciderRuntime, Executor, RuntimeSettings
 from tenon.runtime.eventlog.connection import ConnectionSettings
 from tenon.runtime.eventlog.interface import EventLog
@@ -415,6 +416,7 @@ def main(definition: ServiceDefinition[Any], argv: Sequence[str] | None = None) 
         return 2
     configure_logging(definition.name, settings.log_level, settings.log_format)
     configure_tracing(definition.name)
+    pace_for_service()
     try:
         return asyncio.run(serve(definition, settings))
     except ObservabilityConfigError as exc:
