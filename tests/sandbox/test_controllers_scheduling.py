@@ -337,6 +337,17 @@ def test_room_held_for_a_nominated_pod_is_not_given_to_another_pod_of_no_higher_
     assert not state.nominated
 
 
+def test_room_held_follows_the_nominations_as_they_come_and_go() -> None:
+    state = cluster(node("a", cpu="4"), node("b", cpu="1"), pods=(nominated("w1", "a", cpu="2"),))
+    assert decide(state, pod("p", cpu="2")).node_name == "a"
+    state.upsert_pod(nominated("w2", "a", cpu="2"))
+    assert decide(state, pod("p", cpu="2")).message == "0/2 nodes are available: 2 Insufficient cpu."
+    state.upsert_pod(nominated("w2", "b", cpu="2"))  # nominated elsewhere now: its room here is free again
+    assert decide(state, pod("p", cpu="2")).node_name == "a"
+    state.remove_pod("default/w1")
+    assert decide(state, pod("p", cpu="4")).node_name == "a"
+
+
 def test_named_node_and_bad_operator() -> None:
     state = cluster(node("a"), node("b"))
     assert decide(state, pod("p", nodeName="")).scheduled

@@ -112,6 +112,7 @@ class _PodContext:
         self.cpu = requests.get("cpu", 0)
         self.memory = requests.get("memory", 0)
         self.priority = int(spec.get("priority") or 0)
+        self.state = state
         self.nominations = state.nominated
         self.nominated_node = nominated_node(pod)
 
@@ -231,18 +232,17 @@ class _PodContext:
     def _short_beside_nominated(self, info: NodeInfo) -> tuple[bool, list[str]]:
         """NodeResourcesFit with the pods nominated to the node (other than this one, of at least its
         priority) counted as running there."""
-        held = [
-            entry
-            for key, entry in self.nominations[info.name].items()
-            if key != self.key and int((entry.pod.get("spec") or {}).get("priority") or 0) >= self.priority
-        ]
+        count, held = self.state.nominated_load(info.name, self.priority)
+        own = self.nominations[info.name].get(self.key)
+        if own is not None:  # the pod itself is nominated here: its own room is not held against it
+            count -= 1
+            held = {name: amount - own.requests.get(name, 0) for name, amount in held.items()}
         max_pods = info.allocatable.get("pods")
-        too_many = max_pods is not None and len(info.pod_keys) + len(held) + 1 > max_pods
+        too_many = max_pods is not None and len(info.pod_keys) + count + 1 > max_pods
         short = [
             name
             for name, amount in self.request_items
-            if info.requested.get(name, 0) + sum(e.requests.get(name, 0) for e in held) + amount
-            > info.allocatable.get(name, 0)
+            if info.requested.get(name, 0) + held.get(name, 0) + amount > info.allocatable.get(name, 0)
         ]
         return too_many, short
 
