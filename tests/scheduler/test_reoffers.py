@@ -43,15 +43,26 @@ def test_a_pod_offered_again_while_its_claim_is_coming_is_not_planned_again() ->
     assert not [d for d in decisions if isinstance(d, ev.NodeClaimPlanned | ev.BatchPlanned)]
 
 
-def registered(projection: ClusterProjection, decisions: list[ev.Event], pod: str, after: float) -> None:
+def registered(
+    projection: ClusterProjection,
+    decisions: list[ev.Event],
+    pod: str,
+    after: float,
+    initialized_after: float | None = None,
+) -> None:
     [claim] = [d.nodeclaim for d in decisions if isinstance(d, ev.NodeClaimPlanned) and pod in d.pods]
     at = NOW + timedelta(seconds=after)
-    story = (
+    story = [
         build_event(
             ev.NodeClaimLaunched, "l", at=at, nodeclaim=claim, provider_id="p://s", instance_type="c3-4"
         ),
         build_event(ev.NodeClaimRegistered, "r", at=at, nodeclaim=claim, node="node-s", provider_id="p://s"),
-    )
+    ]
+    if initialized_after is not None:
+        initialized_at = NOW + timedelta(seconds=initialized_after)
+        story.append(
+            build_event(ev.NodeClaimInitialized, "i", at=initialized_at, nodeclaim=claim, node="node-s")
+        )
     for sequence, event in enumerate(story, start=150):
         projection.apply(event, sequence)
 
@@ -71,3 +82,23 @@ def test_a_pod_offered_again_well_after_its_claims_node_registered_is_planned_ag
         d for d in offer_again(projection, "small", "2", 200, after=30) if isinstance(d, ev.BatchPlanned)
     ]
     assert len(answered) == 1
+
+
+def test_a_pod_offered_again_a_while_after_its_claims_node_was_initialized_is_planned_again() -> None:
+    """Registered 3 s before the offer (within the placement grace), but initialized 2 s before it: pods
+    could land there, and the kube-scheduler did not place this one."""
+    projection, _, decisions = with_first_wave()
+    registered(projection, decisions, "default/small", after=4, initialized_after=5)
+    answered = [
+        d for d in offer_again(projection, "small", "2", 200, after=7) if isinstance(d, ev.BatchPlanned)
+    ]
+    assert len(answered) == 1
+
+
+def test_a_pod_offered_again_right_after_its_claims_node_was_initialized_is_not_planned_again() -> None:
+    projection, _, decisions = with_first_wave()
+    registered(projection, decisions, "default/small", after=4, initialized_after=5)
+    answered = [
+        d for d in offer_again(projection, "small", "2", 200, after=6) if isinstance(d, ev.BatchPlanned)
+    ]
+    assert answered == []
