@@ -243,12 +243,21 @@ class ClusterProjection:
 
 def _pod_came_or_went(previous: KubeObject | None, event: ev.BoundPodObserved) -> bool:
     """Whether the observation changes what runs on the node (a re-assertion of the same pod does not: it must
-    not restart the node's consolidateAfter clock)."""
+    not restart the node's consolidateAfter clock). A DaemonSet's pod never does, as in Karpenter's pod
+    events controller: it comes with the node and goes with it (a daemon pod bound seconds after its node
+    emptied restarted the clock, and ended an emptiness queue half drained)."""
+    if _owned_by_daemonset(event.pod):
+        return False
     if previous is None or event.change == "removed":
         return True
     before, after = previous.get("spec") or {}, event.pod.get("spec") or {}
     phase = (previous.get("status") or {}).get("phase"), (event.pod.get("status") or {}).get("phase")
     return before.get("nodeName") != after.get("nodeName") or phase[0] != phase[1]
+
+
+def _owned_by_daemonset(pod: KubeObject) -> bool:
+    owners = (pod.get("metadata") or {}).get("ownerReferences") or []
+    return any(isinstance(owner, dict) and owner.get("kind") == "DaemonSet" for owner in owners)
 
 
 @dataclass

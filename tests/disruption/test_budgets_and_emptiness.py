@@ -202,6 +202,23 @@ def test_only_nodes_empty_long_enough_are_candidates() -> None:
     assert chosen == ["default-0", "default-2"]  # node-1 runs an application pod
 
 
+def test_a_daemon_pod_bound_to_an_empty_node_does_not_restart_its_wait() -> None:
+    """Karpenter's pod events controller skips DaemonSet pods: the node is empty since its last application
+    pod left, whenever its daemon pod was bound."""
+    state = cluster(2, nodepool([{"nodes": "100%"}]))
+    decider = DisruptionDecider()
+    late = T0 + timedelta(seconds=25)
+    for index in (0, 1):
+        pod = daemon_pod(f"agent-{index}") if index == 0 else app_pod(f"web-{index}")
+        pod["spec"] = {"nodeName": f"node-{index}"}
+        arrived = ev.BoundPodObserved(**envelope(f"late-{index}", late), change="added", pod=pod)
+        state = decider.evolve(state, arrived)
+        gone = ev.BoundPodObserved(**envelope(f"gone-{index}", late), change="removed", pod=pod)
+        state = decider.evolve(state, gone) if index == 1 else state
+    chosen, _ = empty_round(state, T0 + timedelta(seconds=31))
+    assert chosen == ["default-0"]  # node-1's application pod left at 25 s: its 30 s are not up
+
+
 def test_budget_caps_how_many_go_at_once_and_names_the_budget() -> None:
     state = cluster(10, nodepool([{"nodes": "20%"}]))
     chosen, blocked = empty_round(state, T0 + timedelta(minutes=1))
