@@ -20,6 +20,12 @@ Defaulting copies the handful of defaults the rest of the system relies on: pods
 ``not-ready``/``unreachable`` NoExecute tolerations, and a container's limit stands for its missing request
 (``SetDefaults_Pod``); Deployments, ReplicaSets and MachineDeployments get ``replicas: 1``.
 
+A new pod's ``spec.priority`` is what the Priority admission plugin computes (:func:`admit_priority`): the
+value of its ``priorityClassName``, or 0 without one. The sandbox serves no PriorityClass objects, only the
+two every kube-apiserver creates (:data:`SYSTEM_PRIORITY_CLASSES`); another class name, or a priority that is
+not the computed one, is refused with the plugin's 403. A node agent's DaemonSet that names
+``system-node-critical`` has its pods scheduled ahead of any backlog of workload pods, as on a real cluster.
+
 Functions here are pure: plain dicts in, a new or validated dict out, :class:`Invalid` on bad input.
 """
 
@@ -32,7 +38,7 @@ from typing import Any
 
 from devtools.sandbox import crds, resource_validation
 from devtools.sandbox.cel_validation import rule_errors
-from devtools.sandbox.errors import Invalid
+from devtools.sandbox.errors import Forbidden, Invalid
 from devtools.sandbox.resource_validation import FieldError
 from devtools.sandbox.resources import ResourceType
 from devtools.sandbox.structural import ABSENT
@@ -121,6 +127,32 @@ def is_rfc3339(value: Any) -> bool:
     except ValueError:
         return False
     return "T" in value
+
+
+SYSTEM_PRIORITY_CLASSES = {"system-node-critical": 2_000_001_000, "system-cluster-critical": 2_000_000_000}
+"""The PriorityClasses a kube-apiserver creates at start (``scheduling.k8s.io/v1``), by name."""
+
+
+def admit_priority(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+    """A new pod with the ``spec.priority`` the Priority admission plugin computes; :class:`Forbidden` for a
+    class the sandbox does not serve, or a priority given in the spec that is not the computed one."""
+    if not (rt.group == "" and rt.plural == "pods") or not isinstance(obj.get("spec"), dict):
+        return obj
+    spec = obj["spec"]
+    name = (obj.get("metadata") or {}).get("name") or ""
+    class_name = spec.get("priorityClassName")
+    computed = 0
+    if class_name:
+        if class_name not in SYSTEM_PRIORITY_CLASSES:
+            raise Forbidden(f'pods "{name}" is forbidden: no PriorityClass with name {class_name} was found')
+        computed = SYSTEM_PRIORITY_CLASSES[class_name]
+    given = spec.get("priority")
+    if given is not None and given != computed:
+        raise Forbidden(
+            f'pods "{name}" is forbidden: the integer value of priority ({given}) must not be provided in '
+            f"pod spec; priority admission controller computed {computed} from the given PriorityClass name"
+        )
+    return {**obj, "spec": {**spec, "priority": computed}}
 
 
 def apply_defaults(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:

@@ -710,6 +710,7 @@ class Store:
         meta["creationTimestamp"] = rfc3339()
         meta["generation"] = 1
         obj = self._reset_status_on_create(rt, obj)
+        obj = admission.admit_priority(rt, obj)
         obj = admission.apply_defaults(rt, obj)
         if rt.custom is not None:
             obj = self._custom_admitted(rt, obj)

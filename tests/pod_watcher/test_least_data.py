@@ -24,8 +24,8 @@ SECRET = "hunter2-s3cr3t-value"
 def full_pod_spec() -> dict[str, Any]:
     """A pod spec using every field scheduling reads, and secrets wherever Kubernetes lets people put them."""
     return {
-        "priority": 1000,
-        "priorityClassName": "high",
+        "priority": 2_000_000_000,
+        "priorityClassName": "system-cluster-critical",  # the sandbox serves only the built-in classes
         "nodeSelector": {"disk": "ssd"},
         "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
         "affinity": {
@@ -164,7 +164,11 @@ def test_a_pod_keeps_what_scheduling_reads_and_loses_every_secret() -> None:
     ]
     for kept in ("affinity", "tolerations", "topologySpreadConstraints", "nodeSelector", "schedulingGates"):
         assert spec[kept] == original["spec"][kept]
-    assert (spec["priority"], spec["priorityClassName"], spec["overhead"]) == (1000, "high", {"cpu": "100m"})
+    assert (spec["priority"], spec["priorityClassName"], spec["overhead"]) == (
+        2_000_000_000,
+        "system-cluster-critical",
+        {"cpu": "100m"},
+    )
     meta = view["metadata"]
     assert meta["annotations"] == {DO_NOT_DISRUPT: "true"}
     assert meta["ownerReferences"] == original["metadata"]["ownerReferences"]

@@ -12,6 +12,7 @@ from devtools.sandbox.errors import (
     BadRequest,
     Conflict,
     Expired,
+    Forbidden,
     Invalid,
     NotFound,
     TooManyRequests,
@@ -72,6 +73,28 @@ def test_invalid_objects_are_rejected_naming_the_field(store: Store) -> None:
             "n2", {"topology.kubernetes.io/zone": "eu-west-1a", "node-role.kubernetes.io/worker": ""}
         ),
     )
+
+
+def test_a_pods_priority_is_the_one_its_class_gives_as_the_priority_admission_computes_it(
+    store: Store,
+) -> None:
+    pods = store.resource("v1", "Pod")
+    agent = pod_manifest("agent", namespace="kube-system")
+    agent["spec"]["priorityClassName"] = "system-node-critical"
+    assert store.create(pods, agent)["spec"]["priority"] == 2_000_001_000
+    assert store.create(pods, pod_manifest("plain"))["spec"]["priority"] == 0
+    unknown = pod_manifest("unknown")
+    unknown["spec"]["priorityClassName"] = "high"
+    with pytest.raises(
+        Forbidden, match='pods "unknown" is forbidden: no PriorityClass with name high was found'
+    ):
+        store.create(pods, unknown)
+    chosen = pod_manifest("chosen")
+    chosen["spec"]["priority"] = 1000
+    with pytest.raises(Forbidden, match=r"the integer value of priority \(1000\) must not be provided"):
+        store.create(pods, chosen)
+    with pytest.raises(NotFound):
+        store.get(pods, "chosen", "default")
 
 
 def test_stale_update_conflicts_and_status_is_a_separate_subresource(store: Store) -> None:
