@@ -31,6 +31,7 @@ import msgspec
 
 from proto import events as ev
 from tenon.core import ClusterInput, InputError, Pod, parse_object, parse_pod
+from tenon.domain.disruption.view import is_daemon
 from tenon.domain.nodeclaim import ClaimBook, NodeClaim
 
 KubeObject = dict[str, Any]
@@ -246,18 +247,13 @@ def _pod_came_or_went(previous: KubeObject | None, event: ev.BoundPodObserved) -
     not restart the node's consolidateAfter clock). A DaemonSet's pod never does, as in Karpenter's pod
     events controller: it comes with the node and goes with it (a daemon pod bound seconds after its node
     emptied restarted the clock, and ended an emptiness queue half drained)."""
-    if _owned_by_daemonset(event.pod):
+    if is_daemon(event.pod):
         return False
     if previous is None or event.change == "removed":
         return True
     before, after = previous.get("spec") or {}, event.pod.get("spec") or {}
     phase = (previous.get("status") or {}).get("phase"), (event.pod.get("status") or {}).get("phase")
     return before.get("nodeName") != after.get("nodeName") or phase[0] != phase[1]
-
-
-def _owned_by_daemonset(pod: KubeObject) -> bool:
-    owners = (pod.get("metadata") or {}).get("ownerReferences") or []
-    return any(isinstance(owner, dict) and owner.get("kind") == "DaemonSet" for owner in owners)
 
 
 @dataclass

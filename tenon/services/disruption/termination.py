@@ -27,7 +27,7 @@ from proto import events as ev
 from proto.ids import derive_id
 from tenon.core.wellknown import DISRUPTED_TAINT, TERMINATION_FINALIZER
 from tenon.domain.disruption.candidates import termination_grace_period
-from tenon.domain.disruption.view import is_mirror, pod_do_not_disrupt
+from tenon.domain.disruption.view import is_daemon, is_mirror, pod_do_not_disrupt
 from tenon.domain.nodeclaim import NodeClaim
 from tenon.domain.projection import ClusterProjection, KubeObject
 from tenon.runtime import claims
@@ -41,10 +41,6 @@ PRODUCER = "disruption"
 DISRUPTED_NO_SCHEDULE = {"key": DISRUPTED_TAINT, "effect": "NoSchedule"}
 CRITICAL = ("system-cluster-critical", "system-node-critical")
 VOLUME_ATTACHMENTS = ResourceRef("storage.k8s.io/v1", "volumeattachments", False)
-
-
-def _is_daemon(pod: KubeObject) -> bool:
-    return any(o.get("kind") == "DaemonSet" for o in (pod.get("metadata") or {}).get("ownerReferences") or [])
 
 
 def _tolerates_disrupted(pod: KubeObject) -> bool:
@@ -62,7 +58,7 @@ def _tolerates_disrupted(pod: KubeObject) -> bool:
 
 def drain_tier(pod: KubeObject) -> int:
     critical = (pod.get("spec") or {}).get("priorityClassName") in CRITICAL
-    return (2 if critical else 0) + (1 if _is_daemon(pod) else 0)
+    return (2 if critical else 0) + (1 if is_daemon(pod) else 0)
 
 
 def pods_to_drain(pods: list[KubeObject]) -> list[KubeObject]:
