@@ -129,8 +129,8 @@ class ClusterState:
         self.booked: list[tuple[PodEntry, NodeInfo]] = []
         self.derived: dict[str, Any] = {}
         self.nominated: dict[str, dict[str, PodEntry]] = {}  # node name -> waiting pods nominated to it
-        self._nominated_load: dict[tuple[str, int], tuple[int, dict[str, int]]] = {}
-        """(node, priority) -> how many pods of at least that priority are nominated to the node and what
+        self._nominated_load: dict[str, dict[int, tuple[int, dict[str, int]]]] = {}
+        """node -> priority -> how many pods of at least that priority are nominated to the node and what
         they request: every pod tried on a node with nominations needs it (:meth:`nominated_load`)."""
 
     def _skip(self, key: str, err: ValueError) -> None:
@@ -257,7 +257,7 @@ class ClusterState:
         if target is not None:
             self._attach(entry, target)
         if entry.nominated_to is not None:
-            self._forget_load(entry.nominated_to)  # its requests or priority may have changed
+            self._nominated_load.pop(entry.nominated_to, None)  # its requests or priority may have changed
         self._nominate(entry, None if target is not None or is_terminal(pod) else nominated_node(pod))
         if has_required_anti_affinity(pod) and target is not None:
             self.anti_affinity_pods.add(key)
@@ -297,20 +297,17 @@ class ClusterState:
             held.pop(entry.key, None)
             if not held:
                 self.nominated.pop(entry.nominated_to, None)
-            self._forget_load(entry.nominated_to)
+            self._nominated_load.pop(entry.nominated_to, None)
         if node_name is not None:
             self.nominated.setdefault(node_name, {})[entry.key] = entry
-            self._forget_load(node_name)
+            self._nominated_load.pop(node_name, None)
         entry.nominated_to = node_name
-
-    def _forget_load(self, node_name: str) -> None:
-        for cached in [k for k in self._nominated_load if k[0] == node_name]:
-            del self._nominated_load[cached]
 
     def nominated_load(self, node_name: str, priority: int) -> tuple[int, dict[str, int]]:
         """How many waiting pods of at least ``priority`` are nominated to the node, and their requests
         summed (the room the framework's ``RunFilterPluginsWithNominatedPods`` counts as taken)."""
-        cached = self._nominated_load.get((node_name, priority))
+        by_priority = self._nominated_load.setdefault(node_name, {})
+        cached = by_priority.get(priority)
         if cached is None:
             count, sums = 0, dict[str, int]()
             for entry in self.nominated.get(node_name, {}).values():
@@ -318,7 +315,7 @@ class ClusterState:
                     count += 1
                     for name, amount in entry.requests.items():
                         sums[name] = sums.get(name, 0) + amount
-            cached = self._nominated_load[(node_name, priority)] = (count, sums)
+            cached = by_priority[priority] = (count, sums)
         return cached
 
     def assume(self, key: str, node_name: str) -> None:
