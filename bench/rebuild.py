@@ -339,6 +339,7 @@ async def _run(events: int, nodes: int, pods_alive: int) -> dict[str, Any]:
             ConsumerSettings(
                 "scheduler", SchedulerDecider.inputs, max_concurrency=1, max_deliver=8, deliver_new_only=True
             ),
+            ordered=True,
         )
         full = await _first_decision(event_log, "after-full-rebuild")
         snapshot = await event_log.snapshots().load("scheduler")

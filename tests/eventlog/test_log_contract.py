@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -18,12 +18,13 @@ import pytest
 from proto import events as ev
 from proto import registry, subjects
 from tenon.runtime.claims import append_claim_event
-from tenon.runtime.eventlog import ConcurrencyConflict, EventLog
+from tenon.runtime.eventlog import ConcurrencyConflict, ConsumerSettings, EventLog, LogRecord
 from tenon.runtime.eventlog.connection import ConnectionSettings
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tenon.runtime.eventlog.keyvalue import RevisionMismatch
 from tenon.runtime.eventlog.memory import InMemoryEventLog
 from tests.support.events import build_event
+from tests.support.waiting import until
 
 
 @pytest.fixture(params=["memory", "jetstream"])
@@ -122,6 +123,43 @@ async def test_bounds_say_how_far_back_the_log_reaches(event_log: EventLog) -> N
     assert (bounds.first_sequence, bounds.last_sequence) == (1, 2)
     assert bounds.first_time is not None and bounds.first_time >= before
     assert bounds.reaches_back_to(before)
+
+
+async def test_an_ordered_consumer_acks_each_batch_whole(event_log: EventLog) -> None:
+    """A decider's consumer acks a batch with one cumulative ack: everything handled, the refused record
+    (dead-lettered) included, is acked, so a new leader starts after it; nothing handled comes again."""
+    published = [(await event_log.publish(subjects.node(n), node_event(n))).sequence for n in "abcde"]
+    seen: list[int] = []
+
+    async def refuse_the_second(records: list[LogRecord]) -> Mapping[int, str]:
+        seen.extend(r.sequence for r in records)
+        return {published[1]: "impossible"} if published[1] in (r.sequence for r in records) else {}
+
+    async def acked_through() -> int:
+        return await event_log.consumer_ack_floor("ordered-acks")
+
+    settings = ConsumerSettings("ordered-acks", (subjects.NODES,), ack_wait=30.0)
+    first = event_log.ordered_consumer(settings, refuse_the_second)
+    await first.start()
+    try:
+        await until(lambda: seen == published, timeout=10, what="records 1-5 handled")
+        # well within ack_wait: only acks move the floor
+        await until(lambda: _equals(acked_through(), published[-1]), timeout=10, what="the batch acked whole")
+        assert first.dead_lettered == 1
+    finally:
+        await first.stop()
+    newer = (await event_log.publish(subjects.node("f"), node_event("f"))).sequence
+    second = event_log.ordered_consumer(settings, refuse_the_second)
+    await second.start()
+    try:
+        await until(lambda: newer in seen, timeout=10, what="the new leader handling record 6")
+        assert seen == [*published, newer]
+    finally:
+        await second.stop()
+
+
+async def _equals(value: Awaitable[int], expected: int) -> bool:
+    return await value == expected
 
 
 async def test_the_broker_tells_its_largest_message(event_log: EventLog) -> None:

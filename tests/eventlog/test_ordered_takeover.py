@@ -11,10 +11,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
+from nats.js.api import AckPolicy
+
 from proto import events as ev
+from proto.subjects import EVENTS_STREAM
 from tenon.runtime.eventlog import ConsumerSettings, LogRecord
 from tenon.runtime.eventlog.connection import ConnectionSettings
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
+from tenon.runtime.eventlog.provisioning import consumer_config
 from tests.support.events import build_event
 from tests.support.waiting import until
 
@@ -65,3 +69,40 @@ async def test_a_new_holder_gets_the_old_holder_s_unacknowledged_records_first_i
     finally:
         await taking_over.stop()
         await new.close()
+
+
+async def test_a_consumer_that_acked_each_record_is_made_again_after_its_ack_floor(
+    nats_settings: ConnectionSettings,
+) -> None:
+    """A consumer made by a version that acked each record cannot take the cumulative ack policy in place: it
+    is made again, starting after the last record it acked (none acked comes again, none is lost)."""
+    log = await JetStreamEventLog.connect(nats_settings)
+    settings = ConsumerSettings(durable="upgraded", subjects=("tenon.cluster.node.*",), ack_wait=30.0)
+    try:
+        for number in (1, 2, 3):
+            await log.publish(f"tenon.cluster.node.n{number}", node_event(number))
+        await log.js.add_consumer(EVENTS_STREAM, consumer_config(settings))  # an ack for each record
+        old = await log.js.pull_subscribe_bind("upgraded", EVENTS_STREAM)
+        delivered = await old.fetch(3, timeout=5)
+        for message in delivered:
+            await message.ack_sync()
+        await old.unsubscribe()
+        await log.publish("tenon.cluster.node.n4", node_event(4))
+
+        seen: list[int] = []
+
+        async def record(records: list[LogRecord]) -> Mapping[int, str]:
+            seen.extend(r.sequence for r in records)
+            return {}
+
+        upgraded = log.ordered_consumer(settings, record)
+        await upgraded.start()
+        try:
+            await until(lambda: seen, timeout=10, what="record 4 handled")
+            assert seen == [4]
+            info = await log.js.consumer_info(EVENTS_STREAM, "upgraded")
+            assert info.config.ack_policy == AckPolicy.ALL
+        finally:
+            await upgraded.stop()
+    finally:
+        await log.close()

