@@ -22,8 +22,12 @@ is known.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
+
+import msgspec
 
 from proto import events as ev
 from proto import registry
@@ -299,7 +303,42 @@ _STEP_CHECKS = {
 
 
 class ClaimBook(dict[str, NodeClaim]):
-    """Every claim by name; :meth:`fold` creates a claim on its first event."""
+    """Every claim by name; :meth:`fold` creates a claim on its first event.
+
+    It also keeps the claims by phase and by registered Node, so that a decision asks for the few claims in a
+    phase (:meth:`in_phases`) or on a Node (:meth:`registered_to`) instead of walking every claim: a scheduler
+    decision walked 2,300 claims to find the few dozen whose lifecycle could move, a quarter of its CPU in the
+    10,000-pod scale run. The indexes follow what goes through :meth:`fold` and what is added or removed; a
+    claim changed by its own :meth:`NodeClaim.apply` (an executor recording a step it appended) is indexed
+    again at its next fold, and both lookups check what they return, so a stale entry is never returned.
+    """
+
+    def __init__(self, claims: dict[str, NodeClaim] | None = None) -> None:
+        super().__init__()
+        self._phase_of: dict[str, Phase] = {}
+        self._by_phase: dict[Phase, dict[str, None]] = {}
+        self._node_of: dict[str, str] = {}
+        self._by_node: dict[str, str] = {}
+        for name, claim in (claims or {}).items():
+            self[name] = claim
+
+    @classmethod
+    def from_plain(cls, plain: Mapping[str, Any]) -> ClaimBook:
+        """The book a snapshot held, from its plain form (how msgspec hands a ClaimBook field to a
+        ``dec_hook``)."""
+        return cls({name: msgspec.convert(claim, NodeClaim) for name, claim in plain.items()})
+
+    def __setitem__(self, name: str, claim: NodeClaim) -> None:
+        super().__setitem__(name, claim)
+        self._index(name, claim)
+
+    def __delitem__(self, name: str) -> None:
+        super().__delitem__(name)
+        self._unindex(name)
+
+    def pop(self, name: str, *default: NodeClaim | None) -> NodeClaim | None:  # type: ignore[override]
+        self._unindex(name)
+        return super().pop(name, *default)
 
     def fold(self, event: ev.NodeClaimEvent, sequence: int = 0) -> bool:
         claim = self.get(event.nodeclaim)
@@ -308,10 +347,46 @@ class ClaimBook(dict[str, NodeClaim]):
             claim.apply(event, sequence)  # raises before the claim is added when the story is impossible
             self[event.nodeclaim] = claim
             return True
-        return claim.apply(event, sequence)
+        changed = claim.apply(event, sequence)
+        self._index(event.nodeclaim, claim)
+        return changed
 
     def claim(self, name: str) -> NodeClaim:
         found = self.get(name)
         if found is None:
             found = self[name] = NodeClaim(name)
         return found
+
+    def in_phases(self, phases: Collection[Phase]) -> list[NodeClaim]:
+        """The claims in one of ``phases`` now, by name."""
+        names = [name for phase in phases for name in self._by_phase.get(phase, ())]
+        return [claim for name in sorted(names) if (claim := self[name]).phase in phases]
+
+    def registered_to(self, node: str) -> NodeClaim | None:
+        """The claim registered with the Node named ``node``, if any."""
+        name = self._by_node.get(node)
+        claim = self.get(name) if name is not None else None
+        if claim is None or claim.registered is None or claim.registered.node != node:
+            return None
+        return claim
+
+    def _index(self, name: str, claim: NodeClaim) -> None:
+        phase = claim.phase
+        before = self._phase_of.get(name)
+        if before != phase:
+            if before is not None:
+                self._by_phase[before].pop(name, None)
+            self._phase_of[name] = phase
+            self._by_phase.setdefault(phase, {})[name] = None
+        node = claim.registered.node if claim.registered is not None else None
+        if node is not None and self._node_of.get(name) != node:
+            self._node_of[name] = node
+            self._by_node[node] = name
+
+    def _unindex(self, name: str) -> None:
+        phase = self._phase_of.pop(name, None)
+        if phase is not None:
+            self._by_phase[phase].pop(name, None)
+        node = self._node_of.pop(name, None)
+        if node is not None and self._by_node.get(node) == name:
+            del self._by_node[node]

@@ -131,3 +131,59 @@ def test_folding_is_idempotent_by_sequence_and_by_id() -> None:
     with pytest.raises(ImpossibleStory):
         book.fold(step(ev.NodeClaimDrained, "x", nodeclaim="other-claim", producer="scheduler"), 10)
     assert "other-claim" not in book  # a refused first event adds no claim
+
+
+def claim_step(name: str, event_type: type[ev.NodeClaimEvent], **fields: Any) -> ev.NodeClaimEvent:
+    event = step(event_type, f"{name}-{event_type.__name__}", **fields)
+    return msgspec.structs.replace(event, nodeclaim=name)
+
+
+def test_a_book_answers_which_claims_are_in_a_phase_and_which_claim_a_node_has() -> None:
+    """The book's lookups follow every fold (a claim moving on leaves its phase), what it forgets and what a
+    snapshot brings back, and give the same answers as a walk over every claim."""
+    book = ClaimBook()
+    sequence = 0
+
+    def fold(name: str, event_type: type[ev.NodeClaimEvent], **fields: Any) -> None:
+        nonlocal sequence
+        sequence += 1
+        if event_type is ev.NodeClaimPlanned:
+            book.fold(msgspec.structs.replace(planned(), id=f"{name}-plan", nodeclaim=name), sequence)
+        else:
+            book.fold(claim_step(name, event_type, **fields), sequence)
+
+    for name in ("c", "a", "b", "d"):
+        fold(name, ev.NodeClaimPlanned)
+    for name in ("c", "a", "b"):
+        fold(name, ev.NodeClaimLaunched, provider_id=f"p:///{name}")
+    fold("a", ev.NodeClaimRegistered, node="node-a", provider_id="p:///a")
+    fold("b", ev.NodeClaimRegistered, node="node-b", provider_id="p:///b")
+    fold("b", ev.NodeClaimInitialized, node="node-b")
+
+    def walked(*phases: Phase) -> list[str]:
+        return sorted(name for name, claim in book.items() if claim.phase in phases)
+
+    for phases in ((Phase.LAUNCHED, Phase.REGISTERED), (Phase.PLANNED,), (Phase.INITIALIZED,)):
+        assert [c.name for c in book.in_phases(phases)] == walked(*phases)
+    assert [c.name for c in book.in_phases((Phase.LAUNCHED, Phase.REGISTERED))] == ["a", "c"]
+    assert book.registered_to("node-a") is book["a"] and book.registered_to("node-c") is None
+
+    fold("a", ev.NodeClaimInitialized, node="node-a")
+    assert [c.name for c in book.in_phases((Phase.LAUNCHED, Phase.REGISTERED))] == ["c"]
+    del book["a"]  # forgotten long after it ended
+    assert book.registered_to("node-a") is None
+    assert [c.name for c in book.in_phases((Phase.INITIALIZED,))] == ["b"]
+
+    restored = ClaimBook.from_plain(msgspec.to_builtins(dict(book)))
+    assert [c.name for c in restored.in_phases((Phase.LAUNCHED,))] == ["c"]
+    assert restored.registered_to("node-b") is restored["b"]
+
+
+def test_a_claim_changed_outside_the_book_is_not_returned_for_its_old_phase() -> None:
+    """An executor that appends a step folds it into its own claim (``NodeClaim.apply``); until the book
+    folds it, the book must not return that claim for the phase it left."""
+    book = ClaimBook()
+    book.fold(planned(), 1)
+    book.fold(step(ev.NodeClaimLaunched, "launch"), 2)
+    book[NAME].apply(step(ev.NodeClaimRegistered, "register"), 3)
+    assert book.in_phases((Phase.LAUNCHED,)) == []

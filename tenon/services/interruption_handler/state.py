@@ -101,4 +101,6 @@ def encode_state(state: HandlerState) -> bytes:
 
 
 def decode_state(data: bytes) -> HandlerState:
-    return msgspec.msgpack.decode(data, type=HandlerState, dec_hook=lambda kind, obj: ClaimBook(obj))
+    return msgspec.msgpack.decode(
+        data, type=HandlerState, dec_hook=lambda kind, obj: ClaimBook.from_plain(obj)
+    )

@@ -209,7 +209,7 @@ _FOLDS: dict[type[ev.Event], Any] = {
 
 def _decode_hook(kind: type, obj: Any) -> Any:
     if kind is ClaimBook:
-        return ClaimBook({name: msgspec.convert(claim, NodeClaim) for name, claim in obj.items()})
+        return ClaimBook.from_plain(obj)
     raise NotImplementedError(f"cannot decode {kind}")
 
 

@@ -165,10 +165,8 @@ def due_everywhere(projection: ClusterProjection, cause: ev.Event) -> list[ev.Ev
     """Every claim's lifecycle events that are true now and not yet recorded, answering ``cause`` (what the
     scheduler decides on a whole batch of inputs: whichever of them made a step true)."""
     decisions: list[ev.Event] = []
-    for name in sorted(projection.claims):
-        claim = projection.claims[name]
-        if claim.phase in _STEPPING:
-            decisions += due(projection, claim, cause)
+    for claim in projection.claims.in_phases(_STEPPING):
+        decisions += due(projection, claim, cause)
     return decisions
 
 

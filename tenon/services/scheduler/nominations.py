@@ -54,14 +54,7 @@ def without_own_nomination(projection: ClusterProjection, pod: KubeObject) -> Ku
     nominated = status.get("nominatedNodeName")
     if not nominated:
         return pod
-    key = object_key(pod)
-    ours = any(
-        claim.registered is not None
-        and claim.registered.node == nominated
-        and claim.planned is not None
-        and key in claim.planned.pods
-        for claim in projection.claims.values()
-    )
-    if not ours:
+    claim = projection.claims.registered_to(str(nominated))
+    if claim is None or claim.planned is None or object_key(pod) not in claim.planned.pods:
         return pod
     return {**pod, "status": {k: v for k, v in status.items() if k != "nominatedNodeName"}}
