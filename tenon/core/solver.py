@@ -171,8 +171,12 @@ class _Solve:
         self._okeys_cache: dict[int, tuple[Feasibility, frozenset[OfferKey]]] = {}
         self._eligible_cache: dict[tuple[object, ...], list[str]] = {}
         self._counted_cache: dict[tuple[object, ...], list[str]] = {}
-        self._avoiding_order: dict[tuple[Toleration, ...], list[Room]] = {}  # of self.rooms
+        self._avoiding_order: dict[tuple[Toleration, ...], list[Room]] = {}  # of self._open
         self.rooms: list[Room] = []
+        self._open: list[Room] = []
+        """The rooms that can still take the smallest request of the batch, in ``rooms`` order: what
+        :meth:`_room_for` scans (a full Node stays full for the whole solve)."""
+        self._smallest: list[int] = []
         self.rules = HostnameRules()
         # pods destined to an in-flight claim (or nominated to a Node) occupy its room, so their hostname
         # rules count there too (of the bound pods, only those with rules of their own register anything)
@@ -249,13 +253,18 @@ class _Solve:
         rank = {p.key: domains.rank(p) if domains.keys else 0 for p in todo}
         todo.sort(key=lambda p: (rank[p.key], -self.vec[p.key][0], -self.vec[p.key][1], p.key))
         avoiding = any(r.taints for r in rooms)
+        vecs = [self.vec[p.key] for p in todo]
+        self._smallest = [min(column) for column in zip(*vecs, strict=True)] if vecs else []
+        self._open = [r for r in rooms if self._takes_smallest(r)]
         outcome = DomainOutcome({}, {}, set())
         left: list[Pod] = []
         for pod in todo:
-            room = self._room_for(pod, avoiding) if rooms else None
+            room = self._room_for(pod, avoiding) if self._open else None
             if room is not None:
                 room.occupy(pod, self.vec[pod.key], self.rules)
                 room.new_pods.append(pod.key)
+                if not self._takes_smallest(room):
+                    self._close(room)
                 domains.count(pod, room.domains(domains.keys))
                 continue
             left.append(pod)
@@ -273,14 +282,24 @@ class _Solve:
         self.pinned = set(outcome.pins)
         self.pins = outcome.pins
 
+    def _takes_smallest(self, room: Room) -> bool:
+        return all(f >= m for f, m in zip(room.free, self._smallest, strict=True))
+
+    def _close(self, room: Room) -> None:
+        """``room`` can take no pod of this batch any more: out of the rooms :meth:`_room_for` scans."""
+        self._open.remove(room)
+        for ordered in self._avoiding_order.values():
+            ordered.remove(room)
+
     def _room_for(self, pod: Pod, avoiding: bool) -> Room | None:
         """The first room ``pod`` may join, rooms with a ``PreferNoSchedule`` taint it does not tolerate
-        last."""
-        ordered: Iterable[Room] = self.rooms
+        last. Only the open rooms are looked at: a room that cannot take the smallest request in the batch
+        could not take this pod, and a 10,000-pod batch tried every pod on a thousand full Nodes."""
+        ordered: Iterable[Room] = self._open
         if avoiding:  # the order depends on the pod's tolerations alone: sorted once for each set of them
             found = self._avoiding_order.get(pod.tolerations)
             if found is None:
-                found = sorted(self.rooms, key=lambda r: r.avoided_by(pod))
+                found = sorted(self._open, key=lambda r: r.avoided_by(pod))
                 self._avoiding_order[pod.tolerations] = found
             ordered = found
         vec = self.vec[pod.key]

@@ -258,6 +258,28 @@ def test_existing_room_used_before_buying():
     assert [nc.pods for nc in plan.node_claims] == [("default/b",)]
 
 
+def test_existing_room_fills_node_by_node_full_nodes_skipped_and_avoided_nodes_last():
+    """First fit over the existing room: a Node already full takes nothing, each Node is filled before the
+    next, a Node whose PreferNoSchedule taint the pods do not tolerate is used last, then new nodes."""
+    avoided = [{"key": "dedicated", "value": "batch", "effect": "PreferNoSchedule"}]
+    plan = plan_for(
+        node_pool(),
+        two_arch_catalog(),
+        node("n0-avoided", "1", "4Gi", taints=avoided),
+        node("n1-full", "1", "4Gi"),
+        pod("bound", "1", nodeName="n1-full"),
+        node("n2", "1", "4Gi"),
+        node("n3", "1", "4Gi"),
+        *(pod(f"p{i}", "500m") for i in range(7)),
+    )
+    assert [(e.name, e.pods) for e in plan.existing] == [
+        ("n0-avoided", ("default/p4", "default/p5")),
+        ("n2", ("default/p0", "default/p1")),
+        ("n3", ("default/p2", "default/p3")),
+    ]
+    assert [nc.pods for nc in plan.node_claims] == [("default/p6",)]
+
+
 def test_existing_node_taint_respected():
     n = node("n1", "4", "8Gi", taints=[{"key": "team", "value": "x", "effect": "NoSchedule"}])
     plan = plan_for(node_pool(), two_arch_catalog(), n, pod("a"))
