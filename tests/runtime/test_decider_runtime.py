@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import logging
 import threading
 import time
@@ -237,3 +238,46 @@ async def test_a_replicas_next_term_decides_off_the_loop_what_an_earlier_term_sa
     ctx.stopping.set()
     await asyncio.wait_for(term, 30)
     assert decider.answered_in_time == [True]
+
+
+ENCODE_S = 0.01
+
+
+class SlowToEncode(SchedulerDecider):
+    """A state that takes :data:`ENCODE_S` of CPU to encode (a large cluster's projection takes 0.1-0.2 s)."""
+
+    def encode(self, state: ClusterProjection) -> bytes:
+        started = time.thread_time()
+        while time.thread_time() - started < ENCODE_S:
+            pass
+        return super().encode(state)
+
+
+async def test_a_state_slow_to_encode_is_snapshotted_less_often_and_the_last_snapshot_covers_everything(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Snapshots take a bounded share of the service's time: after one that took t to encode, the next waits
+    at least 50 t, however many records came (here one per record was asked for); one still comes to cover
+    them all."""
+    event_log = await seeded()
+    store = event_log.snapshots()
+    saved: list[tuple[float, int]] = []
+    save = store.save
+
+    async def timed_save(name: str, data: bytes, **fields: object) -> object:
+        saved.append((time.monotonic(), int(fields["covers"])))  # type: ignore[call-overload]
+        return await save(name, data, **fields)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "save", timed_save)
+    async with running(
+        SlowToEncode(), BaseExecutor(), event_log, snapshot_every=1, snapshot_interval=4.0
+    ) as rt:
+        for name in "abcde":
+            await publish_batches(event_log, name)
+            await until(lambda: caught_up(rt), what=f"batch {name} planned")
+        handled = rt.handled
+        await until(lambda: bool(saved) and saved[-1][1] == handled, what="a snapshot covering every batch")
+    assert len(planned_claims(rt.state)) == 5
+    assert len(saved) < 5
+    gaps = [later - earlier for (earlier, _), (later, _) in itertools.pairwise(saved)]
+    assert all(gap >= 50 * ENCODE_S for gap in gaps), gaps
