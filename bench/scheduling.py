@@ -45,6 +45,7 @@ from bench.scheduling_cli import run_cli
 from bench.scheduling_workloads import (
     capi_field_case,
     diverse_pods,
+    instance_catalog,
     kwok_basic_pods,
     node_pool,
     pod,
@@ -328,21 +329,17 @@ def _solve_rss_mb() -> float:
 
 
 def _full_cluster_inputs() -> ClusterInput:
-    catalog = {
-        "apiVersion": "tenon.sh/v1alpha1",
-        "kind": "InstanceCatalog",
-        "metadata": {"name": "default"},
-        "spec": {
-            "instanceTypes": [
-                {
-                    "name": name,
-                    "capacity": {"cpu": str(cpu), "memory": f"{cpu * 4}Gi", "pods": "110"},
-                    "offerings": [{"zone": "z1", "capacityType": "on-demand", "price": cpu * 0.05}],
-                }
-                for name, cpu in (("c3-8", 8), ("c3-16", 16))
-            ]
-        },
-    }
+    catalog = instance_catalog(
+        "default",
+        [
+            {
+                "name": name,
+                "capacity": {"cpu": str(cpu), "memory": f"{cpu * 4}Gi", "pods": "110"},
+                "offerings": [{"zone": "z1", "capacityType": "on-demand", "price": cpu * 0.05}],
+            }
+            for name, cpu in (("c3-8", 8), ("c3-16", 16))
+        ],
+    )
     docs: list[dict[str, Any]] = [node_pool(), catalog]
     for i in range(1050):
         docs.append(
