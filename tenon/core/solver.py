@@ -48,6 +48,7 @@ from tenon.core.plan import ExistingPlacement, NominatedPod, Plan, PlannedNodeCl
 from tenon.core.quantities import CPU, MEMORY, PODS
 from tenon.core.relax import relax
 from tenon.core.requirements import all_allow
+from tenon.core.room_scan import RoomScan
 from tenon.core.rooms import Room, RoomBuilder, pool_usage
 from tenon.core.templates import (
     OFFER_KEYS,
@@ -171,11 +172,11 @@ class _Solve:
         self._okeys_cache: dict[int, tuple[Feasibility, frozenset[OfferKey]]] = {}
         self._eligible_cache: dict[tuple[object, ...], list[str]] = {}
         self._counted_cache: dict[tuple[object, ...], list[str]] = {}
-        self._avoiding_order: dict[tuple[Toleration, ...], list[Room]] = {}  # of self._open
         self.rooms: list[Room] = []
-        self._open: list[Room] = []
+        self._open = RoomScan([], 0)
         """The rooms that can still take the smallest request of the batch, in ``rooms`` order: what
         :meth:`_room_for` scans (a full Node stays full for the whole solve)."""
+        self._avoiding_order: dict[tuple[Toleration, ...], RoomScan] = {}  # the open rooms, in another order
         self._smallest: list[int] = []
         self.rules = HostnameRules()
         # pods destined to an in-flight claim (or nominated to a Node) occupy its room, so their hostname
@@ -252,19 +253,19 @@ class _Solve:
         todo = [p for p in self.pending if p.key not in self.unschedulable]
         rank = {p.key: domains.rank(p) if domains.keys else 0 for p in todo}
         todo.sort(key=lambda p: (rank[p.key], -self.vec[p.key][0], -self.vec[p.key][1], p.key))
+        if not todo:
+            return []
         avoiding = any(r.taints for r in rooms)
-        vecs = [self.vec[p.key] for p in todo]
-        self._smallest = [min(column) for column in zip(*vecs, strict=True)] if vecs else []
-        self._open = [r for r in rooms if self._takes_smallest(r)]
+        self._smallest = [min(column) for column in zip(*(self.vec[p.key] for p in todo), strict=True)]
+        self._open = RoomScan([r for r in rooms if self._takes_smallest(r)], len(self.names))
         outcome = DomainOutcome({}, {}, set())
         left: list[Pod] = []
         for pod in todo:
-            room = self._room_for(pod, avoiding) if self._open else None
+            room = self._room_for(pod, avoiding) if rooms else None
             if room is not None:
                 room.occupy(pod, self.vec[pod.key], self.rules)
                 room.new_pods.append(pod.key)
-                if not self._takes_smallest(room):
-                    self._close(room)
+                self._shrunk(room)
                 domains.count(pod, room.domains(domains.keys))
                 continue
             left.append(pod)
@@ -285,31 +286,35 @@ class _Solve:
     def _takes_smallest(self, room: Room) -> bool:
         return all(f >= m for f, m in zip(room.free, self._smallest, strict=True))
 
-    def _close(self, room: Room) -> None:
-        """``room`` can take no pod of this batch any more: out of the rooms :meth:`_room_for` scans."""
-        self._open.remove(room)
-        for ordered in self._avoiding_order.values():
-            ordered.remove(room)
+    def _shrunk(self, room: Room) -> None:
+        """``room`` took a pod: the scans know its room is smaller; once it cannot take the smallest request
+        of the batch, they drop it (a full Node stays full for the whole solve)."""
+        keep = self._takes_smallest(room)
+        for scan in (self._open, *self._avoiding_order.values()):
+            if keep:
+                scan.shrunk(room)
+            else:
+                scan.drop(room)
 
     def _room_for(self, pod: Pod, avoiding: bool) -> Room | None:
         """The first room ``pod`` may join, rooms with a ``PreferNoSchedule`` taint it does not tolerate
-        last. Only the open rooms are looked at: a room that cannot take the smallest request in the batch
-        could not take this pod, and a 10,000-pod batch tried every pod on a thousand full Nodes."""
-        ordered: Iterable[Room] = self._open
+        last (:class:`~tenon.core.room_scan.RoomScan`: a room without the free room the pod asks for is
+        not tried)."""
+        scan = self._open
         if avoiding:  # the order depends on the pod's tolerations alone: sorted once for each set of them
             found = self._avoiding_order.get(pod.tolerations)
             if found is None:
-                found = sorted(self._open, key=lambda r: r.avoided_by(pod))
-                self._avoiding_order[pod.tolerations] = found
-            ordered = found
+                ordered = sorted(self._open.rooms(), key=lambda r: r.avoided_by(pod))
+                found = self._avoiding_order[pod.tolerations] = RoomScan(ordered, len(self.names))
+            scan = found
         vec = self.vec[pod.key]
-        for room in ordered:
+
+        def takes(room: Room) -> bool:
             if not room.fits(pod, vec, self.rules):
-                continue
-            if self.domains.keys and not self._domains_allow(pod, room):
-                continue
-            return room
-        return None
+                return False
+            return not self.domains.keys or self._domains_allow(pod, room)
+
+        return scan.first(vec, takes)
 
     def _domains_allow(self, pod: Pod, room: Room) -> bool:
         keys = self.domains.keys

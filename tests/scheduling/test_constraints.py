@@ -280,6 +280,11 @@ def test_existing_room_fills_node_by_node_full_nodes_skipped_and_avoided_nodes_l
     assert [nc.pods for nc in plan.node_claims] == [("default/p6",)]
 
 
+def test_a_cluster_with_nothing_pending_plans_nothing():
+    plan = plan_for(node_pool(), two_arch_catalog(), node("n1", "2", "4Gi"), pod("bound", "1", nodeName="n1"))
+    assert (plan.existing, plan.node_claims, plan.unschedulable) == ((), (), ())
+
+
 def test_existing_node_taint_respected():
     n = node("n1", "4", "8Gi", taints=[{"key": "team", "value": "x", "effect": "NoSchedule"}])
     plan = plan_for(node_pool(), two_arch_catalog(), n, pod("a"))
