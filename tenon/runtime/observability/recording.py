@@ -85,11 +85,12 @@ def claims_gauges(claims: Iterable[NodeClaim]) -> None:
     phases: Counter[tuple[str, str]] = Counter()
     cost: dict[str, float] = {}
     for claim in claims:
-        if claim.planned is None or claim.ended:
+        where = claim.phase  # asked once: a refresh walks every claim
+        if claim.planned is None or where.ended:
             continue
         nodepool = claim.planned.nodepool
-        phases[(str(claim.phase), nodepool)] += 1
-        if claim.live:
+        phases[(str(where), nodepool)] += 1
+        if where.live:
             cost[nodepool] = cost.get(nodepool, 0.0) + claim.planned.choice.price_per_hour
     metrics.NODECLAIMS_BY_PHASE.clear()
     for (phase, nodepool), count in phases.items():
