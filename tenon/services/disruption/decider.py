@@ -196,6 +196,8 @@ class DisruptionDecider:
         replaced = state.due.before(state.projection, event) if state.due is not None else None
         state.projection.apply(event, sequence)
         state.version += 1
+        if isinstance(event, ev.NodeClaimEvent | ev.NodeObserved):
+            state.load_version += 1
         if isinstance(event, ev.NodeClaimPlanned) and event.nodeclaim not in state.hashes:
             state.hashes[event.nodeclaim] = hashes_at_plan(state.projection, event)
         elif isinstance(event, ev.DisruptionDecision) and event.producer == PRODUCER:

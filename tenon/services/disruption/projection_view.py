@@ -28,6 +28,7 @@ from tenon.services.disruption.interruption import Interruptions
 
 if TYPE_CHECKING:
     from tenon.services.disruption.due import DueIndex
+    from tenon.services.disruption.queue import PoolLoad
 
 
 class Command(msgspec.Struct, kw_only=True):
@@ -58,6 +59,11 @@ class DisruptionState:
     due: DueIndex | None = field(default=None, compare=False, repr=False)
     """When a tick could next have something to do (:mod:`.due`): derived, made on first use, never
     stored."""
+    load_version: int = field(default=0, compare=False, repr=False)
+    """Counts the folded events that can change a pool's budget load (NodeClaim events, Node observations):
+    what :func:`.queue.pool_load` keeps its last answer for. Derived, never stored."""
+    load: tuple[int, dict[str, PoolLoad]] | None = field(default=None, compare=False, repr=False)
+    """:func:`.queue.pool_load`'s last answer and the ``load_version`` it is for."""
 
     def busy(self) -> set[str]:
         """Claims that are candidates of a command under way."""

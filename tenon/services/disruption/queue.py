@@ -85,7 +85,12 @@ def _counted(claim: NodeClaim) -> bool:
 
 
 def pool_load(state: DisruptionState) -> dict[str, PoolLoad]:
-    """NodePool -> its load, as Karpenter's budgets count it (see the module docstring)."""
+    """NodePool -> its load, as Karpenter's budgets count it (see the module docstring). It reads only claims
+    and Nodes, so the answer is kept until a NodeClaim event or a Node observation is folded
+    (``DisruptionState.load_version``): a queue asks at every decision, and walking 2,300 claims each time was
+    15 % of disruption's CPU in the scale run's scale-down, most of its decisions on pod events."""
+    if state.load is not None and state.load[0] == state.load_version:
+        return state.load[1]
     counts: dict[str, list[int]] = {}
     nodes = state.projection.nodes
     for claim in state.projection.claims.values():
@@ -99,7 +104,9 @@ def pool_load(state: DisruptionState) -> dict[str, PoolLoad]:
             entry[1] += 1
         elif not node_ready(node):
             entry[1] += 1
-    return {pool: PoolLoad(total, busy) for pool, (total, busy) in counts.items()}
+    load = {pool: PoolLoad(total, busy) for pool, (total, busy) in counts.items()}
+    state.load = (state.load_version, load)
+    return load
 
 
 def room(state: DisruptionState, pools: Iterable[str], now: datetime) -> dict[str, int]:
