@@ -7,7 +7,8 @@ from datetime import timedelta
 from typing import Any
 
 from proto import events as ev
-from tenon.domain.disruption.drift import template_hash
+from tenon.domain.disruption.drift import drift_reason, template_hash
+from tenon.domain.disruption.view import ClaimFacts, ClusterView
 from tenon.domain.disruption.whatif import run
 from tenon.services.disruption.decider import DisruptionDecider
 from tenon.services.disruption.orchestration import REQUEST_AGAIN_AFTER
@@ -121,3 +122,30 @@ def test_replacements_asked_for_and_never_planned_are_asked_for_again() -> None:
     [again] = decider.tick(state, later + REQUEST_AGAIN_AFTER)
     assert isinstance(again, ev.ReplacementsRequested) and again.id == request.id
     assert again.replacements == request.replacements  # the same claims: the scheduler plans each once
+
+
+def test_a_view_kept_while_its_nodepool_changes_judges_drift_on_the_new_template() -> None:
+    """The template hash is worked out once per view for many claims, but a NodePool replaced in the view (a
+    new snapshot of it) is hashed again: its claims drift."""
+    pool = nodepool()
+    claims = [
+        ClaimFacts(
+            f"c{i}",
+            "default",
+            f"n{i}",
+            "c3-4",
+            None,
+            "on-demand",
+            0.1,
+            T0,
+            T0,
+            nodepool_hash=template_hash(pool),
+        )
+        for i in range(3)
+    ]
+    view = ClusterView(now=NOW, nodepools={"default": pool}, claims={c.name: c for c in claims})
+    assert [drift_reason(view, c) for c in claims] == [None, None, None]
+    changed = copy.deepcopy(pool)
+    changed["spec"]["template"]["metadata"] = {"labels": {"team": "new"}}
+    view.nodepools["default"] = changed
+    assert {drift_reason(view, c)[0] for c in claims} == {"NodePoolDrifted"}  # type: ignore[index]

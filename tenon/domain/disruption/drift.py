@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tenon.domain.disruption.budgets import Allowance
 from tenon.domain.disruption.candidates import Blocked, Candidate
 from tenon.domain.disruption.commands import Command, replacement_of
 from tenon.domain.disruption.simulation import Repacker
-from tenon.domain.disruption.view import ClaimFacts, ClusterView, meta, spec
+from tenon.domain.disruption.view import ClaimFacts, ClusterView, KubeObject, meta, spec
 
 REASON = "Drifted"
 HASHED_SPEC_FIELDS = (
@@ -121,7 +121,9 @@ def drift_reason(view: ClusterView, claim: ClaimFacts) -> tuple[str, str] | None
     nodepool = view.nodepools.get(claim.nodepool)
     if nodepool is None:
         return None
-    if claim.nodepool_hash is not None and claim.nodepool_hash != template_hash(nodepool):
+    if claim.nodepool_hash is not None and claim.nodepool_hash != _hash_of(
+        view, f"NodePool/{claim.nodepool}", nodepool, template_hash
+    ):
         return "NodePoolDrifted", f"NodePool {claim.nodepool}'s template changed"
     labels = dict(claim.labels)
     node = view.nodes.get(claim.node or "")
@@ -132,7 +134,7 @@ def drift_reason(view: ClusterView, claim: ClaimFacts) -> tuple[str, str] | None
         return "RequirementsDrifted", detail
     nodeclass = view.nodeclasses.get(claim.node_class)
     if claim.nodeclass_hash is not None and nodeclass is not None:
-        if claim.nodeclass_hash != nodeclass_hash(nodeclass):
+        if claim.nodeclass_hash != _hash_of(view, f"NodeClass/{claim.node_class}", nodeclass, nodeclass_hash):
             return "NodeClassDrifted", f"NodeClass {claim.node_class} changed"
     offered = view.catalog_types.get(claim.nodepool)
     if offered is not None:
@@ -145,6 +147,14 @@ def drift_reason(view: ClusterView, claim: ClaimFacts) -> tuple[str, str] | None
                 f"{claim.capacity_type} {claim.instance_type} is no longer offered in {claim.zone}",
             )
     return None
+
+
+def _hash_of(view: ClusterView, key: str, obj: KubeObject, digest: Callable[[KubeObject], str]) -> str:
+    """``digest(obj)``, kept in the view under ``key`` while ``obj`` is the object there."""
+    found = view.hashes.get(key)
+    if found is None or found[0] is not obj:
+        found = view.hashes[key] = (obj, digest(obj))
+    return found[1]
 
 
 def drifted(view: ClusterView) -> dict[str, tuple[str, str]]:

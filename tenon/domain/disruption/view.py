@@ -192,6 +192,10 @@ class ClusterView:
     core: ClusterInput | None = None
     """The whole cluster as the scheduling core reads it (NodePools, classes, catalogs, DaemonSets, Nodes,
     bound and pending pods), for repacking; None when the view has none (no consolidation then)."""
+    hashes: dict[str, tuple[KubeObject, str]] = field(default_factory=dict, compare=False, repr=False)
+    """The hashes drift compares claims with, by kind and name, each beside the object it was worked out
+    from: once per view while that object stays, not once per claim (a pool of 2,300 claims hashed its
+    template 2,300 times)."""
 
     def pods_on(self, node: str | None) -> list[KubeObject]:
         return [p for p in self.pods_by_node.get(node or "", []) if not is_terminal(p)]
