@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from devtools.sandbox.controllers.daemonsets import POD_EVENT_BATCH, DaemonSetController
 from devtools.sandbox.controllers.disruption_budgets import budget_status
 from devtools.sandbox.controllers.nodes_gc import eviction_delay
 from devtools.sandbox.errors import TooManyRequests
+from devtools.sandbox.profiles import get_profile
+from devtools.sandbox.store import Store
 from tests.sandbox.controller_support import (
     condition,
     deployment,
@@ -369,3 +373,25 @@ async def test_relabelling_a_blocking_pod_lets_an_anti_affine_pod_schedule_promp
             timeout=2.0,
             what="second bound after the relabel",
         )
+
+
+def test_a_daemonset_that_takes_long_to_sync_is_synced_less_often_after_its_pods_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sync walks every node and pod of the set; after one that took t, the next waits 10 t (50 ms at
+    least), so a large cluster's DaemonSet does not take the sandbox's thread from the API server."""
+    controller = DaemonSetController(Store(), get_profile("fast"))
+    costs = iter((0.02, 0.001))
+
+    def spend(key: str) -> None:
+        started = time.perf_counter()
+        cost = next(costs)
+        while time.perf_counter() - started < cost:
+            pass
+
+    monkeypatch.setattr(controller, "_reconcile", spend)
+    assert controller._wait("kube-system/agent") == POD_EVENT_BATCH
+    controller.reconcile("kube-system/agent")
+    assert controller._wait("kube-system/agent") >= 10 * 0.02
+    controller.reconcile("kube-system/agent")
+    assert controller._wait("kube-system/agent") == POD_EVENT_BATCH

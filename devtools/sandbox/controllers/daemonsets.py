@@ -20,6 +20,7 @@ out to existing pods (``OnDelete`` behaviour).
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any
 
 from devtools.sandbox.controllers.informer import (
@@ -52,6 +53,11 @@ DAEMON_TOLERATIONS: tuple[dict[str, Any], ...] = (
     {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
 )
 POD_EVENT_BATCH = 0.05  # seconds a pod event may wait, so that a burst of pod changes causes one sync
+RECONCILE_SHARE = 0.1
+"""At most about this share of the sandbox's one thread goes to reconciling a DaemonSet: after an event, its
+sync waits ten times what its last one took (:data:`POD_EVENT_BATCH` at least). A sync walks every node and
+every pod of the set (20 ms at 2,300 nodes), and its pods' events asked for one every 50 ms: a fifth of the
+sandbox's CPU in the scale run's large waves."""
 NETWORK_UNAVAILABLE = {
     "key": "node.kubernetes.io/network-unavailable",
     "operator": "Exists",
@@ -128,6 +134,8 @@ class DaemonSetController(InformerUser):
         self.nodes = self.informers.informer(self.nodes_rt, "nodes")
         self.pods = self.informers.informer(self.pods_rt, "pods")
         self.pods_by_owner = OwnerIndex("DaemonSet")
+        self._took: dict[str, float] = {}
+        """DaemonSet key -> seconds its last sync took (:data:`RECONCILE_SHARE`)."""
         self._ds_key_by_uid: dict[str, str] = {}
         self._eligible: dict[tuple[str, str], tuple[tuple[str, str], bool]] = {}
         """(DaemonSet uid, node) -> (their resourceVersions, :func:`should_run`): a sync looks at every node,
@@ -156,16 +164,27 @@ class DaemonSetController(InformerUser):
             if before == after:
                 return
         for key in self._ds_key_by_uid.values():
-            self.queue.add(key, POD_EVENT_BATCH)  # a wave of nodes joining or going: one sync, not one each
+            self.queue.add(key, self._wait(key))  # a wave of nodes joining or going: one sync, not one each
 
     def _on_pod(self, event_type: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         if event_type != "DELETED" and controller_ref(obj) is None:
             return
         owner = self.pods_by_owner.handle(object_key(obj), obj, event_type == "DELETED")
         if owner is not None and owner in self._ds_key_by_uid:
-            self.queue.add(self._ds_key_by_uid[owner], POD_EVENT_BATCH)
+            key = self._ds_key_by_uid[owner]
+            self.queue.add(key, self._wait(key))
+
+    def _wait(self, key: str) -> float:
+        return max(POD_EVENT_BATCH, self._took.get(key, 0.0) / RECONCILE_SHARE)
 
     def reconcile(self, key: str) -> float | None:
+        started = time.perf_counter()
+        try:
+            return self._reconcile(key)
+        finally:
+            self._took[key] = time.perf_counter() - started
+
+    def _reconcile(self, key: str) -> float | None:
         ds = self.daemonsets.objects.get(key)
         if ds is None or is_terminating(ds):
             return None
