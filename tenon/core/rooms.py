@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from tenon.core.model import (
     DaemonSet,
@@ -49,6 +50,11 @@ from tenon.core.wellknown import (
 )
 
 DEFAULT_MAX_PODS = 110
+
+
+Refusal = Literal["for good", "for now"]
+FOR_GOOD: Refusal = "for good"
+FOR_NOW: Refusal = "for now"
 
 
 @dataclass
@@ -97,19 +103,25 @@ class Room:
 
     def fits(self, pod: Pod, vec: Sequence[int], rules: HostnameRules) -> bool:
         """Whether ``pod`` may join: room, taints, required node affinity, hostname rules and affinity."""
+        return self.refusal(pod, vec, rules) is None
+
+    def refusal(self, pod: Pod, vec: Sequence[int], rules: HostnameRules) -> Refusal | None:
+        """Why ``pod`` may not join (None: it may). :data:`FOR_GOOD` when it never will while a solve goes
+        on: a room's free room only shrinks, its counts only grow and its limits only tighten, and its taints
+        and labels stay; a hostname pod affinity may be met by a pod placed later."""
         if any(a > f for a, f in zip(vec, self.free, strict=True)):
-            return False
+            return FOR_GOOD
         if untolerated(self.taints, pod.tolerations) is not None:
-            return False
+            return FOR_GOOD
         if not any(all_allow(term, self.labels) for term in pod.node_affinity):
-            return False
+            return FOR_GOOD
         matches, limits = rules.features(pod)
         if not allows_on_node(matches, limits, self.counts, self.limits):
-            return False
+            return FOR_GOOD
         for term in pod.pod_affinity:
             if term.topology_key == HOSTNAME and not any(scope_of(term).matches(o) for o in self.pods):
-                return False
-        return True
+                return FOR_NOW
+        return None
 
     def avoided_by(self, pod: Pod) -> bool:
         """Whether the room has a ``PreferNoSchedule`` taint the pod does not tolerate (tried last)."""
