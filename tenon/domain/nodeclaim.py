@@ -360,7 +360,7 @@ class ClaimBook(dict[str, NodeClaim]):
     def in_phases(self, phases: Collection[Phase]) -> list[NodeClaim]:
         """The claims in one of ``phases`` now, by name."""
         names = [name for phase in phases for name in self._by_phase.get(phase, ())]
-        return [claim for name in sorted(names) if (claim := self[name]).phase in phases]
+        return [c for name in sorted(names) if (c := self.get(name)) is not None and c.phase in phases]
 
     def registered_to(self, node: str) -> NodeClaim | None:
         """The claim registered with the Node named ``node``, if any."""
