@@ -42,15 +42,20 @@ async def infrastructure_in_the_log(stack: LocalStack) -> None:
         except EventLogError:  # no service has provisioned the stream yet
             return False
 
+    # each counts once seen: under a retention of seconds (tests/e2e/test_durable_state.py) the first may age
+    # out of the log before the second is written, and the services have folded it by then
+    seen = {"pools": False, "catalog": False}
+
     async def facts_recorded() -> bool:
-        pools = catalog = False
         async for record in event_log.read(subjects.NODEPOOLS):
             event = record.event
-            pools = isinstance(event, ev.NodePoolsSnapshot) and bool(event.nodepools)
+            seen["pools"] |= isinstance(event, ev.NodePoolsSnapshot) and bool(event.nodepools)
         async for record in event_log.read(subjects.CATALOGS):
             event = record.event
-            catalog = isinstance(event, ev.CatalogSnapshot) and bool(event.sources or event.instance_types)
-        return pools and catalog
+            seen["catalog"] |= isinstance(event, ev.CatalogSnapshot) and bool(
+                event.sources or event.instance_types
+            )
+        return seen["pools"] and seen["catalog"]
 
     try:
         await until(known, 30, what="the NodePool and the catalog in the log")
