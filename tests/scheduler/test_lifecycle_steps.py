@@ -96,3 +96,66 @@ async def test_registered_and_initialized_together_cost_the_node_one_patch() -> 
             assert kube.requests["PATCH node-a"] == 1
         finally:
             await client.close()
+
+
+async def test_registration_does_not_put_back_a_taint_removed_after_the_node_was_observed() -> None:
+    """The node lifecycle controller removes ``node.kubernetes.io/not-ready`` when the Node turns Ready, often
+    after the observation the registration is decided on: the registration patch, computed from that
+    observation, must not write the old taint list back (a NoExecute taint put back evicts pods)."""
+    async with running_sandbox(controllers=False) as sandbox:
+        client = await load_kube(str(sandbox.workload_kubeconfig))
+        kube = CountingKube(client)
+        try:
+            joining = joined(ready=False)
+            joining["spec"]["taints"].append({"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"})
+            observed_node = await client.create(NODES, {"apiVersion": "v1", "kind": "Node", **joining})
+            await client.patch(
+                NODES,
+                "node-a",
+                {"spec": {"taints": [{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]}},
+            )
+            event_log = InMemoryEventLog()
+            for fact in demo_facts():
+                await event_log.publish(registry.subject_of(fact), fact)
+            for event in launch_story():
+                await append_to_claim(event_log, event)
+            observed = build_event(ev.NodeObserved, "joined", change="added", node=observed_node)
+            await event_log.publish(registry.subject_of(observed), observed)
+            async with running(SchedulerDecider(), SchedulerExecutor(kube), event_log) as runtime:
+                await until(lambda: runtime.state.claims[CLAIM].registered, what="the claim Registered")
+            node = await client.get(NODES, "node-a")
+            assert node["spec"].get("taints", []) == []
+            assert node["metadata"]["labels"]["karpenter.sh/registered"] == "true"
+            assert (
+                kube.requests["PATCH node-a"] == 2 and kube.requests["GET node-a"] == 1
+            )  # refused, then again
+        finally:
+            await client.close()
+
+
+async def test_a_node_replaced_under_the_same_name_before_the_patch_is_not_registered() -> None:
+    async with running_sandbox(controllers=False) as sandbox:
+        client = await load_kube(str(sandbox.workload_kubeconfig))
+        try:
+            observed_node = await client.create(
+                NODES, {"apiVersion": "v1", "kind": "Node", **joined(ready=True)}
+            )
+            await client.delete(NODES, "node-a")
+            stranger = joined(ready=True)
+            stranger["spec"]["providerID"] = "p://someone-else"
+            await client.create(NODES, {"apiVersion": "v1", "kind": "Node", **stranger})
+            event_log = InMemoryEventLog()
+            for fact in demo_facts():
+                await event_log.publish(registry.subject_of(fact), fact)
+            for event in launch_story():
+                await append_to_claim(event_log, event)
+            observed = build_event(ev.NodeObserved, "joined", change="added", node=observed_node)
+            stored = await event_log.publish(registry.subject_of(observed), observed)
+            async with running(SchedulerDecider(), SchedulerExecutor(client), event_log) as runtime:
+                await until(lambda: runtime.handled >= stored.sequence, what="the observation handled")
+                assert runtime.state.claims[CLAIM].registered is None
+            node = await client.get(NODES, "node-a")
+            assert "karpenter.sh/registered" not in node["metadata"]["labels"]
+            assert node["spec"]["taints"] == stranger["spec"]["taints"]
+        finally:
+            await client.close()

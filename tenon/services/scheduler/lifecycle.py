@@ -66,7 +66,13 @@ def is_initialized(claim: NodeClaim, node: KubeObject) -> bool:
 
 
 def registration_patch(claim: NodeClaim, node: KubeObject) -> dict[str, Any] | None:
-    """The merge patch that makes a joining Node belong to its claim, or None if it already does."""
+    """The merge patch that makes a joining Node belong to its claim, or None if it already does.
+
+    A merge patch replaces a list whole, so a patch that writes the taints or the finalizers carries the
+    ``resourceVersion`` of the ``node`` it was computed from: the API server refuses it (409 Conflict) if the
+    Node changed since, instead of undoing a change it did not see. A joining Node changes often: its
+    ``node.kubernetes.io/not-ready`` taint goes when it turns Ready, often between the observation a
+    registration is decided on and the patch, and a patch from that observation put it back."""
     if claim.planned is None:
         return None
     meta = node.get("metadata") or {}
@@ -90,6 +96,9 @@ def registration_patch(claim: NodeClaim, node: KubeObject) -> dict[str, Any] | N
         patch.setdefault("metadata", {})["finalizers"] = [*finalizers, TERMINATION_FINALIZER]
     if kept != taints:
         patch["spec"] = {"taints": kept}
+    version = meta.get("resourceVersion")
+    if version and ("spec" in patch or "finalizers" in patch.get("metadata", {})):
+        patch.setdefault("metadata", {})["resourceVersion"] = version
     return patch or None
 
 

@@ -48,6 +48,9 @@ from tenon.services.scheduler.objects import NodeClaimObjects
 
 log = logging.getLogger("tenon.scheduler")
 
+REGISTRATION_ATTEMPTS = 5
+"""Registration patches tried on one Node that keeps changing between the read and the write (409)."""
+
 
 @dataclass(frozen=True)
 class SchedulerSettings(CommonSettings):
@@ -112,17 +115,22 @@ class SchedulerExecutor(BaseExecutor):
         if isinstance(decision, ev.NodeClaimRegistered):
             claim = self.state.claims.get(decision.nodeclaim)
             node = self.state.nodes.get(decision.node)
-            patch = lifecycle.registration_patch(claim, node) if claim and node else None
-            if claim and node and lifecycle.is_initialized(claim, lifecycle.as_registered(claim, node)):
-                # Initialized is decided with it (lifecycle.due): one Node patch carries both labels
-                patch = patch or {}
-                patch.setdefault("metadata", {}).setdefault("labels", {})[INITIALIZED] = "true"
-                self._labelled_initialized.add(decision.node)
+            initialized = bool(
+                claim and node and lifecycle.is_initialized(claim, lifecycle.as_registered(claim, node))
+            )
             if claim is not None:
                 await self._nominate(claim, decision.node)
-            if patch:
-                await self._patch_node(decision.node, patch)
+            if claim is None or node is None:
+                return True
+            # when Initialized is decided with it (lifecycle.due), one Node patch carries both labels
+            registered = await self._register_node(claim, decision, node, initialized)
+            if registered and initialized:
+                self._labelled_initialized.add(decision.node)
+            return registered
         elif isinstance(decision, ev.NodeClaimInitialized):
+            claim = self.state.claims.get(decision.nodeclaim)
+            if claim is None or claim.registered is None or claim.registered.node != decision.node:
+                return False  # its registration was dropped: both are decided again
             if decision.node not in self._labelled_initialized:
                 await self._patch_node(decision.node, {"metadata": {"labels": {INITIALIZED: "true"}}})
             self._labelled_initialized.discard(decision.node)
@@ -185,6 +193,45 @@ class SchedulerExecutor(BaseExecutor):
                 "could not nominate pods to their node",
                 extra={"nodeclaim": claim.name, "node": node, "errors": failed},
             )
+
+    async def _register_node(
+        self, claim: NodeClaim, decision: ev.NodeClaimRegistered, node: dict[str, Any], initialized: bool
+    ) -> bool:
+        """The registration patch (:func:`.lifecycle.registration_patch`), plus the initialized label when
+        both are decided together. A patch refused because the Node changed since ``node`` was observed is
+        computed again from the Node as it is now; False (the decision dropped, to be decided again from
+        the log) if that Node is no longer the claim's."""
+        name = decision.node
+        for _ in range(REGISTRATION_ATTEMPTS):
+            patch = lifecycle.registration_patch(claim, node) or {}
+            if initialized:
+                patch.setdefault("metadata", {}).setdefault("labels", {})[INITIALIZED] = "true"
+            if not patch:
+                return True
+            try:
+                await self.kube.patch(NODES, name, patch)
+                return True
+            except KubeApiError as exc:
+                if exc.status == 404:
+                    return True
+                if exc.status != 409:
+                    raise TransientError(str(exc)) from None
+            try:
+                current = await self.kube.get_or_none(NODES, name)
+            except KubeApiError as exc:
+                raise TransientError(str(exc)) from None
+            if current is None:
+                return True
+            if (current.get("spec") or {}).get("providerID") != decision.provider_id:
+                log.warning(
+                    "node no longer has the claim's providerID: registration dropped",
+                    extra={"nodeclaim": claim.name, "node": name, "provider_id": decision.provider_id},
+                )
+                return False
+            node = current
+        raise TransientError(
+            f"node {name} changed under each of {REGISTRATION_ATTEMPTS} registration patches"
+        )
 
     async def _patch_node(self, name: str, patch: dict[str, Any]) -> None:
         try:
