@@ -214,8 +214,11 @@ class RuntimeSettings:
     snapshot_every: int = 1000
     snapshot_interval: float = 60.0
     max_deliver: int = 8
-    batch: int = 256
-    """Records fetched and handed over at once (one fetch, one round of acks)."""
+    batch: int = 1024
+    """Records fetched and handed over at once (one fetch, one round of acks). A decider that decides on
+    batches decides on the last of them, so a larger batch is a fresher state to decide on: with 256, the
+    scheduler of the 1,000-pod run decided its registrations on Nodes observed before they turned Ready, and
+    initialized them a whole carry-out later (Registered -> Initialized p99 1.37 s; 0.93 s with 1,024)."""
 
 
 _RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0)

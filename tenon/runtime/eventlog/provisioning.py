@@ -119,7 +119,7 @@ def consumer_config(settings: ConsumerSettings, *, ordered: bool = False) -> Con
         # the runner dead-letters after max_deliver itself (so it can record why); the server must not stop
         # redelivering first
         max_deliver=-1,
-        max_ack_pending=max(settings.max_concurrency * 4, 256),
+        max_ack_pending=max(settings.max_concurrency * 4, settings.fetch_batch, 256),
         filter_subject=filters[0] if len(filters) == 1 else None,
         filter_subjects=filters if len(filters) > 1 else None,
     )
