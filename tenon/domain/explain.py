@@ -50,7 +50,7 @@ from typing import Any, Literal
 from proto import events as ev
 from tenon.domain.eventviews import claim_step, pods_of
 from tenon.domain.nodeclaim import ImpossibleStory, NodeClaim
-from tenon.domain.projection import object_key
+from tenon.domain.projection import FINISHED, object_key
 from tenon.domain.wording import price, relative, sequence, stamp
 
 MAX_EVENT_MESSAGE = 1000
@@ -926,4 +926,7 @@ def _ended(bound: LoggedEvent | None) -> tuple[str | None, str | None]:
     when = f"({sequence(bound.sequence)} at {stamp(bound.recorded_at)})"
     if event.change == "removed":
         return f"removed from node {node} {when}", None
-    return f"bound to node {node}" + (f", {phase}" if phase else "") + f" {when}", node
+    # a bound pod's recorded phase is the one of its last recorded change (its binding, its end), so only an
+    # end is worth telling: a "Pending" recorded at binding would read as if the pod never started
+    ended = phase in FINISHED
+    return f"bound to node {node}" + (f", {phase}" if ended else "") + f" {when}", node

@@ -243,17 +243,26 @@ class ClusterProjection:
 
 
 def _pod_came_or_went(previous: KubeObject | None, event: ev.BoundPodObserved) -> bool:
-    """Whether the observation changes what runs on the node (a re-assertion of the same pod does not: it must
-    not restart the node's consolidateAfter clock). A DaemonSet's pod never does, as in Karpenter's pod
-    events controller: it comes with the node and goes with it (a daemon pod bound seconds after its node
-    emptied restarted the clock, and ended an emptiness queue half drained)."""
+    """Whether the observation changes what runs on the node, as Karpenter's pod events controller reads it:
+    the pod was bound, finished (Succeeded, Failed) or began terminating. A re-assertion of the same pod does
+    not (it must not restart the node's consolidateAfter clock), nor does a pod starting to run. A
+    DaemonSet's pod never does: it comes with the node and goes with it (a daemon pod bound seconds after its
+    node emptied restarted the clock, and ended an emptiness queue half drained)."""
     if is_daemon(event.pod):
         return False
     if previous is None or event.change == "removed":
         return True
-    before, after = previous.get("spec") or {}, event.pod.get("spec") or {}
-    phase = (previous.get("status") or {}).get("phase"), (event.pod.get("status") or {}).get("phase")
-    return before.get("nodeName") != after.get("nodeName") or phase[0] != phase[1]
+    before, after = previous, event.pod
+    return (
+        (before.get("spec") or {}).get("nodeName") != (after.get("spec") or {}).get("nodeName")
+        or _finished(before) != _finished(after)
+        or bool((before.get("metadata") or {}).get("deletionTimestamp"))
+        != bool((after.get("metadata") or {}).get("deletionTimestamp"))
+    )
+
+
+def _finished(pod: KubeObject) -> bool:
+    return (pod.get("status") or {}).get("phase") in FINISHED
 
 
 @dataclass

@@ -14,6 +14,7 @@ from tenon.domain.disruption.budgets import allowance, disruption_problems
 from tenon.domain.disruption.candidates import candidates
 from tenon.domain.disruption.durations import DurationError, parse_duration
 from tenon.domain.disruption.rounds import decide_round
+from tenon.domain.projection import ClusterProjection
 from tenon.runtime.decider import BaseExecutor
 from tenon.runtime.eventlog.memory import InMemoryEventLog
 from tenon.runtime.replay import replay
@@ -323,3 +324,22 @@ def test_a_round_given_the_candidates_of_its_tick_decides_what_it_decides_alone(
     given_them = decide_round(build_view(state, later), known=known)
     assert alone.command is not None and alone.command.method != "emptiness"
     assert given_them.command == alone.command and given_them.blocked == alone.blocked
+
+
+def test_a_node_s_pod_clock_moves_when_a_pod_is_bound_finishes_or_terminates_not_when_it_starts() -> None:
+    """Karpenter's pod events (``status.lastPodEventTime``, what ``consolidateAfter`` counts from): a pod's
+    binding, its end and the start of its deletion; a pod starting to run changes nothing of its node."""
+    projection = ClusterProjection()
+    job = app_pod("job")
+    job["spec"], job["status"] = {"nodeName": "node-0"}, {"phase": "Pending"}
+    steps = [("bound", 1, {}, {}), ("running", 20, {}, {"phase": "Running"})]
+    steps += [("terminating", 25, {"deletionTimestamp": "2026-11-29T10:00:25Z"}, {})]
+    steps += [("succeeded", 27, {}, {"phase": "Succeeded"})]
+    clock = {}
+    for name, second, metadata, status in steps:
+        job = {**job, "metadata": {**job["metadata"], **metadata}, "status": {**job["status"], **status}}
+        at = T0 + timedelta(seconds=second)
+        change = "added" if name == "bound" else "changed"
+        projection.apply(ev.BoundPodObserved(**envelope(name, at), change=change, pod=job), second)
+        clock[name] = (projection.last_pod_activity["node-0"] - T0).total_seconds()
+    assert clock == {"bound": 1, "running": 1, "terminating": 25, "succeeded": 27}

@@ -176,10 +176,17 @@ def test_bound_pods_are_tracked_from_binding_to_deletion_and_pending_pods_are_no
     running["status"]["phase"] = "Running"
     running["status"]["podIP"] = "10.0.0.9"
     running["metadata"]["resourceVersion"] = "12"
-    assert tracker.observe(running) is not None
+    assert tracker.observe(running) is None  # no more room taken running than bound (Karpenter)
     ip_only = copy.deepcopy(running)
     ip_only["status"]["podIP"] = "10.0.0.10"
     assert tracker.observe(ip_only) is None
+    terminating = copy.deepcopy(running)
+    terminating["metadata"]["deletionTimestamp"] = "2026-11-29T10:00:00Z"
+    assert tracker.observe(terminating) is not None
+    succeeded = copy.deepcopy(terminating)
+    succeeded["status"]["phase"] = "Succeeded"
+    finished = tracker.observe(succeeded)
+    assert finished is not None and finished.pod["status"]["phase"] == "Succeeded"  # type: ignore[attr-defined]
     assert tracker.forget(running).change == "removed"  # type: ignore[union-attr]
 
 
