@@ -106,3 +106,44 @@ async def test_pods_of_one_shape_each_go_to_the_node_they_are_nominated_to(
     # r3's nominated node n3 does not exist: it fails as r0's shape would now, told why
     scheduled = condition(stored(store, "r3"), "PodScheduled")
     assert scheduled is not None and "Insufficient cpu" in scheduled["message"]
+
+
+async def test_a_node_joining_with_a_taint_no_pending_pod_tolerates_does_not_wake_them() -> None:
+    """The real scheduler's queueing hint for taints: a pod rejected for untolerated taints is tried again for
+    a Node it may land on, not for every change of a Node it cannot (a joining node changes five times while
+    it still carries ``karpenter.sh/unregistered``)."""
+    store = Store()
+    unregistered = [{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]
+    nodes_rt = rt(store, "v1", "Node")
+    sched = scheduler_over(store, [node("n1", ready=True, taints=unregistered)], [pod("web")])
+    await sched._cycle()
+    waiting = sched.pending["default/web"]
+    tried_at = waiting.last_attempt
+    assert waiting.due_at(sched._changed_at) == waiting.next_try  # waits for the periodic flush
+
+    sched._on_node("ADDED", store.create(nodes_rt, node("n2", ready=True, taints=unregistered)), None)
+    assert sched._changed_at < tried_at and waiting.due_at(sched._changed_at) == waiting.next_try
+
+    tolerant = pod("agent", tolerations=[{"operator": "Exists"}])
+    sched._on_pod("ADDED", store.create(rt(store, "v1", "Pod"), tolerant), None)
+    sched._on_node("ADDED", store.create(nodes_rt, node("n3", ready=True, taints=unregistered)), None)
+    assert (
+        sched._changed_at > tried_at
+    )  # the agent may land there: every pending pod is due after its backoff
+    assert waiting.due_at(sched._changed_at) == waiting.backoff_until
+
+
+async def test_a_node_losing_its_last_taint_wakes_the_pending_pods() -> None:
+    store = Store()
+    unregistered = [{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]
+    sched = scheduler_over(store, [node("n1", ready=True, taints=unregistered)], [pod("web")])
+    await sched._cycle()
+    tried_at = sched.pending["default/web"].last_attempt
+    nodes_rt = rt(store, "v1", "Node")
+    before = store.get(nodes_rt, "n1")
+    registered = {**before, "spec": {"taints": []}}
+    sched._on_node("MODIFIED", store.update(nodes_rt, registered), before)
+    assert sched._changed_at > tried_at
+    sched.pending["default/web"].backoff_until = 0.0  # its backoff over
+    await sched._cycle()
+    assert stored(store, "web")["spec"]["nodeName"] == "n1"
