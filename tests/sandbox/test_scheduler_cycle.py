@@ -124,13 +124,17 @@ async def test_a_node_joining_with_a_taint_no_pending_pod_tolerates_does_not_wak
     sched._on_node("ADDED", store.create(nodes_rt, node("n2", ready=True, taints=unregistered)), None)
     assert sched._changed_at < tried_at and waiting.due_at(sched._changed_at) == waiting.next_try
 
-    tolerant = pod("agent", tolerations=[{"operator": "Exists"}])
-    sched._on_pod("ADDED", store.create(rt(store, "v1", "Pod"), tolerant), None)
+    # a pending pod that tolerates the taint (too big for n1) is woken by the next such node; the others not
+    agent = pod("agent", cpu="64", tolerations=[{"operator": "Exists"}])
+    sched._on_pod("ADDED", store.create(rt(store, "v1", "Pod"), agent), None)
+    await sched._cycle()
+    tolerant = sched.pending["default/agent"]
     sched._on_node("ADDED", store.create(nodes_rt, node("n3", ready=True, taints=unregistered)), None)
-    assert (
-        sched._changed_at > tried_at
-    )  # the agent may land there: every pending pod is due after its backoff
-    assert waiting.due_at(sched._changed_at) == waiting.backoff_until
+    assert tolerant.due_at(sched._changed_at) == tolerant.backoff_until < tolerant.next_try
+    assert waiting.due_at(sched._changed_at) == waiting.next_try
+
+    sched._on_node("ADDED", store.create(nodes_rt, node("n4", ready=True)), None)
+    assert waiting.due_at(sched._changed_at) == waiting.backoff_until  # an untainted node: every pod is due
 
 
 async def test_a_node_losing_its_last_taint_wakes_the_pending_pods() -> None:
