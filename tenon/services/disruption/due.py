@@ -6,8 +6,8 @@ Per claim, two moments:
 
 * **expires**: when expiration may take it (its NodePool's ``expireAfter`` after it was planned);
 * **acts**: when a round may first act on it: at once when it drifted; else when it becomes consolidatable
-  (``consolidateAfter`` since a pod last came or went, or since it was initialized), which both emptiness and
-  consolidation need.
+  (``consolidateAfter`` since a pod was last bound, finished or began terminating there, as Karpenter's pod
+  events, or since it was initialized), which both emptiness and consolidation need.
 
 Only what can *allow* an action sets a moment. What only forbids one (budgets, PodDisruptionBudgets,
 ``do-not-disrupt``, a node bought for pods still pending, a pod on the node) is left out, so no method can

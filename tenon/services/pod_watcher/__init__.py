@@ -21,7 +21,8 @@ One concept per module:
   commands, args or annotations tenon does not read. The log is kept for days and read by many.
 * :mod:`.observations` (pure): which pods are pending (``PodScheduled=False/Unschedulable``, not DaemonSet
   pods, not being deleted, default scheduler, not bound), which Node and bound-pod changes matter (labels,
-  taints, capacity/allocatable, Ready, unschedulable, providerID, deletion, phase; never heartbeats), snapshot
+  taints, capacity/allocatable, Ready, unschedulable, providerID, deletion; a pod's binding, end and deletion,
+  not its start; never heartbeats), snapshot
   content and its fingerprint, and the deterministic event ids. Its trackers keep "the last version
   published" per object, so a re-list becomes a diff with ``removed`` for what vanished.
 * :mod:`.batching` (pure, logical time): the batching window (closes ``idle`` after the last new pod or
