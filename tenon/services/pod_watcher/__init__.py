@@ -22,9 +22,9 @@ One concept per module:
 * :mod:`.observations` (pure): which pods are pending (``PodScheduled=False/Unschedulable``, not DaemonSet
   pods, not being deleted, default scheduler, not bound), which Node and bound-pod changes matter (labels,
   taints, capacity/allocatable, Ready, unschedulable, providerID, deletion; a pod's binding, end and deletion,
-  not its start; never heartbeats), snapshot
-  content and its fingerprint, and the deterministic event ids. Its trackers keep "the last version
-  published" per object, so a re-list becomes a diff with ``removed`` for what vanished.
+  not its start; never heartbeats), snapshot content and its fingerprint, and the deterministic event ids.
+  Its trackers keep "the last version published" per object, so a re-list becomes a diff with ``removed``
+  for what vanished.
 * :mod:`.batching` (pure, logical time): the batching window (closes ``idle`` after the last new pod or
   ``max`` after the first; only pods still pending at close), and the re-batch safety net (a pod still
   pending ``rebatch`` after its batch is offered again; the scheduler counts in-flight claims, so this never

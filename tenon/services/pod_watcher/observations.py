@@ -76,6 +76,7 @@ from proto.events import (
     ObservedChange,
     PodDisruptionBudgetsSnapshot,
 )
+from tenon.domain.projection import FINISHED
 from tenon.runtime.eventlog.factories import make_event
 from tenon.services.pod_watcher.views import READ_ANNOTATIONS, daemonset_view, node_view, pdb_view, pod_view
 
@@ -171,16 +172,13 @@ def _owned_by_daemonset(pod: Mapping[str, Any]) -> bool:
     )
 
 
-FINISHED_PHASES = ("Succeeded", "Failed")
-
-
 def pending_exclusion(pod: Mapping[str, Any]) -> str | None:
     """Why this pod is not one tenon should find room for, or ``None`` when it is pending."""
     meta = _metadata(pod)
     spec = pod.get("spec") or {}
     if spec.get("nodeName"):
         return "bound to a node"
-    if (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
+    if (pod.get("status") or {}).get("phase") in FINISHED:
         return "finished"
     if meta.get("deletionTimestamp"):
         return "being deleted"
@@ -243,7 +241,7 @@ def bound_pod_fingerprint(pod: Mapping[str, Any]) -> dict[str, Any]:
     spec = pod.get("spec") or {}
     return {
         "nodeName": spec.get("nodeName"),
-        "finished": (pod.get("status") or {}).get("phase") in FINISHED_PHASES,
+        "finished": (pod.get("status") or {}).get("phase") in FINISHED,
         "labels": meta.get("labels") or {},
         "annotations": _read_annotations(meta),
         "ownerReferences": meta.get("ownerReferences") or [],
