@@ -72,19 +72,24 @@ def test_a_startup_taint_the_registration_puts_on_keeps_it_from_being_initialize
     assert steps == ["NodeClaimRegistered"]
 
 
+async def launched_and_observed(node: dict[str, Any]) -> tuple[InMemoryEventLog, int]:
+    """A log with the demo's facts, the claim launched, and ``node`` observed (at the sequence returned)."""
+    event_log = InMemoryEventLog()
+    for fact in demo_facts():
+        await event_log.publish(registry.subject_of(fact), fact)
+    for event in launch_story():
+        await append_to_claim(event_log, event)
+    observed = build_event(ev.NodeObserved, "joined", change="added", node=node)
+    return event_log, (await event_log.publish(registry.subject_of(observed), observed)).sequence
+
+
 async def test_registered_and_initialized_together_cost_the_node_one_patch() -> None:
     async with running_sandbox(controllers=False) as sandbox:
         client = await load_kube(str(sandbox.workload_kubeconfig))
         kube = CountingKube(client)
         try:
             node = await kube.create(NODES, {"apiVersion": "v1", "kind": "Node", **joined(ready=True)})
-            event_log = InMemoryEventLog()
-            for fact in demo_facts():
-                await event_log.publish(registry.subject_of(fact), fact)
-            for event in launch_story():
-                await append_to_claim(event_log, event)
-            observed = build_event(ev.NodeObserved, "joined", change="added", node=node)
-            await event_log.publish(registry.subject_of(observed), observed)
+            event_log, _ = await launched_and_observed(node)
             kube.requests.clear()
             executor = SchedulerExecutor(kube)
             async with running(SchedulerDecider(), executor, event_log) as runtime:
@@ -114,13 +119,7 @@ async def test_registration_does_not_put_back_a_taint_removed_after_the_node_was
                 "node-a",
                 {"spec": {"taints": [{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]}},
             )
-            event_log = InMemoryEventLog()
-            for fact in demo_facts():
-                await event_log.publish(registry.subject_of(fact), fact)
-            for event in launch_story():
-                await append_to_claim(event_log, event)
-            observed = build_event(ev.NodeObserved, "joined", change="added", node=observed_node)
-            await event_log.publish(registry.subject_of(observed), observed)
+            event_log, _ = await launched_and_observed(observed_node)
             async with running(SchedulerDecider(), SchedulerExecutor(kube), event_log) as runtime:
                 await until(lambda: runtime.state.claims[CLAIM].registered, what="the claim Registered")
             node = await client.get(NODES, "node-a")
@@ -144,15 +143,9 @@ async def test_a_node_replaced_under_the_same_name_before_the_patch_is_not_regis
             stranger = joined(ready=True)
             stranger["spec"]["providerID"] = "p://someone-else"
             await client.create(NODES, {"apiVersion": "v1", "kind": "Node", **stranger})
-            event_log = InMemoryEventLog()
-            for fact in demo_facts():
-                await event_log.publish(registry.subject_of(fact), fact)
-            for event in launch_story():
-                await append_to_claim(event_log, event)
-            observed = build_event(ev.NodeObserved, "joined", change="added", node=observed_node)
-            stored = await event_log.publish(registry.subject_of(observed), observed)
+            event_log, observed_at = await launched_and_observed(observed_node)
             async with running(SchedulerDecider(), SchedulerExecutor(client), event_log) as runtime:
-                await until(lambda: runtime.handled >= stored.sequence, what="the observation handled")
+                await until(lambda: runtime.handled >= observed_at, what="the observation handled")
                 assert runtime.state.claims[CLAIM].registered is None
             node = await client.get(NODES, "node-a")
             assert "karpenter.sh/registered" not in node["metadata"]["labels"]
