@@ -18,7 +18,7 @@ from proto import events as ev
 from tenon.runtime.eventlog.connection import ConnectionSettings
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
 from tenon.runtime.kube import MACHINEDEPLOYMENTS, MACHINES, NODECLAIMS, PODS, Kube
-from tests.e2e.test_provisioning import provision, until
+from tests.e2e.test_provisioning import claims_by_type, provision, until
 
 SHORT_RETENTION = {
     "TENON_EVENTS_MAX_AGE": "8s",  # the claims' stories are gone from the log within seconds
@@ -114,6 +114,7 @@ async def test_every_machine_survives_a_restart_after_its_claims_aged_out_of_the
         event_log = await JetStreamEventLog.connect(
             ConnectionSettings(servers=(stack.nats_url,)), provision=False
         )
+        await claims_by_type(kube, 2)  # their objects are written a moment after the claims are planned
         before = await cluster_state(kube, management)
         assert len(before[0]) == 2 and len(before[2]) == 2
 

@@ -81,8 +81,15 @@ async def provision(stack: LocalStack, manifest: str, app: str) -> tuple[Kube, K
     return kube, management
 
 
-async def claims_by_type(kube: Kube) -> list[str]:
-    claims, _ = await kube.list(NODECLAIMS)
+async def claims_by_type(kube: Kube, count: int) -> list[str]:
+    """The instance types of the NodeClaim objects, once there are ``count`` of them: the scheduler writes
+    them off the decision path, a moment after each claim is planned, and pods may run before that."""
+
+    async def written() -> list[dict[str, Any]] | None:
+        claims, _ = await kube.list(NODECLAIMS)
+        return claims if len(claims) >= count else None
+
+    claims = await until(written, 20, what=f"{count} NodeClaim objects")
     return sorted(c["metadata"]["labels"]["node.kubernetes.io/instance-type"] for c in claims)
 
 
@@ -99,7 +106,7 @@ def tap_json(stack: LocalStack) -> list[dict[str, Any]]:
 
 async def test_one_3_vcpu_pod_gets_one_c3_8(stack: LocalStack) -> None:
     kube, management = await provision(stack, "workload-one-3cpu.yaml", "big")
-    assert await claims_by_type(kube) == ["c3-8"]
+    assert await claims_by_type(kube, 1) == ["c3-8"]
     replicas = {
         m["metadata"]["name"]: m["spec"]["replicas"] for m in (await management.list(MACHINEDEPLOYMENTS))[0]
     }
@@ -112,7 +119,7 @@ async def test_eight_1_vcpu_pods_get_a_c3_16_and_a_c3_4_and_the_log_tells_and_re
     stack: LocalStack,
 ) -> None:
     kube, management = await provision(stack, "workload-eight-1cpu.yaml", "small")
-    assert await claims_by_type(kube) == ["c3-16", "c3-4"]
+    assert await claims_by_type(kube, 2) == ["c3-16", "c3-4"]
     machines, _ = await management.list(MACHINES)
     assert len(machines) == 2
     await kube.close()
@@ -157,7 +164,7 @@ async def test_two_replicas_of_every_service_act_once(stack: LocalStack) -> None
     for name in ("pod-watcher", "scheduler", "launcher-capi", "disruption"):
         stack.start_service(name, replica=2)
     kube, management = await provision(stack, "workload-eight-1cpu.yaml", "small")
-    assert await claims_by_type(kube) == ["c3-16", "c3-4"]
+    assert await claims_by_type(kube, 2) == ["c3-16", "c3-4"]
     machines, _ = await management.list(MACHINES)
     assert len(machines) == 2
     events = [r["event"] for r in await asyncio.to_thread(tap_json, stack) if "event" in r]
