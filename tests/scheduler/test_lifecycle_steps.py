@@ -12,6 +12,7 @@ from proto import registry
 from tenon.domain.projection import ClusterProjection
 from tenon.runtime.eventlog.memory import InMemoryEventLog
 from tenon.runtime.kube import NODES, load_kube
+from tenon.services.scheduler import lifecycle
 from tenon.services.scheduler.decider import SchedulerDecider
 from tenon.services.scheduler.service import SchedulerExecutor
 from tests.scheduler.test_nodeclaim_objects import CountingKube
@@ -152,3 +153,28 @@ async def test_a_node_replaced_under_the_same_name_before_the_patch_is_not_regis
             assert node["spec"]["taints"] == stranger["spec"]["taints"]
         finally:
             await client.close()
+
+
+def test_a_registration_patch_that_replaces_a_list_is_bound_to_the_node_version_it_was_computed_from() -> (
+    None
+):
+    """A merge patch replaces the taint and finalizer lists whole; only such a patch carries the observed
+    ``resourceVersion`` (the API server then refuses it if the Node changed since). A patch of labels alone
+    merges key by key and needs none."""
+    claim = launched_claim().claims[CLAIM]
+    joining = {**joined(ready=True), "metadata": {"name": "node-a", "labels": {}, "resourceVersion": "7"}}
+    first = lifecycle.registration_patch(claim, joining)
+    assert first is not None and first["metadata"]["resourceVersion"] == "7"
+    assert first["spec"]["taints"] == [] and first["metadata"]["finalizers"] == ["karpenter.sh/termination"]
+
+    synced = {
+        "metadata": {
+            "name": "node-a",
+            "resourceVersion": "9",
+            "labels": {"karpenter.sh/nodepool": "default"},  # karpenter.sh/registered missing
+            "finalizers": ["karpenter.sh/termination"],
+        },
+        "spec": {"providerID": "p://a", "taints": []},
+    }
+    labels_only = lifecycle.registration_patch(claim, synced)
+    assert labels_only == {"metadata": {"labels": {"karpenter.sh/registered": "true"}}}
