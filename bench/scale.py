@@ -180,18 +180,19 @@ once per zone and skips the Nodes that refused a pod like it for good
     sandbox 1,017 MiB). From 1k to 10k pods: the log x6.9, the pod-watcher's CPU x7.0, launcher-capi's x8.9,
     disruption's x9.9, the scheduler's x12 (x23 in run 9).
 
-Run 15 (2026-12-02, the next session, 7 minutes, tenon at 209aa5a), after a bound pod is published when it
-is bound, ends or starts terminating (not when it starts running: half the pod events), deciders fetch
-1,024 records at once, and the sandbox's scheduler wakes pending pods only for Nodes whose taints they
-tolerate
-    Every target met, no leadership lost. The 1k wave all Running in 7.1 s (13.9 s in run 14), the 4k wave
-    in 23 s (48 s), the 10k wave in 48 s (119 s) with pending -> Running p50 38 s / p99 41 s, its slowest
-    batch planned in 0.9 s (4.0 s); churn waves 3-87 s (the sandbox's thread saturated in churn-2 and
-    churn-3: 86 CPU s each); 0 nodes 52 s after the scale to zero (64 s). The scheduler's CPU in the 10k
-    wave 9.1 s (28 s), in the scale to zero 9.7 s (12 s); disruption's in the scale to zero 27 s (34 s).
-    Highest service VmHWM 346 MiB (scheduler; disruption 319 MiB, the sandbox 1,041 MiB). From 1k to 10k
-    pods: the log x7.0, the pod-watcher's CPU x5.8, the scheduler's x7.0 (x12 in run 14), disruption's x7.5,
-    launcher-capi's x7.6.
+Runs 15 and 16 (2026-12-02, the next session, 7 minutes each, tenon at 209aa5a and ba181f4), after a bound
+pod is published when it is bound, ends or starts terminating (not when it starts running: half the pod
+events), deciders fetch 1,024 records at once, and the sandbox's scheduler wakes pending pods only for Nodes
+whose taints they tolerate
+    Every target met in both, no leadership lost. The 1k wave all Running in 7.1 / 6.6 s (13.9 s in run 14),
+    the 4k wave in 23 / 23 s (48 s), the 10k wave in 48 / 61 s (119 s) with pending -> Running p50 38 / 43 s,
+    p99 41 / 47 s, its slowest batch planned in 0.9 / 5.3 s (4.0 s); churn waves 3-105 s (the sandbox's
+    thread saturated in churn-2 and churn-3: 84-105 CPU s each); 0 nodes 52 / 47 s after the scale to zero
+    (64 s). The scheduler's CPU in the 10k wave 9.1 / 11.6 s (28 s), in the scale to zero 9.7 / 8.6 s
+    (12 s); disruption's in the scale to zero 27 / 25 s (34 s). Highest service VmHWM 337-346 MiB
+    (scheduler; disruption 317-319 MiB, the sandbox 1,041-1,058 MiB). From 1k to 10k pods: the log x7.0 /
+    x7.7, the pod-watcher's CPU x5.8 / x7.1, the scheduler's x7.0 / x9.7 (x12 in run 14), disruption's
+    x7.5 / x9.8, launcher-capi's x7.6 / x7.4.
 """
 
 from __future__ import annotations
