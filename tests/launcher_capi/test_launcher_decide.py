@@ -482,3 +482,30 @@ def test_the_state_survives_a_snapshot_round_trip() -> None:
     assert again == state
     assert again.claims["a"].current_choice is None and again.claims["a"].last_sequence == 12
     assert decide(again) == decide(state)
+
+
+def test_a_claim_owed_a_replica_waits_while_a_machine_of_its_deployment_is_being_removed() -> None:
+    """Cluster API deletes a marked Machine only when the MachineSet shrinks: one write that took a replica
+    away and gave one back left the size as it was, the marked Machine stayed and no new Machine came (seen
+    under chaos: two claims waited five minutes, were abandoned, and the same happened to their
+    successors)."""
+    state = state_with("a", "b")
+    state.apply(
+        step("a", ev.NodeClaimLaunched, "l", provider_id="p1", instance_type="c3-8", machine="c3-8-a"), 20
+    )
+    state.apply(step("a", ev.DisruptionRequested, "r", method="emptiness", reason="empty", node="n"), 25)
+    state.apply(step("a", ev.NodeClaimDrained, "d", node="n"), 30)
+    md(state, 1)
+    machine(state, "c3-8-a", "a", provider_id="p1")
+    decisions = decide(state)
+    assert [r.machine for r in of(decisions, ev.MachineRemovalDecided)] == ["c3-8-a"]
+    assert [
+        (s.replicas_to, s.scaled_down_for, s.scaled_up_for) for s in of(decisions, ev.MachineDeploymentScaled)
+    ] == [(0, ("c3-8-a",), ())]
+    assert of(decisions, ev.NodeClaimLaunchFailed) == []  # b waits; it has not failed
+    record(state, decisions)
+    machine(state, "c3-8-a", "a", provider_id="p1", marked=True)  # marked, not yet deleting
+    assert of(decide(state), ev.MachineDeploymentScaled) == []
+    machine(state, "c3-8-a", "a", provider_id="p1", marked=True, deleting=True)
+    [scale] = of(decide(state), ev.MachineDeploymentScaled)
+    assert (scale.replicas_from, scale.replicas_to, scale.scaled_up_for) == (0, 1, ("b",))

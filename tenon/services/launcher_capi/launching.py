@@ -45,8 +45,10 @@ fallbacks, in order), ``False`` on the last. The claim's current choice is the o
 has LaunchFailed events, so the aggregate alone says where it stands.
 
 **Removal** happens only on positive evidence (:mod:`.removal`): the delete-machine annotation on exactly that
-Machine, then one replica fewer, so Cluster API never picks another Machine. A Machine the launcher cannot
-prove unwanted is kept, and ``MachineKept`` says why, once.
+Machine, then one replica fewer, so Cluster API never picks another Machine. Until Cluster API is deleting
+it, the MachineDeployment grows for no claim: a replica given back before then cancels the one taken away
+(its MachineSet deletes marked Machines only when it shrinks). A Machine the launcher cannot prove unwanted
+is kept, and ``MachineKept`` says why, once.
 
 **Terminated**: the disruption service drains a node and appends ``NodeClaimDrained``; the launcher removes
 the claim's Machine and, once no Machine bound to the claim exists any more, appends ``NodeClaimTerminated``
@@ -426,10 +428,16 @@ def _decide_deployment(
     newly_bound = _bind(decided, listed_live, listed_gone, unbound, targets)
 
     replicas = max(0, view.replicas - len(decrements))
-    granted = _grant(decided, view, replicas, owed)
     existing = {m.name for m in machines}
-    scaled_up = tuple(n for n in (*listed_live, *listed_gone) if n not in newly_bound) + tuple(granted)
     scaled_down = tuple(n for n in view.scaled_down_for if n in existing) + tuple(decrements)
+    # Cluster API deletes a marked Machine only when its MachineSet shrinks: a replica granted in the write
+    # that takes one away (or before Cluster API began deleting the Machine it was taken for) cancels that,
+    # and the MachineDeployment keeps its size with neither the marked Machines going nor new ones coming.
+    # Owed claims wait for those Machines to be deleting.
+    removing = set(scaled_down)
+    settling = any(m.name in removing and not m.deleting for m in machines)
+    granted = [] if settling else _grant(decided, view, replicas, owed)
+    scaled_up = tuple(n for n in (*listed_live, *listed_gone) if n not in newly_bound) + tuple(granted)
     target = replicas + len(granted)
     # entries of claims that got their Machine leave the list with the MD's next write, or once no listed
     # claim waits any more and none of its Machines' claims waits to be Launched: a burst of binds costs one
