@@ -279,8 +279,8 @@ def test_a_claim_abandoned_before_its_machine_came_gets_that_machine_removed() -
     assert of(decisions, ev.NodeClaimEvent) == []
 
 
-def test_a_drained_claim_loses_its_machine_then_is_terminated_once() -> None:
-    state = state_with("a")
+def a_drained(state: LauncherState) -> LauncherState:
+    """Claim ``a`` launched on Machine c3-8-a (the only replica of c3-8), then disrupted and drained."""
     state.apply(
         step("a", ev.NodeClaimLaunched, "l", provider_id="p1", instance_type="c3-8", machine="c3-8-a"), 20
     )
@@ -288,6 +288,11 @@ def test_a_drained_claim_loses_its_machine_then_is_terminated_once() -> None:
     state.apply(step("a", ev.NodeClaimDrained, "d", node="n"), 30)
     md(state, 1)
     machine(state, "c3-8-a", "a", provider_id="p1")
+    return state
+
+
+def test_a_drained_claim_loses_its_machine_then_is_terminated_once() -> None:
+    state = a_drained(state_with("a"))
     decisions = decide(state)
     assert [r.machine for r in of(decisions, ev.MachineRemovalDecided)] == ["c3-8-a"]
     assert [s.replicas_to for s in of(decisions, ev.MachineDeploymentScaled)] == [0]
@@ -489,14 +494,7 @@ def test_a_claim_owed_a_replica_waits_while_a_machine_of_its_deployment_is_being
     away and gave one back left the size as it was, the marked Machine stayed and no new Machine came (seen
     under chaos: two claims waited five minutes, were abandoned, and the same happened to their
     successors)."""
-    state = state_with("a", "b")
-    state.apply(
-        step("a", ev.NodeClaimLaunched, "l", provider_id="p1", instance_type="c3-8", machine="c3-8-a"), 20
-    )
-    state.apply(step("a", ev.DisruptionRequested, "r", method="emptiness", reason="empty", node="n"), 25)
-    state.apply(step("a", ev.NodeClaimDrained, "d", node="n"), 30)
-    md(state, 1)
-    machine(state, "c3-8-a", "a", provider_id="p1")
+    state = a_drained(state_with("a", "b"))
     decisions = decide(state)
     assert [r.machine for r in of(decisions, ev.MachineRemovalDecided)] == ["c3-8-a"]
     assert [
