@@ -193,6 +193,14 @@ whose taints they tolerate
     (scheduler; disruption 317-319 MiB, the sandbox 1,041-1,058 MiB). From 1k to 10k pods: the log x7.0 /
     x7.7, the pod-watcher's CPU x5.8 / x7.1, the scheduler's x7.0 / x9.7 (x12 in run 14), disruption's
     x7.5 / x9.8, launcher-capi's x7.6 / x7.4.
+
+Run 17 (2026-12-02, 7 minutes, tenon at f5415b6), after the Cluster API launcher stopped granting a replica
+in the write that takes one away
+    Every target met, no leadership lost: the 1k wave 8.7 s, the 4k wave 26 s, churn waves 5-91 s, 0 nodes
+    58 s after the scale to zero. The 10k wave took 126 s (pending -> Running p50 39 s, p99 125 s): the
+    sandbox's thread spent 119 CPU s in it (42-54 s in runs 15-16, 137-176 s in runs 10-13), and nothing was
+    disrupted before the scale to zero, so the launcher's change had no part in it. The scheduler's CPU in
+    that wave 15.8 s; growth from 1k to 10k: the scheduler x9.4, disruption x9.8, the log x7.7.
 """
 
 from __future__ import annotations
