@@ -968,7 +968,6 @@ def provisioning_targets(p: dict[str, Any]) -> list[Target]:
         ),
     ]
     targets += _plan_kept_targets(p)
-    targets += _plan_kept_targets(p)
     for hop in HOPS:
         figures = p["hops"].get(hop)
         if not figures:

@@ -17,6 +17,7 @@ from bench.e2e import (
     measure_scale_to_zero,
     percentile,
     planning_waves,
+    provisioning_targets,
 )
 from devtools.stack import LocalStack
 from proto.events import (
@@ -214,6 +215,9 @@ async def test_provisioning_measurement_at_a_tiny_size(stack: LocalStack) -> Non
     assert figures["last_unschedulable_to_all_planned_s"] > 0
     assert figures["all_running_s"] > figures["last_unschedulable_to_all_planned_s"]
     assert set(figures["cpu_seconds"]) >= {"sandbox", "pod-watcher", "scheduler", "launcher-capi"}
+    # each target is judged once: one per hop, none listed twice
+    names = [target.name for target in provisioning_targets(figures)]
+    assert len(names) == len(set(names)) and sum(name.startswith("hop ") for name in names) == len(HOPS)
 
 
 async def test_scale_to_zero_measurement_at_a_tiny_size(stack: LocalStack) -> None:
