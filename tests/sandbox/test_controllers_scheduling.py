@@ -179,6 +179,46 @@ def test_required_node_affinity_terms_are_ored_and_expressions_anded() -> None:
     assert decide(state, candidate).node_name == "b"
 
 
+def pinned(name: str, *terms: list[dict[str, Any]], cpu: str = "100m") -> dict[str, Any]:
+    """A pod whose required node affinity is ``terms`` (each a list of ``matchFields`` requirements)."""
+    selector_terms = [{"matchFields": fields} for fields in terms]
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": selector_terms}
+        }
+    }
+    return pod(name, cpu=cpu, affinity=affinity)
+
+
+def names_in(*names: str) -> dict[str, Any]:
+    return {"key": "metadata.name", "operator": "In", "values": list(names)}
+
+
+def test_a_pod_pinned_by_node_name_goes_to_a_named_node_among_many() -> None:
+    state = cluster(*(node(f"n{i}") for i in range(12)))
+    state.upsert_pod(bound("busy", "n5", cpu="3"))
+    assert decide(state, pinned("ds-7", [names_in("n7")])).node_name == "n7"
+    # terms are ORed (the least allocated named node wins), a term's requirements ANDed
+    assert decide(state, pinned("either", [names_in("n9")], [names_in("n5")])).node_name == "n9"
+    assert decide(state, pinned("both", [names_in("n3", "n4"), names_in("n4", "n8")])).node_name == "n4"
+    # a term that names no node leaves every node open
+    open_term = pinned("open", [names_in("n1")])
+    open_term["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ].append({"matchExpressions": [{"key": "kubernetes.io/os", "operator": "DoesNotExist"}]})
+    assert decide(state, open_term).node_name not in (None, "n5")
+
+
+def test_a_pod_pinned_to_a_full_node_is_told_why_about_every_node() -> None:
+    state = cluster(node("a", cpu="2"), node("b"), node("c"))
+    state.upsert_pod(bound("busy", "a", cpu="2"))
+    decision = decide(state, pinned("ds-a", [names_in("a")], cpu="500m"))
+    assert decision.node_name is None
+    assert decision.message == (
+        "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match Pod's node affinity/selector."
+    )
+
+
 def test_hostname_anti_affinity_spreads_one_pod_per_node() -> None:
     anti = {
         "podAntiAffinity": {

@@ -30,7 +30,9 @@ taint {node.kubernetes.io/not-ready: }."``. With no nodes at all the message is 
 "no nodes available to schedule pods".
 
 A pod with a nominated node is tried there first and goes there when it fits (``PreferNominatedNode``, GA
-since Kubernetes 1.24). Like kube-scheduler, the search stops once enough feasible nodes were found
+since Kubernetes 1.24). A pod whose required node affinity names its nodes (``matchFields``
+``metadata.name In``, a DaemonSet's pods) is tried on those only (NodeAffinity's ``PreFilterResult``), and
+filtered against every node just for the message when none takes it. Like kube-scheduler, the search stops once enough feasible nodes were found
 (:func:`feasible_nodes_to_find`, the adaptive ``percentageOfNodesToScore``: every node below 100 nodes, 42%
 of 1,000) and the next pod's search starts where this one stopped. The per-domain pod counts behind spread
 and inter-pod affinity come from ``topology_index.TopologyIndex`` (memoised, exact under same-cycle
@@ -102,6 +104,7 @@ class _PodContext:
             "requiredDuringSchedulingIgnoredDuringExecution"
         )
         self.host_ports = host_ports(pod)
+        self.named_nodes = named_nodes(pod)
         # a pod that names no node, has no node selector or affinity and claims no host port can only be
         # kept off a node by the node's own state (unschedulable, taints): the common case, checked inline
         self.anywhere = not self.node_name and bool(self.plain_placement) and not self.host_ports
@@ -341,6 +344,47 @@ def nominated_node_decision(
     return Decision(context.nominated_node) if nominated_fit(context, state) else None
 
 
+def named_nodes(pod: Mapping[str, Any]) -> frozenset[str] | None:
+    """NodeAffinity's PreFilter result: the only nodes the pod may go to when every required term names them
+    (``matchFields`` ``metadata.name`` ``In``, how a DaemonSet pins its pods), or None when a term leaves
+    the node open. Terms are ORed, a term's requirements ANDed; as kube-scheduler computes it."""
+    required = (((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = required.get("nodeSelectorTerms") or []
+    if not terms:
+        return None
+    names: set[str] = set()
+    for term in terms:
+        term_names: set[str] | None = None
+        for requirement in term.get("matchFields") or []:
+            if requirement.get("key") == "metadata.name" and requirement.get("operator") == "In":
+                values = set(requirement.get("values") or [])
+                term_names = values if term_names is None else term_names & values
+        if term_names is None:
+            return None
+        names |= term_names
+    return frozenset(names)
+
+
+def _best_named(context: _PodContext, state: ClusterState) -> str | None:
+    """The best of the nodes the pod's affinity names that take it (None if none does, or none is named).
+
+    Only those can pass: filtering every node would cost a DaemonSet's rollout O(nodes^2). When none takes
+    the pod, :func:`choose_node` still filters every node, for a message that counts each one's reason."""
+    if context.named_nodes is None or context.node_name:
+        return None
+    best: tuple[float, str] | None = None
+    for name in context.named_nodes or ():
+        info = state.nodes.get(name)
+        if info is None or context.filter(info) is not None:
+            continue
+        ranked = (-context.score(info), info.name)
+        if best is None or ranked < best:
+            best = ranked
+    return best[1] if best is not None else None
+
+
 def choose_node(pod: Mapping[str, Any], requests: Mapping[str, int], state: ClusterState) -> Decision:
     """Filter nodes, score the feasible ones, and pick the best (ties: node name).
 
@@ -352,6 +396,8 @@ def choose_node(pod: Mapping[str, Any], requests: Mapping[str, int], state: Clus
     context = _PodContext(pod, requests, state)
     if nominated_fit(context, state):
         return Decision(context.nominated_node)
+    if (named := _best_named(context, state)) is not None:
+        return Decision(named)
     reasons: Counter[str] = Counter()
     best: tuple[float, str] | None = None
     nodes = state.nodes
