@@ -32,9 +32,10 @@ taint {node.kubernetes.io/not-ready: }."``. With no nodes at all the message is 
 A pod with a nominated node is tried there first and goes there when it fits (``PreferNominatedNode``, GA
 since Kubernetes 1.24). A pod whose required node affinity names its nodes (``matchFields``
 ``metadata.name In``, a DaemonSet's pods) is tried on those only (NodeAffinity's ``PreFilterResult``), and
-filtered against every node just for the message when none takes it. Like kube-scheduler, the search stops once enough feasible nodes were found
-(:func:`feasible_nodes_to_find`, the adaptive ``percentageOfNodesToScore``: every node below 100 nodes, 42%
-of 1,000) and the next pod's search starts where this one stopped. The per-domain pod counts behind spread
+filtered against every node just for the message when none takes it. Like kube-scheduler, the search
+stops once enough feasible nodes were found (:func:`feasible_nodes_to_find`, the adaptive
+``percentageOfNodesToScore``: every node below 100 nodes, 42% of 1,000) and the next pod's search starts
+where this one stopped. The per-domain pod counts behind spread
 and inter-pod affinity come from ``topology_index.TopologyIndex`` (memoised, exact under same-cycle
 bookings), so a pod with constraints costs a few dictionary look-ups per node rather than a scan of its
 namespace. Scoring is ``NodeResourcesFit`` least-allocated (the mean free fraction of cpu and memory after
