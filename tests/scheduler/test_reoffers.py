@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import msgspec
-
 from proto import events as ev
 from tenon.domain.projection import ClusterProjection
 from tenon.services.scheduler.decider import SchedulerDecider
@@ -31,18 +29,9 @@ def with_first_wave() -> tuple[ClusterProjection, list[str], list[ev.Event]]:
 
 
 def offer_again(
-    projection: ClusterProjection,
-    name: str,
-    cpu: str,
-    sequence: int,
-    after: float = 5,
-    window: float = 0.0,
+    projection: ClusterProjection, name: str, cpu: str, sequence: int, after: float = 5
 ) -> list[ev.Event]:
-    """Offer the pod again in a batch closed ``after`` seconds from NOW, its window opened ``window``
-    seconds before that."""
-    closed = NOW + timedelta(seconds=after)
-    again = pending_batch(f"again-{name}", pending_pod(name, cpu), at=closed)
-    again = msgspec.structs.replace(again, window_opened_at=closed - timedelta(seconds=window))
+    again = pending_batch(f"again-{name}", pending_pod(name, cpu), at=NOW + timedelta(seconds=after))
     projection.apply(again, sequence)
     return list(SchedulerDecider().decide(projection, again))
 
@@ -113,13 +102,3 @@ def test_a_pod_offered_again_right_after_its_claims_node_was_initialized_is_not_
         d for d in offer_again(projection, "small", "2", 200, after=6) if isinstance(d, ev.BatchPlanned)
     ]
     assert answered == []
-
-
-def test_the_grace_after_initialization_runs_to_the_offer_not_to_its_window_opening() -> None:
-    """Offered after capacity, a window opens where the pod-watcher's quiet second began: initialized 1.2 s
-    before that opening but 2.2 s before the batch closed, the pod had its chance (the scale run's first
-    wave waited 11 s more for its next offer when the opening was the measure)."""
-    projection, _, decisions = with_first_wave()
-    registered(projection, decisions, "default/small", after=4, initialized_after=5)
-    offered = offer_again(projection, "small", "2", 200, after=7.2, window=1.0)
-    assert len([d for d in offered if isinstance(d, ev.BatchPlanned)]) == 1

@@ -57,10 +57,9 @@ class SchedulerDecider:
     def decide(self, state: ClusterProjection, event: ev.Event) -> Sequence[ev.Event]:
         decisions: list[ev.Event] = []
         if isinstance(event, ev.PendingBatch):
-            # offered when the window closed: its pods were pending then (one that stopped leaves it)
             offered = tuple(
                 nominations.without_own_nomination(state, pod)
-                for pod in reoffers.to_plan_again(state, event.pods, event.decided_at)
+                for pod in reoffers.to_plan_again(state, event.pods, event.window_opened_at)
             )
             decisions += planner.plan_batch(state, msgspec.structs.replace(event, pods=offered)).events
         elif isinstance(event, ev.ReplacementsRequested):

@@ -20,14 +20,10 @@ that took a Node's slack before their own Node came up left a pod with no room n
 again 1.9 s after its Node was initialized, 3.3 s after it registered, and waited for its next offer, 11 s
 later, to be planned again (all Running at 20 s instead of 6). Karpenter holds a nomination for 20 s; this
 is a deliberate difference: a re-plan of such a pod buys nothing while its Node still has room in the log's
-view, so trusting the kube-scheduler's quiet sooner costs a plan at most. The graces run to the moment the
-pod was offered, when its batch closed (every pod of a batch was pending then), not to the window's
-opening: a window of pods offered after capacity opens where the pod-watcher's quiet second began, and
-measured from there the grace after initialization was 2.5 s, so the pods of the last Nodes of a wave
-waited for their next offer (the scale run's first wave all Running at 18 s instead of 7).
+view, so trusting the kube-scheduler's quiet sooner costs a plan at most.
 
 A claim abandoned or being disrupted no longer accepts pods, and holds none. The rule reads event times only
-(the batch's close, the registration and the initialization), so a replay decides the same.
+(the batch's window, the registration and the initialization), so a replay decides the same.
 """
 
 from __future__ import annotations
