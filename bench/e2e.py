@@ -86,6 +86,23 @@ for Nodes whose taints they tolerate
     batch while the previous one's are under way was tried (every Node's registration started within
     0.1 s of its observation): p99 1.43-1.50 s, the same requests queued at the same thread.
 
+Where ``Launched -> Registered`` goes (2026-12-02, a later session; six runs at 541da2c on a slower day:
+all Running 4.06-5.56 s, that hop's p99 1.33-2.41 s)
+    The Node is in the log before its claim is launched (NodeObserved 0.04-0.23 s earlier, median), so the
+    hop is the registration's carry-out. Timed in the scheduler in one run: the first Node's registration
+    alone took 0.42 s (the sandbox busy with the launch wave), and the 130 Nodes that joined meanwhile were
+    registered in one batch of 1.26 s: nominations p50 0.40 s (p90 0.75 s), then the Node patch p50 0.12 s
+    (p90 0.65 s, queued behind the other claims' nominations), the append 0.014 s; the few Nodes that joined
+    during that batch waited for it, and they are the p99. Folding between batches took 10-23 ms. The
+    sandbox's thread, timed by kind in one run: its scheduler 0.77 s (1,939 failed tries; 1,806
+    Unschedulable messages rewritten), the kubelet 0.35 s, pod watch fan-out 0.33 s, the Cluster API
+    controller 0.30 s; tenon's own requests 0.43 s of it (1,000 nominations 0.14 s, 159 NodeClaim creates
+    0.12 s). Tried and measured, none moved the hop beyond the noise: the API server served ahead of the
+    sandbox's controllers (interleaved with the baseline: p99 2.02-2.32 s against 1.33-1.78 s), 400
+    connections per client instead of 100, 2 ms controller slices instead of 5, rewrites of an Unschedulable
+    message at most every 2 s (1,806 -> 644 rewrites); nominating alongside the Node patch instead of before
+    it displaced 5-7 claims a run.
+
 Every wait gives up when nothing has moved for a while (no pod started for 120 s, no node removed for 60 s)
 and the figures then say what never happened, so ``make bench`` always ends. What limits the numbers is
 printed with them: the CPU seconds each process (sandbox, each service,
