@@ -35,14 +35,13 @@ since Kubernetes 1.24). A pod whose required node affinity names its nodes (``ma
 filtered against every node just for the message when none takes it. Like kube-scheduler, the search
 stops once enough feasible nodes were found (:func:`feasible_nodes_to_find`, the adaptive
 ``percentageOfNodesToScore``: every node below 100 nodes, 42% of 1,000) and the next pod's search starts
-where this one stopped. The per-domain pod counts behind spread
-and inter-pod affinity come from ``topology_index.TopologyIndex`` (memoised, exact under same-cycle
-bookings), so a pod with constraints costs a few dictionary look-ups per node rather than a scan of its
-namespace. Scoring is ``NodeResourcesFit`` least-allocated (the mean free fraction of cpu and memory after
-placing the pod), ties broken by node name, so decisions are deterministic. Preemption is not simulated. Pod
-affinity terms with a non-empty ``namespaceSelector`` select namespaces by their
-``kubernetes.io/metadata.name`` label only (the cache holds no Namespace objects); an empty one selects all
-namespaces.
+where this one stopped. The per-domain pod counts behind spread and inter-pod affinity come from
+``topology_index.TopologyIndex`` (memoised, exact under same-cycle bookings), so a pod with constraints
+costs a few dictionary look-ups per node rather than a scan of its namespace. Scoring is
+``NodeResourcesFit`` least-allocated (the mean free fraction of cpu and memory after placing the pod), ties
+broken by node name, so decisions are deterministic. Preemption is not simulated. Pod affinity terms with a
+non-empty ``namespaceSelector`` select namespaces by their ``kubernetes.io/metadata.name`` label only (the
+cache holds no Namespace objects); an empty one selects all namespaces.
 """
 
 from __future__ import annotations
@@ -376,7 +375,7 @@ def _best_named(context: _PodContext, state: ClusterState) -> str | None:
     if context.named_nodes is None or context.node_name:
         return None
     best: tuple[float, str] | None = None
-    for name in context.named_nodes or ():
+    for name in context.named_nodes:
         info = state.nodes.get(name)
         if info is None or context.filter(info) is not None:
             continue
