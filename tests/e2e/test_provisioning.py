@@ -197,11 +197,17 @@ def test_tenon_up_runs_the_demo_unattended() -> None:
     assert sorted(c["instanceType"] for c in summary["nodeClaims"]) == ["c3-16", "c3-4"]
     assert sum(len(c["pods"]) for c in summary["nodeClaims"]) == 8
     timeline = summary["timeline"]
-    assert 0 < timeline["claimsCreated"] <= timeline["launched"] <= timeline["registered"]
-    # a pod runs once its node is registered and Ready; the claim's Initialized condition is written
-    # beside that, not before it (as in Karpenter: kube-scheduler never waits for a NodeClaim)
-    assert timeline["registered"] <= timeline["initialized"]
-    assert timeline["registered"] <= timeline["allPodsRunning"]
+    # the claim milestones are read off the NodeClaim objects, written after each step is in the log (off
+    # the decision path), so pods may be Running before their claims' objects show it: only the claims'
+    # own steps are ordered (as in Karpenter, kube-scheduler never waits for a NodeClaim)
+    assert (
+        0
+        < timeline["claimsCreated"]
+        <= timeline["launched"]
+        <= timeline["registered"]
+        <= timeline["initialized"]
+    )
+    assert timeline["allPodsRunning"] > 0
     assert summary["totalPricePerHour"] == pytest.approx(0.25)
     # then the Deployment is deleted and the pool returns to zero
     assert timeline["allNodesRemoved"] > 0
