@@ -52,6 +52,21 @@ def test_why_it_exists_names_the_batch_its_pods_and_what_the_batch_else_did() ->
     assert answer.nodeclaims == (planned.nodeclaim,)
 
 
+def test_each_claim_names_the_pods_of_its_own_batch() -> None:
+    """The batch's pod list is computed once per batch and reused: a claim of the second batch must not be
+    given the first batch's pods."""
+    story = Story()
+    first_claims, _ = story.plan(story.pending([pending_pod("a", "3")], at=10), at=11)
+    second_claims, _ = story.plan(story.pending([pending_pod("b", "3"), pending_pod("c", "3")], at=20), at=21)
+    pods_of = {}
+    for planned in (*first_claims, *second_claims, *first_claims):
+        origin = explain_nodeclaim(planned.nodeclaim, story.log).origin
+        assert origin is not None
+        pods_of[planned.nodeclaim] = origin.batch_pods
+    assert {pods_of[c.nodeclaim] for c in first_claims} == {("default/a",)}
+    assert {pods_of[c.nodeclaim] for c in second_claims} == {("default/b", "default/c")}
+
+
 def test_the_life_of_a_claim_with_a_fallback_launch_and_a_termination() -> None:
     story, planned = field_case()
     name = planned.nodeclaim
