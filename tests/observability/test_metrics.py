@@ -37,6 +37,9 @@ EXPECTED: list[tuple[Any, str, str, tuple[str, ...]]] = [
 
 
 def _record(metric: Any, kind: str, labels: dict[str, str]) -> None:
+    if isinstance(metric, metrics.KeyedSeries):
+        metric.set("test", [labels[name] for name in metric.labelnames])
+        return
     child = metric.labels(**labels)
     if kind == "counter":
         child.inc()
@@ -83,3 +86,26 @@ def test_no_created_timestamps_and_the_process_collectors_are_there() -> None:
     assert "karpenter_nodes_created_total" in samples
     assert not [name for name in samples if name.endswith("_created")]
     assert {"python_info", "process_resident_memory_bytes"} <= set(families)
+
+
+def test_a_keyed_series_is_replaced_by_its_keys_next_labels_and_gone_with_none() -> None:
+    gauge = metrics.KeyedSeries(
+        "test_keyed_state", "a test gauge", ("name", "phase"), metrics.CollectorRegistry()
+    )
+
+    def exposed() -> list[tuple[dict[str, str], float]]:
+        [family] = gauge.collect()
+        return [(dict(s.labels), s.value) for s in family.samples]
+
+    gauge.set("a", ("a", "Pending"))
+    gauge.set("b", ("b", "Pending"))
+    gauge.set("a", ("a", "Running"))
+    assert sorted(exposed(), key=lambda e: e[0]["name"]) == [
+        ({"name": "a", "phase": "Running"}, 1.0),
+        ({"name": "b", "phase": "Pending"}, 1.0),
+    ]
+    gauge.set("b", None)
+    gauge.set("never-set", None)
+    assert exposed() == [({"name": "a", "phase": "Running"}, 1.0)]
+    with pytest.raises(ValueError, match="test_keyed_state: 1 label values for 2 names"):
+        gauge.set("c", ("c",))

@@ -29,6 +29,8 @@ with their ``_total`` suffix as exposed.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterator, Sequence
+
 import prometheus_client
 from prometheus_client import (
     GC_COLLECTOR,
@@ -39,6 +41,40 @@ from prometheus_client import (
     Gauge,
     Histogram,
 )
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+
+class KeyedSeries(Collector):
+    """A gauge with at most one series per key (a pod), of value 1, kept as plain label values and rendered
+    at scrape time. prometheus-client's Gauge made a child object per label set and validated the labels on
+    every ``labels()`` call: 29 us per change of a 13-label series, a tenth of the pod-watcher's time while
+    1,000 pods started; a dict write here. A scrape renders every series (Karpenter's collector does too)."""
+
+    def __init__(
+        self, name: str, documentation: str, labelnames: Sequence[str], registry: CollectorRegistry
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self._series: dict[Hashable, tuple[str, ...]] = {}
+        registry.register(self)
+
+    def set(self, key: Hashable, labels: Sequence[str] | None) -> None:
+        """``key``'s series is now ``labels`` (one value per label name), or gone (None)."""
+        if labels is None:
+            self._series.pop(key, None)
+            return
+        if len(labels) != len(self.labelnames):
+            raise ValueError(f"{self.name}: {len(labels)} label values for {len(self.labelnames)} names")
+        self._series[key] = tuple(labels)
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for labels in list(self._series.values()):
+            family.add_metric(labels, 1.0)
+        yield family
+
 
 # The ``*_created`` series (a counter's creation timestamp) only double the exposition; Karpenter has none.
 prometheus_client.disable_created_metrics()
@@ -107,7 +143,7 @@ POD_STATE_LABELS = (
     "ready",
     "managed",
 )
-PODS_STATE = Gauge(
+PODS_STATE = KeyedSeries(
     "karpenter_pods_state",
     "Pod state is the current state of pods. Labeled by the pod name, namespace, owner, node, nodepool name, "
     "zone, architecture, capacity type, instance type, pod phase, and pod readiness.",

@@ -23,7 +23,6 @@ Labels = tuple[str, ...]
 
 class PodStates:
     def __init__(self) -> None:
-        self._series: dict[tuple[str, str], Labels] = {}
         self._pods: dict[tuple[str, str], _Pod] = {}
         """What each pod's series needs of the pod (not the pod: the watcher keeps no copy of every pod)."""
         self._on_node: defaultdict[str, set[tuple[str, str]]] = defaultdict(set)
@@ -79,12 +78,7 @@ class PodStates:
         )
 
     def _set(self, key: tuple[str, str], labels: Labels | None) -> None:
-        old = self._series.pop(key, None)
-        if old is not None and old != labels:
-            metrics.PODS_STATE.remove(*old)
-        if labels is not None:
-            metrics.PODS_STATE.labels(*labels).set(1)
-            self._series[key] = labels
+        metrics.PODS_STATE.set(key, labels)
 
 
 @dataclass(frozen=True)
