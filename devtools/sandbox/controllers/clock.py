@@ -7,11 +7,20 @@ helpers are only for the timestamps written into objects (``lastTransitionTime``
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import time
+from datetime import datetime
+
+_last_stamp: tuple[int, str] = (-1, "")
 
 
 def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The current second, formatted once per second: the kubelet, the Cluster API controller and every
+    condition and Event stamp it, thousands of times a second in a burst."""
+    global _last_stamp
+    second = int(time.time())
+    if _last_stamp[0] != second:
+        _last_stamp = (second, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second)))
+    return _last_stamp[1]
 
 
 def parse_rfc3339(text: str | None) -> datetime | None:

@@ -263,8 +263,13 @@ class Informer:
             if remaining <= 0:
                 return False
             try:
-                async with asyncio.timeout(remaining):  # not wait_for: on 3.11 it can swallow a cancel
+                if getattr(watch, "pending", 0) > 0:
+                    # queued already: taken without suspending, so no deadline to arm (a timer armed and
+                    # cancelled per event was a tenth of the informers' time in the 1,000-pod run)
                     event = await iterator.__anext__()
+                else:
+                    async with asyncio.timeout(remaining):  # not wait_for: on 3.11 it can swallow a cancel
+                        event = await iterator.__anext__()
             except (StopAsyncIteration, TimeoutError):
                 return False
             except Expired:
