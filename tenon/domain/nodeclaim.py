@@ -167,7 +167,7 @@ class NodeClaim:
         :class:`ImpossibleStory` when the event cannot belong to this story; nothing is changed then."""
         if sequence and sequence <= self.last_sequence:
             return False
-        if self._seen(event):
+        if self.holds(event):
             self._move(sequence)
             return False
         problem = self.refusal(event)
@@ -191,7 +191,8 @@ class NodeClaim:
         check = _STEP_CHECKS.get(type(event))
         return check(self, event) if check is not None else None
 
-    def _seen(self, event: ev.NodeClaimEvent) -> bool:
+    def holds(self, event: ev.NodeClaimEvent) -> bool:
+        """Whether ``event`` (by id) is in this story already."""
         recorded: list[ev.NodeClaimEvent | None] = [self.planned, self.launched, self.registered]
         recorded += [self.initialized, self.abandoned, self.disruption, self.drained, self.terminated]
         recorded += self.launch_failures

@@ -617,8 +617,8 @@ class DeciderRuntime(Generic[S]):
             await self._carry_out_one(decision, cause)
 
     async def _carry_out_one(self, decision: ev.Event, cause: ev.Event | None) -> None:
-        if decision.id in self._recent:
-            return  # recorded already (the same situation decided again)
+        if decision.id in self._recent or self._held_by_its_claim(decision):
+            return  # recorded already (the same situation decided again, here or by an earlier term)
         if not await self.executor.prepare(decision):
             return
         result = await self._record(decision)
@@ -637,6 +637,15 @@ class DeciderRuntime(Generic[S]):
         if result.sequence > self.handled:
             self.prefolded.add(decision.id)
         await self.executor.recorded(decision, cause)
+
+    def _held_by_its_claim(self, decision: ev.Event) -> bool:
+        """A claim event already in its claim's story: an input an earlier term decided and recorded the
+        answer to, but did not ack, is decided again by the next term, whose rebuild folded that answer
+        (its side effects are not carried out twice, nor is the claim's refusal logged as an error)."""
+        if not isinstance(decision, ev.NodeClaimEvent):
+            return False
+        claim = self.decider.claims(self.state).get(decision.nodeclaim)
+        return claim is not None and claim.holds(decision)
 
     async def _record(self, decision: ev.Event) -> PublishResult | None:
         if not isinstance(decision, ev.NodeClaimEvent):

@@ -281,3 +281,37 @@ async def test_a_state_slow_to_encode_is_snapshotted_less_often_and_the_last_sna
     assert len(saved) < 5
     gaps = [later - earlier for (earlier, _), (later, _) in itertools.pairwise(saved)]
     assert all(gap >= 50 * ENCODE_S for gap in gaps), gaps
+
+
+class PreparingExecutor(BaseExecutor):
+    """Records which decisions it was asked to carry out."""
+
+    def __init__(self) -> None:
+        self.prepared: list[str] = []
+
+    async def prepare(self, decision: ev.Event) -> bool:
+        self.prepared.append(decision.id)
+        return True
+
+
+async def test_an_answer_an_earlier_term_recorded_is_not_carried_out_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A term that recorded its answer but did not ack the input leaves the input to the next term, which
+    decides it again on a state holding that answer: nothing is carried out twice, nothing is logged as a
+    refusal."""
+    event_log = await seeded()
+    await publish_batches(event_log, "a")
+    async with running(SchedulerDecider(), BaseExecutor(), event_log) as first:
+        [name] = await until(lambda: planned_claims(first.state))
+        planned = first.state.claims[name].planned
+    assert planned is not None
+    last = await event_log.last_subject_sequence(subjects.nodeclaim(name))
+    executor = PreparingExecutor()
+    with caplog.at_level(logging.INFO, logger="tenon.runtime"):
+        async with running(SchedulerDecider(), executor, event_log) as second:
+            await until(lambda: caught_up(second))
+            await second.submit([planned])
+    assert planned.id not in executor.prepared
+    assert await event_log.last_subject_sequence(subjects.nodeclaim(name)) == last
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
