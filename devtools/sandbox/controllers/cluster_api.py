@@ -33,7 +33,6 @@ retries.
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import uuid
 from typing import Any
@@ -58,6 +57,7 @@ from devtools.sandbox.controllers.machine_nodes import (
 from devtools.sandbox.controllers.ownership import OwnerIndex, controller_ref, owner_reference
 from devtools.sandbox.controllers.predicates import is_terminating, node_is_ready
 from devtools.sandbox.errors import AlreadyExists, NotFound
+from devtools.sandbox.json_copy import json_copy
 from devtools.sandbox.profiles import TimingProfile
 from tenon.core.wellknown import DEPLOYMENT_NAME, PAUSED
 
@@ -89,7 +89,7 @@ def is_paused(md: dict[str, Any]) -> bool:
 def machine_from_template(md: dict[str, Any]) -> dict[str, Any]:
     meta = md["metadata"]
     spec = md.get("spec") or {}
-    template = copy.deepcopy(spec.get("template") or {})
+    template = json_copy(spec.get("template") or {})
     template_meta = template.get("metadata") or {}
     machine_spec = template.get("spec") or {}
     cluster = spec.get("clusterName") or machine_spec.get("clusterName") or ""
@@ -260,7 +260,7 @@ class ClusterApiController:
         }
         current = md.get("status") or {}
         if any(current.get(k) != v for k, v in status.items()):
-            fresh = copy.deepcopy(md)
+            fresh = json_copy(md)
             fresh["status"] = {**current, **status}
             updated = self.management.update(self.md_rt, fresh, subresource="status")
             self.deployments.observe_write(object_key(updated), updated)
@@ -281,7 +281,7 @@ class ClusterApiController:
         if is_terminating(machine):
             return self._finish_deletion(key, machine, now)
         elapsed = now - self.first_seen.setdefault(key, now)
-        status = copy.deepcopy(machine.get("status") or {})
+        status = json_copy(machine.get("status") or {})
         spec = machine.get("spec") or {}
         profile = self.profile
         if elapsed < profile.machine_bootstrap:
@@ -301,7 +301,7 @@ class ClusterApiController:
             self._write_machine_status(key, machine, status)
             return profile.machine_provision - elapsed
         if not spec.get("providerID"):
-            fresh = copy.deepcopy(machine)
+            fresh = json_copy(machine)
             fresh["spec"]["providerID"] = f"{PROVIDER_ID_PREFIX}{uuid.uuid4()}"
             fresh["spec"].setdefault("bootstrap", {}).setdefault(
                 "dataSecretName", machine["metadata"]["name"]
@@ -375,7 +375,7 @@ class ClusterApiController:
     def _write_machine_status(self, key: str, machine: dict[str, Any], status: dict[str, Any]) -> None:
         if status == (machine.get("status") or {}):
             return
-        fresh = copy.deepcopy(machine)
+        fresh = json_copy(machine)
         fresh["status"] = status
         if status.get("phase") != (machine.get("status") or {}).get("phase"):
             fresh["status"]["lastUpdated"] = now_rfc3339()
@@ -400,7 +400,7 @@ class ClusterApiController:
 
     def _finish_deletion(self, key: str, machine: dict[str, Any], now: float) -> float | None:
         since = self.deleting_since.setdefault(key, now)
-        status = copy.deepcopy(machine.get("status") or {})
+        status = json_copy(machine.get("status") or {})
         if status.get("phase") != "Deleting":
             status["phase"] = "Deleting"
             self._write_machine_status(key, machine, status)
@@ -411,7 +411,7 @@ class ClusterApiController:
             return remaining
         finalizers = machine["metadata"].get("finalizers") or []
         if MACHINE_FINALIZER in finalizers:
-            fresh = copy.deepcopy(machine)
+            fresh = json_copy(machine)
             fresh["metadata"]["finalizers"] = [f for f in finalizers if f != MACHINE_FINALIZER]
             try:
                 updated = self.management.update(self.machine_rt, fresh)

@@ -19,7 +19,6 @@ out to existing pods (``OnDelete`` behaviour).
 
 from __future__ import annotations
 
-import copy
 import time
 from typing import Any
 
@@ -42,6 +41,7 @@ from devtools.sandbox.controllers.predicates import (
     untolerated_taint,
 )
 from devtools.sandbox.errors import NotFound
+from devtools.sandbox.json_copy import json_copy
 from devtools.sandbox.profiles import TimingProfile
 
 DAEMON_TOLERATIONS: tuple[dict[str, Any], ...] = (
@@ -79,7 +79,7 @@ def daemon_tolerations(template_spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 def daemon_pod_spec(template_spec: dict[str, Any], node_name: str) -> dict[str, Any]:
     """The pod spec for ``node_name``: default tolerations added, pinned to the node by affinity."""
-    spec = copy.deepcopy(template_spec)
+    spec = json_copy(template_spec)
     spec["tolerations"] = daemon_tolerations(spec)
     affinity = spec.setdefault("affinity", {})
     affinity["nodeAffinity"] = {
@@ -230,7 +230,7 @@ class DaemonSetController(InformerUser):
         }
         current = ds.get("status") or {}
         if any(current.get(k) != v for k, v in status.items()):
-            fresh = copy.deepcopy(ds)
+            fresh = json_copy(ds)
             fresh["status"] = {**current, **status}
             updated = self.store.update(self.ds_rt, fresh, subresource="status")
             self.daemonsets.observe_write(key, updated)

@@ -22,7 +22,6 @@ Each ReplicaSet's active and ready pods are tallied incrementally from pod event
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
@@ -39,6 +38,7 @@ from devtools.sandbox.controllers.informer import (
 from devtools.sandbox.controllers.ownership import OwnerIndex, controller_ref, owner_reference
 from devtools.sandbox.controllers.predicates import is_terminal, is_terminating, pod_is_ready
 from devtools.sandbox.errors import NotFound
+from devtools.sandbox.json_copy import json_copy
 from devtools.sandbox.profiles import TimingProfile
 
 HASH_LABEL = "pod-template-hash"
@@ -77,7 +77,7 @@ def deletion_rank(pod: dict[str, Any]) -> tuple[int, int, int, str]:
 
 def pod_from_template(replicaset: dict[str, Any]) -> dict[str, Any]:
     meta = replicaset["metadata"]
-    template = copy.deepcopy((replicaset.get("spec") or {}).get("template") or {})
+    template = json_copy((replicaset.get("spec") or {}).get("template") or {})
     template_meta = template.get("metadata") or {}
     pod_meta: dict[str, Any] = {
         "generateName": f"{meta['name']}-",
@@ -195,7 +195,7 @@ class DeploymentController(InformerUser):
             return None
         meta = deployment["metadata"]
         spec = deployment.get("spec") or {}
-        template = copy.deepcopy(spec.get("template") or {})
+        template = json_copy(spec.get("template") or {})
         pod_hash = template_hash(template)
         desired = desired_replicas(deployment)
         owned = [
@@ -208,7 +208,7 @@ class DeploymentController(InformerUser):
         )
         if current is None:
             template.setdefault("metadata", {}).setdefault("labels", {})[HASH_LABEL] = pod_hash
-            selector = copy.deepcopy(spec.get("selector") or {})
+            selector = json_copy(spec.get("selector") or {})
             selector.setdefault("matchLabels", {})[HASH_LABEL] = pod_hash
             revision = 1 + max(
                 (
@@ -258,7 +258,7 @@ class DeploymentController(InformerUser):
             "readyReplicas": totals["readyReplicas"],
             "availableReplicas": totals["availableReplicas"],
             "unavailableReplicas": max(0, desired - totals["availableReplicas"]),
-            "conditions": copy.deepcopy((deployment.get("status") or {}).get("conditions") or []),
+            "conditions": json_copy((deployment.get("status") or {}).get("conditions") or []),
         }
         holder = {"status": status}
         if totals["availableReplicas"] >= desired:
@@ -291,7 +291,7 @@ class DeploymentController(InformerUser):
 
     # --------------------------------------------------------------------------------------------- writes
     def _scale(self, rs: dict[str, Any], replicas: int) -> None:
-        fresh = copy.deepcopy(rs)
+        fresh = json_copy(rs)
         fresh.setdefault("spec", {})["replicas"] = replicas
         updated = self.store.update(self.rs_rt, fresh)
         self.replicasets.observe_write(object_key(updated), updated)
@@ -300,7 +300,7 @@ class DeploymentController(InformerUser):
         current = obj.get("status") or {}
         if all(current.get(k) == v for k, v in status.items()):
             return
-        fresh = copy.deepcopy(obj)
+        fresh = json_copy(obj)
         fresh["status"] = {**current, **status}
         updated = self.store.update(rt, fresh, subresource="status")
         informer.observe_write(object_key(updated), updated)

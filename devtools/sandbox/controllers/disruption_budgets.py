@@ -23,7 +23,6 @@ ReplicaSet in its namespace, or the budget itself changes.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -41,6 +40,7 @@ from devtools.sandbox.controllers.informer import (
 )
 from devtools.sandbox.controllers.ownership import controller_ref
 from devtools.sandbox.controllers.predicates import is_terminating, match_label_selector, pod_is_ready
+from devtools.sandbox.json_copy import json_copy
 from devtools.sandbox.profiles import TimingProfile
 
 DISRUPTED_POD_TIMEOUT = 120.0  # seconds, upstream's DeletionTimeout
@@ -116,7 +116,7 @@ def budget_status(
         1 for p in pods if pod_is_ready(p) and (p.get("metadata") or {}).get("name") not in disrupted
     )
     allowed = max(0, healthy - desired)
-    status: dict[str, Any] = copy.deepcopy(pdb.get("status") or {})
+    status: dict[str, Any] = json_copy(pdb.get("status") or {})
     status.update(
         {
             "observedGeneration": meta.get("generation", 1),
@@ -236,13 +236,13 @@ class DisruptionController(InformerUser):
         try:
             status, expiry = budget_status(pdb, pods, self._controller_scale, datetime.now(UTC))
         except ValueError as err:  # a malformed budget blocks every eviction, as upstream's failSafe
-            status, expiry = copy.deepcopy(pdb.get("status") or {}), None
+            status, expiry = json_copy(pdb.get("status") or {}), None
             status.update(
                 {"disruptionsAllowed": 0, "observedGeneration": pdb["metadata"].get("generation", 1)}
             )
             set_condition({"status": status}, "DisruptionAllowed", "False", "SyncFailed", str(err))
         if status != (pdb.get("status") or {}):
-            fresh = copy.deepcopy(pdb)
+            fresh = json_copy(pdb)
             fresh["status"] = status
             updated = self.store.update(self.pdb_rt, fresh, subresource="status")
             self.budgets.observe_write(key, updated)

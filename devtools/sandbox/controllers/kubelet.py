@@ -35,7 +35,6 @@ by node, so a node turning Ready touches only its own pods.
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 from datetime import UTC, datetime
 from typing import Any
@@ -59,6 +58,7 @@ from devtools.sandbox.controllers.predicates import (
     pod_key,
 )
 from devtools.sandbox.errors import AlreadyExists, NotFound
+from devtools.sandbox.json_copy import json_copy
 from devtools.sandbox.profiles import TimingProfile
 from tenon.core.wellknown import HOSTNAME, NOT_READY_TAINT
 
@@ -88,7 +88,7 @@ def node_address(index: int) -> str:
 # ------------------------------------------------------------------------------------------- pure builders
 def registered_node(node: dict[str, Any], index: int) -> dict[str, Any]:
     """``node`` as a kubelet registers it: default labels, not-ready taint, NotReady status (a new dict)."""
-    node = copy.deepcopy(node)
+    node = json_copy(node)
     meta = node.setdefault("metadata", {})
     name = meta.get("name", "")
     labels = meta.setdefault("labels", {})
@@ -144,7 +144,7 @@ def running_pod_status(pod: dict[str, Any], host_ip: str, pod_ip: str) -> dict[s
     """The status a kubelet reports once all of ``pod``'s containers started."""
     now = now_rfc3339()
     spec = pod.get("spec") or {}
-    status = copy.deepcopy(pod.get("status") or {})
+    status = json_copy(pod.get("status") or {})
     status.update(
         {
             "phase": "Running",
