@@ -1,7 +1,9 @@
-"""The kube client reads the environment once, when it connects, not before every request."""
+"""The kube client reads the environment once, when it connects, not before every request; a request
+carries the credentials and body, and its answer or refusal comes back as the server gave it."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -79,3 +81,70 @@ async def test_the_kubeconfig_proxy_wins_over_the_environment(
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:3128")
     async with rest_client(tmp_path, proxy="http://127.0.0.1:8888") as rest:
         assert rest.proxy == "http://127.0.0.1:8888"
+
+
+@asynccontextmanager
+async def recording_api_server(answers: dict[str, tuple[int, bytes]]) -> AsyncIterator[tuple[str, list[Any]]]:
+    """A loopback HTTP server answering each path from ``answers``; yields its URL and the requests seen."""
+    from aiohttp import web
+
+    seen: list[Any] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        seen.append((request.method, request.path_qs, dict(request.headers), await request.read()))
+        status, body = answers[request.path]
+        return web.Response(status=status, body=body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"http://127.0.0.1:{port}", seen
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_request_carries_the_token_and_body_and_its_answer_comes_back_decoded(tmp_path: Path) -> None:
+    from tenon.runtime.kube import PODS
+
+    answer = b'{"kind": "Pod", "metadata": {"name": "web-1"}, "status": {"nominatedNodeName": "n1"}}'
+    async with recording_api_server({"/api/v1/namespaces/shop/pods/web-1/status": (200, answer)}) as (
+        url,
+        seen,
+    ):
+        path = tmp_path / "kubeconfig"
+        path.write_text(KUBECONFIG.format(proxy="").replace("https://127.0.0.1:6443", url))
+        kube = await load_kube(str(path))
+        try:
+            patched = await kube.patch(
+                PODS, "web-1", {"status": {"nominatedNodeName": "n1"}}, namespace="shop", subresource="status"
+            )
+        finally:
+            await kube.close()
+    assert patched["status"] == {"nominatedNodeName": "n1"}
+    method, path_qs, headers, body = seen[0]
+    assert (method, path_qs) == ("PATCH", "/api/v1/namespaces/shop/pods/web-1/status")
+    assert headers["Authorization"] == "Bearer secret"
+    assert headers["Content-Type"] == "application/merge-patch+json"
+    assert json.loads(body) == {"status": {"nominatedNodeName": "n1"}}
+
+
+async def test_a_refusal_carries_the_servers_reason_and_message(tmp_path: Path) -> None:
+    from tenon.runtime.kube import NODES, KubeApiError
+
+    status = b'{"kind": "Status", "reason": "Conflict", "message": "the object has been modified"}'
+    async with recording_api_server({"/api/v1/nodes/n1": (409, status)}) as (url, _):
+        path = tmp_path / "kubeconfig"
+        path.write_text(KUBECONFIG.format(proxy="").replace("https://127.0.0.1:6443", url))
+        kube = await load_kube(str(path))
+        try:
+            with pytest.raises(KubeApiError) as refused:
+                await kube.patch(NODES, "n1", {"metadata": {"labels": {"a": "b"}}})
+        finally:
+            await kube.close()
+    assert (refused.value.status, refused.value.reason) == (409, "Conflict")
+    assert "the object has been modified" in str(refused.value)
