@@ -46,6 +46,7 @@ from tenon.runtime.eventlog.provisioning import (
     ensure_consumer,
     ensure_stream,
 )
+from tenon.runtime.eventlog.pull import PullFetcher
 from tenon.runtime.eventlog.records import (
     ConcurrencyConflict,
     ConsumerSettings,
@@ -355,8 +356,9 @@ class JetStreamEventLog(EventLog):
             await ensure_consumer(self.js, stream, settings, ordered=batch_handler is not None)
             if batch_handler is not None:  # ordered: what a dead leader left unacknowledged comes first
                 await deliver_in_order_from_ack_floor(self.js, stream, settings)
-            subscription = await self.js.pull_subscribe_bind(settings.durable, stream)
-            return _JetStreamSource(subscription)
+            fetcher = PullFetcher(self.client, stream, settings.durable)
+            await fetcher.open()
+            return _JetStreamSource(fetcher)
 
         async def write_dead_letter(letter: DeadLetter) -> None:
             await self.publish(subjects.deadletter(letter.stream, letter.consumer), letter)
@@ -410,20 +412,15 @@ class _JetStreamDelivery:
 
 
 class _JetStreamSource:
-    def __init__(self, subscription: Any) -> None:
-        self._subscription = subscription
+    def __init__(self, fetcher: PullFetcher) -> None:
+        self._fetcher = fetcher
 
     async def fetch(self, max_messages: int, timeout: float) -> list[Delivery]:
-        try:
-            messages = await self._subscription.fetch(batch=max_messages, timeout=timeout)
-        except nats.errors.TimeoutError:
-            return []
-        except asyncio.CancelledError:
-            raise
+        messages = await self._fetcher.fetch(max_messages, timeout)
         return [_JetStreamDelivery(m) for m in messages]
 
     async def close(self) -> None:
         try:
-            await self._subscription.unsubscribe()
+            await self._fetcher.close()
         except Exception:
             pass
