@@ -83,5 +83,5 @@ async def test_the_end_of_an_earlier_request_does_not_end_a_fetch(client: Client
 
 async def test_a_missing_consumer_is_an_error_that_names_it(client: Client) -> None:
     pull = await fetcher(client, durable="nobody")
-    with pytest.raises(EventLogError, match="503 no responders: is the consumer there"):
+    with pytest.raises(EventLogError, match="503 no responders: the consumer is missing"):
         await pull.fetch(8, timeout=5.0)

@@ -107,6 +107,6 @@ class PullFetcher:
                 return ""
             description = str(headers.get("Description") or "").split("\n", 1)[0].strip()
             if status == "503":
-                description = description or "no responders: is the consumer there?"
+                description = description or "no responders: the consumer is missing or has no leader"
             return f"{status} {description}".strip()
         return None
