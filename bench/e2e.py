@@ -122,6 +122,24 @@ all Running in 5.6-9.9 s, ``Launched -> Registered`` p99 2.3-3.9 s)
     longer arm a deadline per queued event (9 us each) and its timestamps are formatted once per second
     (3.3 us each before).
 
+Where the CPU goes on a saturated machine (2026-12-03; a machine slower still: 1.66-1.79 s for a
+ten-million-step Python loop, 1.19 s the evening before)
+    Sampled from ``/proc`` every 0.25 s, the two cores are busy throughout the wave (1.7-1.9 of 2.0: the
+    sandbox 0.6-0.75, the scheduler 0.3-0.45, the pod-watcher 0.2-0.35, the launcher 0.15-0.4, disruption
+    0.2, nats-server 0.1-0.17), so every hop is bound by what the whole stack spends. The nominations are the
+    largest share of tenon's requests (1,000 of 1,950): without them (measured, not kept) ``Launched ->
+    Registered`` p99 fell to 1.1-1.3 s, but 7-10 claims a run were bought for displaced pods and all Running
+    took 7.6-9.1 s against 5.8-6.3 s with them. Cut instead, each measured on its own: the kube client's
+    request path skips ``ApiClient.call_api`` (458 -> 275-363 us of client CPU per request), the consumers
+    fetch with one pull request and a callback subscription instead of nats-py's ``fetch``, which created a
+    task, a ``wait_for`` and a uuid per message (100 -> 40 us per message), and the sandbox's controllers
+    copy objects with msgspec (a Machine 82 -> 12 us). Three runs at 0e1606c against three at 3379ffc the
+    same morning: all Running 5.8-6.9 s (8.4-8.7 s), ``Planned -> Launched`` p99 0.9-1.5 s (2.2-3.0 s),
+    ``Launched -> Registered`` p99 2.2-2.6 s (2.7-3.9 s), ``Registered -> Initialized`` p99 0.8-1.1 s
+    (1.2-2.1 s); CPU during provisioning 7.5-8.9 s (11.3-12.1 s): the scheduler 1.3-1.6 (2.1-2.4), the
+    pod-watcher 1.4-1.6 (1.8-1.9), disruption 0.65-0.75 (1.1-1.2), the launcher 0.64-0.77 (0.94-1.06), the
+    sandbox 3.4-4.2 (4.8-5.2); scale to zero 16.6-20.7 s (21-23 s), never over the budget, 93.5-94.4 % full.
+
 Every wait gives up when nothing has moved for a while (no pod started for 120 s, no node removed for 60 s)
 and the figures then say what never happened, so ``make bench`` always ends. What limits the numbers is
 printed with them: the CPU seconds each process (sandbox, each service,
