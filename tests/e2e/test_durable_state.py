@@ -152,10 +152,11 @@ async def test_every_machine_survives_a_restart_after_its_claims_aged_out_of_the
         )
         if snapshots == "deleted":
             # nothing in the log or a snapshot knows their claims: the launcher found the NodeClaim objects
-            await until(
-                lambda: kept_machines(event_log), timeout=30, what="the launcher keeping the unknown Machines"
-            )
-            assert before[0] <= await kept_machines(event_log)
+            # (each Machine is looked at and kept on its own: one may be recorded before the other)
+            async def every_machine_kept() -> bool:
+                return before[0] <= await kept_machines(event_log)
+
+            await until(every_machine_kept, timeout=30, what="the launcher keeping every unknown Machine")
 
         machines, replicas, claims = await cluster_state(kube, management)
         assert before[0] <= machines, "a machine was removed"
