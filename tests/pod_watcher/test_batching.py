@@ -38,6 +38,26 @@ def test_window_closes_idle_after_the_last_new_pod_at_that_very_microsecond() ->
     assert b.poll(T0 + 6 * S) == [] and b.next_deadline() is not None  # only the re-batch times remain
 
 
+def test_a_batch_holds_the_view_of_each_pod_as_last_seen_made_only_when_its_window_closes() -> None:
+    viewed: list[str] = []
+
+    def view(obj: dict[str, Any]) -> dict[str, Any]:
+        viewed.append(obj["metadata"]["resourceVersion"])
+        return {
+            "metadata": {"uid": obj["metadata"]["uid"], "resourceVersion": obj["metadata"]["resourceVersion"]}
+        }
+
+    b = PendingBatcher(idle=micros(1.0), max_duration=micros(10.0), rebatch=micros(30.0), view=view)
+    b.pod_pending("a", {**pod("a", 1), "secret": "x"}, T0)
+    b.pod_pending("a", {**pod("a", 2), "secret": "x"}, T0 + S // 2)
+    b.pod_pending("b", pod("b", 1), T0 + S // 2)
+    b.pod_not_pending("b", T0 + S // 2 + 1)  # bound before the close: never viewed
+    assert viewed == []
+    [batch] = b.poll(T0 + 2 * S)
+    assert batch.pods == ({"metadata": {"uid": "a", "resourceVersion": "2"}},)
+    assert viewed == ["2"]
+
+
 def test_a_pod_pending_after_the_deadline_opens_the_next_window_even_if_the_first_was_not_collected() -> None:
     b = batcher()
     b.pod_pending("a", pod("a"), T0)

@@ -65,7 +65,7 @@ close. They travel in the ``PendingBatch`` (uids and times only).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -137,7 +137,17 @@ REBATCH_DOUBLINGS = 6
 class PendingBatcher:
     """The pending pods the service knows, the open window, and when each batched pod may be offered again."""
 
-    def __init__(self, *, idle: Micros, max_duration: Micros, rebatch: Micros) -> None:
+    def __init__(
+        self,
+        *,
+        idle: Micros,
+        max_duration: Micros,
+        rebatch: Micros,
+        view: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
+        """``view``: what of a pod a batch holds, applied when its window closes (the service keeps the
+        pods as the API server sent them and reduces only the ones batched: a pending pod changes three
+        times or more before it is bound, and most changes are never batched). None: as given."""
         for label, value in (("idle", idle), ("max_duration", max_duration), ("rebatch", rebatch)):
             if not (isinstance(value, int) and value > 0):
                 raise ValueError(
@@ -150,6 +160,7 @@ class PendingBatcher:
         self.idle = idle
         self.max_duration = max_duration
         self.rebatch = rebatch
+        self._view = view
         self._now: Micros = 0
         self._pending: dict[str, dict[str, Any]] = {}
         self._window: _Window | None = None
@@ -333,9 +344,11 @@ class PendingBatcher:
         self._last_closed = at
         uids = sorted(window.pods)
         self.remember_batched(uids, at)
+        view = self._view
+        pods = tuple(window.pods[uid] for uid in uids)
         self._closed.append(
             Batch(
-                tuple(window.pods[uid] for uid in uids),
+                pods if view is None else tuple(view(pod) for pod in pods),
                 window.opened_at,
                 at,
                 closed_by,
