@@ -98,7 +98,10 @@ async def test_a_replacement_is_planned_by_the_scheduler_and_initialized_before_
             build_event(ev.NodeClaimRegistered, "r-r", nodeclaim=name, node="small", provider_id="p://r"),
         ):
             await append_to_claim(event_log, step)
-        await until(lambda: disruption.state.projection.claims[name].registered, what="registered folded")
+        await until(
+            lambda: (claim := disruption.state.projection.claims.get(name)) is not None and claim.registered,
+            what="registered folded",
+        )
         assert disruption.state.projection.claims["default-big"].disruption is None
         initialized_at = await append_to_claim(
             event_log, build_event(ev.NodeClaimInitialized, "i-r", nodeclaim=name, node="small")

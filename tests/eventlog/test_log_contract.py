@@ -158,6 +158,32 @@ async def test_an_ordered_consumer_acks_each_batch_whole(event_log: EventLog) ->
         await second.stop()
 
 
+async def test_a_lingering_ordered_consumer_hands_over_at_once_then_gathers_what_arrives_meanwhile(
+    event_log: EventLog,
+) -> None:
+    """With ``linger``, a record after a quiet spell is handed over at once, and the records that arrive
+    one by one while its batch is handled and the linger runs come in the next batch together."""
+    batches: list[list[str]] = []
+
+    async def handle(records: list[LogRecord]) -> Mapping[int, str]:
+        batches.append([r.subject for r in records])
+        return {}
+
+    settings = ConsumerSettings("lingering", (subjects.NODES,), ack_wait=30.0, linger=1.0)
+    consumer = event_log.ordered_consumer(settings, handle)
+    await consumer.start()
+    try:
+        await event_log.publish(subjects.node("a"), node_event("a"))
+        await until(lambda: len(batches) == 1, timeout=10, what="the first record handed over")
+        for name in "bcd":  # apart from each other: without the linger, each would be a batch of its own
+            await asyncio.sleep(0.05)
+            await event_log.publish(subjects.node(name), node_event(name))
+        await until(lambda: len(batches) >= 2, timeout=10, what="the records that came meanwhile")
+        assert batches == [[subjects.node("a")], [subjects.node(n) for n in "bcd"]]
+    finally:
+        await consumer.stop()
+
+
 async def _equals(value: Awaitable[int], expected: int) -> bool:
     return await value == expected
 
