@@ -102,3 +102,22 @@ def test_a_pod_offered_again_right_after_its_claims_node_was_initialized_is_not_
         d for d in offer_again(projection, "small", "2", 200, after=6) if isinstance(d, ev.BatchPlanned)
     ]
     assert answered == []
+
+
+def test_a_pod_is_offered_at_its_batchs_close_not_when_the_window_opened() -> None:
+    """It joined the window 1 s after its Node was initialized (too soon to judge), but was still pending
+    when the window closed 2 s after: the kube-scheduler had its chance, so the pod is planned again."""
+    projection, _, decisions = with_first_wave()
+    registered(projection, decisions, "default/small", after=4, initialized_after=5)
+    again = build_event(
+        ev.PendingBatch,
+        "batch-late",
+        at=NOW + timedelta(seconds=7),
+        batch_id="late",
+        pods=(pending_pod("small", "2"),),
+        window_opened_at=NOW + timedelta(seconds=6),
+        window_closed_by="idle",
+    )
+    projection.apply(again, 200)
+    answered = [d for d in SchedulerDecider().decide(projection, again) if isinstance(d, ev.BatchPlanned)]
+    assert len(answered) == 1

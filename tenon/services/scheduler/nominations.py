@@ -18,12 +18,23 @@ A nomination is only advice: a pod the kube-scheduler still could not place on i
 went to a pod of higher priority, or a DaemonSet pod the plan did not know) comes back in a PendingBatch,
 and is then planned as any pending pod (:func:`without_own_nomination`): a nomination tenon wrote is not
 read as "the kube-scheduler is placing it" (which a preemption's nomination is).
+
+**Tenon keeps its nominations true** (:func:`nomination_moves`). A nomination holds room: the kube-scheduler
+counts every pod nominated to a node against the others it tries there. When a Node's slack went to pods of
+other claims before its own pods' nominations were read (the kube-scheduler's pod and node informers are
+not ordered), its nominated pods no longer all fit, and each, tried there, finds the room held by the others:
+none lands, and the room they hold is lost to every pod of no higher priority. Kubernetes 1.34 stopped the
+kube-scheduler clearing nominations it did not write ("external components ... are responsible for managing
+this field"), so when such a pod is offered again and planned anew, the scheduler moves its nomination to
+the Node the new plan places it on, or clears it (a new claim nominates its pods when its Node registers). On
+a slow run of the 1,000-pod e2e, eight such pods held each other off two Nodes from 6 s to 20 s.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
+from proto import events as ev
 from tenon.domain.nodeclaim import NodeClaim
 from tenon.domain.projection import ClusterProjection, KubeObject, object_key
 
@@ -42,9 +53,33 @@ def pods_to_nominate(projection: ClusterProjection, claim: NodeClaim, node: str,
     return out
 
 
-def nomination_patch(node: str) -> dict[str, object]:
-    """The pod status merge patch."""
+def nomination_patch(node: str | None) -> dict[str, object]:
+    """The pod status merge patch (None: the nomination cleared)."""
     return {"status": {"nominatedNodeName": node}}
+
+
+def nomination_moves(
+    projection: ClusterProjection, offered: ev.PendingBatch, answer: ev.BatchPlanned
+) -> dict[str, str | None]:
+    """Pod key -> the node to nominate it to (None: clear its nomination), for the pods of ``offered`` that
+    carry a nomination tenon wrote and were planned again by ``answer``: to the Node the new plan placed
+    the pod on (or the Node of the claim it placed it on, once registered), else cleared. Pods left to
+    wait for their claim keep theirs; others' nominations are never touched."""
+    placed_on = {p.pod: _node_of(projection, p) for p in answer.existing}
+    replanned = {p.pod for p in answer.existing} | {u.pod for u in answer.unschedulable}
+    for name in answer.nodeclaims:
+        claim = projection.claims.get(name)
+        if claim is not None and claim.planned is not None:
+            replanned.update(claim.planned.pods)
+    moves: dict[str, str | None] = {}
+    for pod in offered.pods:
+        key = object_key(pod)
+        if key not in replanned or without_own_nomination(projection, pod) is pod:
+            continue
+        target = placed_on.get(key)
+        if target != (pod.get("status") or {}).get("nominatedNodeName"):
+            moves[key] = target
+    return moves
 
 
 def without_own_nomination(projection: ClusterProjection, pod: KubeObject) -> KubeObject:
@@ -58,3 +93,10 @@ def without_own_nomination(projection: ClusterProjection, pod: KubeObject) -> Ku
     if claim is None or claim.planned is None or object_key(pod) not in claim.planned.pods:
         return pod
     return {**pod, "status": {k: v for k, v in status.items() if k != "nominatedNodeName"}}
+
+
+def _node_of(projection: ClusterProjection, placement: ev.PodPlacement) -> str | None:
+    if placement.kind == "Node":
+        return placement.node
+    claim = projection.claims.get(placement.node)
+    return claim.registered.node if claim is not None and claim.registered is not None else None
