@@ -13,7 +13,7 @@ from tenon.domain.projection import ClusterProjection
 from tenon.runtime.eventlog.memory import InMemoryEventLog
 from tenon.runtime.kube import NODES, PODS, Kube, load_kube
 from tenon.services.scheduler.decider import SchedulerDecider
-from tenon.services.scheduler.nominations import nomination_moves, without_own_nomination
+from tenon.services.scheduler.nominations import stale_nominations, without_own_nomination
 from tenon.services.scheduler.service import SchedulerExecutor
 from tests.scheduler.test_lifecycle_steps import joined
 from tests.support.events import append_to_claim, build_event
@@ -145,11 +145,10 @@ def test_a_pod_offered_again_on_its_own_nomination_is_planned_as_any_pending_pod
     assert without_own_nomination(projection, preempting) is preempting
 
 
-def test_a_pod_planned_again_has_its_stale_nomination_moved_to_its_new_node_or_cleared() -> None:
+def test_a_pod_planned_again_has_the_nomination_tenon_wrote_cleared() -> None:
     """Pods nominated by tenon to a Node whose room went to others hold that room against each other: when
-    they are planned again, each nomination follows the new plan (an existing Node) or is cleared (a new
-    claim nominates its pods when its Node registers). Pods left waiting, and nominations tenon did not
-    write, are left as they are."""
+    they are planned again (on an existing Node or a new claim), their nomination is cleared. Pods left
+    waiting for their claim, and nominations tenon did not write, are left as they are."""
     projection = ClusterProjection()
     for sequence, fact in enumerate(demo_facts(), start=1):
         projection.apply(fact, sequence)
@@ -201,4 +200,4 @@ def test_a_pod_planned_again_has_its_stale_nomination_moved_to_its_new_node_or_c
             ev.PodPlacement(pod="default/web-3", node="node-b"),
         ),
     )
-    assert nomination_moves(projection, offered, answer) == {"default/web-0": "node-b", "default/web-1": None}
+    assert stale_nominations(projection, offered, answer) == ["default/web-0", "default/web-1"]

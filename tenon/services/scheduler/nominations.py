@@ -19,15 +19,20 @@ went to a pod of higher priority, or a DaemonSet pod the plan did not know) come
 and is then planned as any pending pod (:func:`without_own_nomination`): a nomination tenon wrote is not
 read as "the kube-scheduler is placing it" (which a preemption's nomination is).
 
-**Tenon keeps its nominations true** (:func:`nomination_moves`). A nomination holds room: the kube-scheduler
-counts every pod nominated to a node against the others it tries there. When a Node's slack went to pods of
-other claims before its own pods' nominations were read (the kube-scheduler's pod and node informers are
-not ordered), its nominated pods no longer all fit, and each, tried there, finds the room held by the others:
-none lands, and the room they hold is lost to every pod of no higher priority. Kubernetes 1.34 stopped the
-kube-scheduler clearing nominations it did not write ("external components ... are responsible for managing
-this field"), so when such a pod is offered again and planned anew, the scheduler moves its nomination to
-the Node the new plan places it on, or clears it (a new claim nominates its pods when its Node registers). On
-a slow run of the 1,000-pod e2e, eight such pods held each other off two Nodes from 6 s to 20 s.
+**Tenon clears the nominations it wrote that no longer hold** (:func:`stale_nominations`). A nomination
+holds room: the kube-scheduler counts every pod nominated to a node against the others it tries there. When a
+Node's slack went to pods of other claims before its own pods' nominations were read (the kube-scheduler's
+pod and node informers are not ordered), its nominated pods no longer all fit, and each, tried there, finds
+the room held by the others: none lands, and the room they hold is lost to every pod of no higher priority.
+The kube-scheduler of 1.34 does not clear a nomination after a failure ("external components ... are
+responsible for managing this field", kubernetes#133276; 1.35 clears it again on a scheduling or binding
+failure, kubernetes#135007), and the sandbox behaves as 1.34 does. So when such a pod is offered again and
+planned anew, the scheduler clears its nomination (on a slow run of the 1,000-pod e2e, eight such pods held
+each other off two Nodes from 6 s to 20 s). Cleared, not moved to the Node the new plan places the pod on: a
+nomination tenon did not write as a claim's registration is read as someone else's (a preemption's: the
+kube-scheduler is placing the pod, nothing is provisioned for it), and five zone-spread pods of the scale
+run, moved so and then not placed there, were never planned again. A new claim nominates its pods when its
+Node registers.
 """
 
 from __future__ import annotations
@@ -58,28 +63,22 @@ def nomination_patch(node: str | None) -> dict[str, object]:
     return {"status": {"nominatedNodeName": node}}
 
 
-def nomination_moves(
+def stale_nominations(
     projection: ClusterProjection, offered: ev.PendingBatch, answer: ev.BatchPlanned
-) -> dict[str, str | None]:
-    """Pod key -> the node to nominate it to (None: clear its nomination), for the pods of ``offered`` that
-    carry a nomination tenon wrote and were planned again by ``answer``: to the Node the new plan placed
-    the pod on (or the Node of the claim it placed it on, once registered), else cleared. Pods left to
-    wait for their claim keep theirs; others' nominations are never touched."""
-    placed_on = {p.pod: _node_of(projection, p) for p in answer.existing}
+) -> list[str]:
+    """Keys of the pods of ``offered`` that carry a nomination tenon wrote and were planned again by
+    ``answer``: their nomination is cleared. Pods left to wait for their claim keep theirs; others'
+    nominations are never touched."""
     replanned = {p.pod for p in answer.existing} | {u.pod for u in answer.unschedulable}
     for name in answer.nodeclaims:
         claim = projection.claims.get(name)
         if claim is not None and claim.planned is not None:
             replanned.update(claim.planned.pods)
-    moves: dict[str, str | None] = {}
-    for pod in offered.pods:
-        key = object_key(pod)
-        if key not in replanned or without_own_nomination(projection, pod) is pod:
-            continue
-        target = placed_on.get(key)
-        if target != (pod.get("status") or {}).get("nominatedNodeName"):
-            moves[key] = target
-    return moves
+    return [
+        object_key(pod)
+        for pod in offered.pods
+        if object_key(pod) in replanned and without_own_nomination(projection, pod) is not pod
+    ]
 
 
 def without_own_nomination(projection: ClusterProjection, pod: KubeObject) -> KubeObject:
@@ -93,10 +92,3 @@ def without_own_nomination(projection: ClusterProjection, pod: KubeObject) -> Ku
     if claim is None or claim.planned is None or object_key(pod) not in claim.planned.pods:
         return pod
     return {**pod, "status": {k: v for k, v in status.items() if k != "nominatedNodeName"}}
-
-
-def _node_of(projection: ClusterProjection, placement: ev.PodPlacement) -> str | None:
-    if placement.kind == "Node":
-        return placement.node
-    claim = projection.claims.get(placement.node)
-    return claim.registered.node if claim is not None and claim.registered is not None else None

@@ -156,13 +156,13 @@ class SchedulerExecutor(BaseExecutor):
             for pod in decision.unschedulable:
                 log.warning("pod cannot run", extra={"pod": pod.pod, "reason": pod.reason})
             if isinstance(cause, ev.PendingBatch):
-                moves = nominations.nomination_moves(self.state, cause, decision)
-                if moves:
+                stale = nominations.stale_nominations(self.state, cause, decision)
+                if stale:
                     log.info(
-                        "nominations moved with a new plan",
-                        extra={"batch_id": decision.batch_id, "moved": len(moves)},
+                        "nominations cleared: their pods were planned again",
+                        extra={"batch_id": decision.batch_id, "pods": len(stale)},
                     )
-                    await self._write_nominations(moves, {"batch_id": decision.batch_id})
+                    await self._write_nominations(dict.fromkeys(stale), {"batch_id": decision.batch_id})
 
     async def observed(self, event: ev.Event) -> None:
         if isinstance(event, ev.NodeClaimEvent):
