@@ -147,12 +147,13 @@ def test_a_pod_offered_again_on_its_own_nomination_is_planned_as_any_pending_pod
 
 def test_a_pod_planned_again_has_the_nomination_tenon_wrote_cleared() -> None:
     """Pods nominated by tenon to a Node whose room went to others hold that room against each other: when
-    they are planned again (on an existing Node or a new claim), their nomination is cleared. Pods left
-    waiting for their claim, and nominations tenon did not write, are left as they are."""
+    they are planned again on another Node or a new claim, their nomination is cleared. Pods planned back
+    onto the Node they are nominated to, pods left waiting for their claim, and nominations tenon did not
+    write, are left as they are."""
     projection = ClusterProjection()
     for sequence, fact in enumerate(demo_facts(), start=1):
         projection.apply(fact, sequence)
-    pods = [pending_pod(f"web-{i}", "250m") for i in range(4)]
+    pods = [pending_pod(f"web-{i}", "250m") for i in range(6)]
     first = pending_batch("b", *pods, at=datetime.now(UTC))
     projection.apply(first, 100)
     decisions = SchedulerDecider().decide(projection, first)
@@ -174,6 +175,8 @@ def test_a_pod_planned_again_has_the_nomination_tenon_wrote_cleared() -> None:
         nominated(pods[1], "node-a"),  # on a claim the new plan buys
         nominated(pods[2], "node-a"),  # left to wait for its claim: not in the answer
         nominated(pods[3], "node-z"),  # nominated by someone else (a preemption)
+        nominated(pods[4], "node-a"),  # back on the Node it is nominated to
+        nominated(pods[5], "node-a"),  # back on its claim, whose Node that is
         at=datetime.now(UTC),
     )
     projection.apply(offered, 200)
@@ -198,6 +201,8 @@ def test_a_pod_planned_again_has_the_nomination_tenon_wrote_cleared() -> None:
         existing=(
             ev.PodPlacement(pod="default/web-0", node="node-b"),
             ev.PodPlacement(pod="default/web-3", node="node-b"),
+            ev.PodPlacement(pod="default/web-4", node="node-a"),
+            ev.PodPlacement(pod="default/web-5", node=claim, kind="NodeClaim"),
         ),
     )
     assert stale_nominations(projection, offered, answer) == ["default/web-0", "default/web-1"]

@@ -27,8 +27,10 @@ the room held by the others: none lands, and the room they hold is lost to every
 The kube-scheduler of 1.34 does not clear a nomination after a failure ("external components ... are
 responsible for managing this field", kubernetes#133276; 1.35 clears it again on a scheduling or binding
 failure, kubernetes#135007), and the sandbox behaves as 1.34 does. So when such a pod is offered again and
-planned anew, the scheduler clears its nomination (on a slow run of the 1,000-pod e2e, eight such pods held
-each other off two Nodes from 6 s to 20 s). Cleared, not moved to the Node the new plan places the pod on: a
+planned anew on another node, the scheduler clears its nomination (on a slow run of the 1,000-pod e2e, eight
+such pods held each other off two Nodes from 6 s to 20 s); planned back onto the same Node, it keeps it
+(clearing those too left the scale run's re-offered pods unprotected while their Nodes came up: its
+4,000-pod wave took 89 s instead of 35 s). Cleared, not moved to the Node the new plan places the pod on: a
 nomination tenon did not write as a claim's registration is read as someone else's (a preemption's: the
 kube-scheduler is placing the pod, nothing is provisioned for it), and five zone-spread pods of the scale
 run, moved so and then not placed there, were never planned again. A new claim nominates its pods when its
@@ -67,18 +69,31 @@ def stale_nominations(
     projection: ClusterProjection, offered: ev.PendingBatch, answer: ev.BatchPlanned
 ) -> list[str]:
     """Keys of the pods of ``offered`` that carry a nomination tenon wrote and were planned again by
-    ``answer``: their nomination is cleared. Pods left to wait for their claim keep theirs; others'
-    nominations are never touched."""
-    replanned = {p.pod for p in answer.existing} | {u.pod for u in answer.unschedulable}
+    ``answer`` somewhere else than the node they are nominated to: their nomination is cleared. A pod the
+    new plan puts back on its nominated node keeps its nomination (its room is still there, and held), as
+    do pods left to wait for their claim; others' nominations are never touched."""
+    placed = {p.pod: _node_of(projection, p) for p in answer.existing}
+    replanned = set(placed) | {u.pod for u in answer.unschedulable}
     for name in answer.nodeclaims:
         claim = projection.claims.get(name)
         if claim is not None and claim.planned is not None:
             replanned.update(claim.planned.pods)
-    return [
-        object_key(pod)
-        for pod in offered.pods
-        if object_key(pod) in replanned and without_own_nomination(projection, pod) is not pod
-    ]
+    stale = []
+    for pod in offered.pods:
+        key = object_key(pod)
+        if key not in replanned or without_own_nomination(projection, pod) is pod:
+            continue
+        if placed.get(key) != (pod.get("status") or {}).get("nominatedNodeName"):
+            stale.append(key)
+    return stale
+
+
+def _node_of(projection: ClusterProjection, placement: ev.PodPlacement) -> str | None:
+    """The node a placement puts a pod on: the Node, or the Node its claim registered (None: not yet)."""
+    if placement.kind == "Node":
+        return placement.node
+    claim = projection.claims.get(placement.node)
+    return claim.registered.node if claim is not None and claim.registered is not None else None
 
 
 def without_own_nomination(projection: ClusterProjection, pod: KubeObject) -> KubeObject:
