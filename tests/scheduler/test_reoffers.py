@@ -104,9 +104,10 @@ def test_a_pod_offered_again_right_after_its_claims_node_was_initialized_is_not_
     assert answered == []
 
 
-def test_a_pod_is_offered_at_its_batchs_close_not_when_the_window_opened() -> None:
-    """It joined the window 1 s after its Node was initialized (too soon to judge), but was still pending
-    when the window closed 2 s after: the kube-scheduler had its chance, so the pod is planned again."""
+def test_a_pod_is_offered_when_its_window_opened_not_at_its_close() -> None:
+    """It joined the window 1 s after its Node was initialized (too soon to judge) and was still pending
+    when the window closed 2 s after: deliberately, it keeps its place (judged at the close, the 10,000-pod
+    scale wave planned the same pending pods again every few seconds)."""
     projection, _, decisions = with_first_wave()
     registered(projection, decisions, "default/small", after=4, initialized_after=5)
     again = build_event(
@@ -120,4 +121,4 @@ def test_a_pod_is_offered_at_its_batchs_close_not_when_the_window_opened() -> No
     )
     projection.apply(again, 200)
     answered = [d for d in SchedulerDecider().decide(projection, again) if isinstance(d, ev.BatchPlanned)]
-    assert len(answered) == 1
+    assert answered == []

@@ -59,7 +59,7 @@ class SchedulerDecider:
         if isinstance(event, ev.PendingBatch):
             offered = tuple(
                 nominations.without_own_nomination(state, pod)
-                for pod in reoffers.to_plan_again(state, event.pods, event.decided_at)
+                for pod in reoffers.to_plan_again(state, event.pods, event.window_opened_at)
             )
             decisions += planner.plan_batch(state, msgspec.structs.replace(event, pods=offered)).events
         elif isinstance(event, ev.ReplacementsRequested):

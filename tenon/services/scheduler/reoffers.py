@@ -22,13 +22,16 @@ later, to be planned again (all Running at 20 s instead of 6). Karpenter holds a
 is a deliberate difference: a re-plan of such a pod buys nothing while its Node still has room in the log's
 view, so trusting the kube-scheduler's quiet sooner costs a plan at most.
 
-The moment a pod is offered at is its batch's close (``decided_at``): every pod in a batch was still pending
-then, whenever it joined the window. Reading the window's opening instead left out pods that had joined it
-1.48 s after their Node was initialized, were still pending at its close a second later, and then waited 10 s
-for their next offer (all Running at 19.7 s on a slow run of the 1,000-pod e2e).
+The moment a pod is offered at is its batch's window opening, not its close, though every pod in a batch was
+still pending at the close. Judged at the close (tried twice, in scale run 19 and on 2026-12-03 for a slow
+1,000-pod e2e run whose pods joined a window 1.48 s after their Node was initialized, stayed pending through
+its close and waited 10 s for their next offer), the 10,000-pod wave planned the same ~3,500 pending pods
+again every few seconds as Nodes kept arriving, bought claims each time, and left pods never running. Left
+out at the opening, such a pod waits for its next offer; its nomination (:mod:`.nominations`) is what should
+place it meanwhile.
 
 A claim abandoned or being disrupted no longer accepts pods, and holds none. The rule reads event times only
-(the batch's close, the registration and the initialization), so a replay decides the same.
+(the batch's window, the registration and the initialization), so a replay decides the same.
 """
 
 from __future__ import annotations
