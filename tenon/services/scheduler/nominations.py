@@ -28,13 +28,12 @@ The kube-scheduler of 1.34 does not clear a nomination after a failure ("externa
 responsible for managing this field", kubernetes#133276; 1.35 clears it again on a scheduling or binding
 failure, kubernetes#135007), and the sandbox behaves as 1.34 does. So when such a pod is offered again and
 planned anew on another node, the scheduler clears its nomination (on a slow run of the 1,000-pod e2e, eight
-such pods held each other off two Nodes from 6 s to 20 s); planned back onto the same Node, it keeps it
-(clearing those too left the scale run's re-offered pods unprotected while their Nodes came up: its
-4,000-pod wave took 89 s instead of 35 s). Cleared, not moved to the Node the new plan places the pod on: a
-nomination tenon did not write as a claim's registration is read as someone else's (a preemption's: the
-kube-scheduler is placing the pod, nothing is provisioned for it), and five zone-spread pods of the scale
-run, moved so and then not placed there, were never planned again. A new claim nominates its pods when its
-Node registers.
+such pods held each other off two Nodes from 6 s to 20 s); planned back onto the same Node, it keeps it:
+its room is still there, and clearing the nomination would leave it to any pod while the Node comes up.
+Cleared, not moved to the Node the new plan places the pod on: a nomination tenon did not write as a claim's
+registration is read as someone else's (a preemption's: the kube-scheduler is placing the pod, nothing is
+provisioned for it), and five zone-spread pods of the scale run, moved so and then not placed there, were
+never planned again. A new claim nominates its pods when its Node registers.
 """
 
 from __future__ import annotations
