@@ -3,7 +3,7 @@ so the kube-scheduler keeps the plan; offered again all the same, a pod is plann
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from devtools.sandbox.testing import running_sandbox
@@ -13,7 +13,7 @@ from tenon.domain.projection import ClusterProjection
 from tenon.runtime.eventlog.memory import InMemoryEventLog
 from tenon.runtime.kube import NODES, PODS, Kube, load_kube
 from tenon.services.scheduler.decider import SchedulerDecider
-from tenon.services.scheduler.nominations import stale_nominations, without_own_nomination
+from tenon.services.scheduler.nominations import without_own_nomination
 from tenon.services.scheduler.service import SchedulerExecutor
 from tests.scheduler.test_lifecycle_steps import joined
 from tests.support.events import append_to_claim, build_event
@@ -72,56 +72,6 @@ async def test_the_pods_planned_for_a_claim_are_nominated_to_its_node_before_its
             await client.close()
 
 
-async def test_a_pod_planned_again_loses_the_nomination_that_no_longer_holds() -> None:
-    """The pods were nominated to their claim's Node, which (as far as the log says) has no room for them:
-    offered again well after it registered, they are planned on a new claim, and their nomination to the
-    old Node is cleared in the cluster, so the room it held is free for others."""
-    async with running_sandbox(controllers=False) as sandbox:
-        client = await load_kube(str(sandbox.workload_kubeconfig))
-        try:
-            pods = [pending_pod("web-0", "1"), pending_pod("web-1", "1")]
-            for pod in pods:
-                await client.create(PODS, pod, namespace="default")
-            node = await client.create(NODES, {"apiVersion": "v1", "kind": "Node", **joined(ready=True)})
-            event_log = InMemoryEventLog()
-            for fact in demo_facts():
-                await event_log.publish(registry.subject_of(fact), fact)
-            await event_log.publish(subjects.PENDING, pending_batch("b", *pods, at=datetime.now(UTC)))
-            async with running(SchedulerDecider(), SchedulerExecutor(client), event_log) as runtime:
-                [claim] = await until(lambda: planned(runtime.state), what="one claim for both pods")
-                launched = build_event(
-                    ev.NodeClaimLaunched, "l", nodeclaim=claim, provider_id="p://a", instance_type="c3-8"
-                )
-                await append_to_claim(event_log, launched)
-                full = {  # room for neither pod, as far as the log says
-                    **node,
-                    "status": {
-                        **node["status"],
-                        "allocatable": {"cpu": "500m", "memory": "1Gi", "pods": "10"},
-                    },
-                }
-                observed = build_event(ev.NodeObserved, "joined", change="added", node=full)
-                await event_log.publish(registry.subject_of(observed), observed)
-                await until(lambda: runtime.state.claims[claim].registered, what="the claim registered")
-                stored = [await client.get(PODS, p["metadata"]["name"], namespace="default") for p in pods]
-                assert {p["status"].get("nominatedNodeName") for p in stored} == {"node-a"}
-                later = datetime.now(UTC) + timedelta(seconds=30)  # past the placement grace
-                again = [
-                    {**p, "status": {**p["status"], "nominatedNodeName": "node-a"}}  # still Unschedulable
-                    for p in pods
-                ]
-                await event_log.publish(subjects.PENDING, pending_batch("again", *again, at=later))
-                await until(lambda: len(planned(runtime.state)) == 2, what="a new claim for the pods")
-
-                async def cleared() -> bool:
-                    now = [await client.get(PODS, p["metadata"]["name"], namespace="default") for p in pods]
-                    return {p["status"].get("nominatedNodeName") for p in now} == {None}
-
-                await until(cleared, what="the stale nominations cleared")
-        finally:
-            await client.close()
-
-
 def test_a_pod_offered_again_on_its_own_nomination_is_planned_as_any_pending_pod() -> None:
     projection = ClusterProjection()
     for sequence, fact in enumerate(demo_facts(), start=1):
@@ -143,66 +93,3 @@ def test_a_pod_offered_again_on_its_own_nomination_is_planned_as_any_pending_pod
     assert "nominatedNodeName" not in without_own_nomination(projection, ours)["status"]
     # a nomination tenon did not write (the kube-scheduler's preemption) still says the pod is being placed
     assert without_own_nomination(projection, preempting) is preempting
-
-
-def test_a_pod_planned_again_has_the_nomination_tenon_wrote_cleared() -> None:
-    """Pods nominated by tenon to a Node whose room went to others hold that room against each other: when
-    they are planned again on another Node or a new claim, their nomination is cleared. Pods planned back
-    onto the Node they are nominated to, pods left waiting for their claim, and nominations tenon did not
-    write, are left as they are."""
-    projection = ClusterProjection()
-    for sequence, fact in enumerate(demo_facts(), start=1):
-        projection.apply(fact, sequence)
-    pods = [pending_pod(f"web-{i}", "250m") for i in range(6)]
-    first = pending_batch("b", *pods, at=datetime.now(UTC))
-    projection.apply(first, 100)
-    decisions = SchedulerDecider().decide(projection, first)
-    [claim] = [d.nodeclaim for d in decisions if isinstance(d, ev.NodeClaimPlanned)]
-    story = (
-        *decisions,
-        build_event(ev.NodeClaimLaunched, "l", nodeclaim=claim, provider_id="p://a", instance_type="c3-8"),
-        build_event(ev.NodeClaimRegistered, "r", nodeclaim=claim, node="node-a", provider_id="p://a"),
-    )
-    for sequence, event in enumerate(story, start=101):
-        projection.apply(event, sequence)
-
-    def nominated(pod: dict[str, Any], node: str) -> dict[str, Any]:
-        return {**pod, "status": {**pod["status"], "nominatedNodeName": node}}
-
-    offered = pending_batch(
-        "again",
-        nominated(pods[0], "node-a"),  # placed on an existing Node by the new plan
-        nominated(pods[1], "node-a"),  # on a claim the new plan buys
-        nominated(pods[2], "node-a"),  # left to wait for its claim: not in the answer
-        nominated(pods[3], "node-z"),  # nominated by someone else (a preemption)
-        nominated(pods[4], "node-a"),  # back on the Node it is nominated to
-        nominated(pods[5], "node-a"),  # back on its claim, whose Node that is
-        at=datetime.now(UTC),
-    )
-    projection.apply(offered, 200)
-    newer = build_event(
-        ev.NodeClaimPlanned,
-        "p2",
-        nodeclaim="default-new",
-        nodepool="default",
-        node_class="default",
-        choice=ev.InstanceChoice("c3-4", None, "on-demand", 0.1),
-        fallbacks=(),
-        pods=("default/web-1",),
-        requirements=(),
-        labels={},
-    )
-    projection.apply(newer, 201)
-    answer = build_event(
-        ev.BatchPlanned,
-        "answer",
-        batch_id="again",
-        nodeclaims=("default-new",),
-        existing=(
-            ev.PodPlacement(pod="default/web-0", node="node-b"),
-            ev.PodPlacement(pod="default/web-3", node="node-b"),
-            ev.PodPlacement(pod="default/web-4", node="node-a"),
-            ev.PodPlacement(pod="default/web-5", node=claim, kind="NodeClaim"),
-        ),
-    )
-    assert stale_nominations(projection, offered, answer) == ["default/web-0", "default/web-1"]

@@ -19,28 +19,26 @@ went to a pod of higher priority, or a DaemonSet pod the plan did not know) come
 and is then planned as any pending pod (:func:`without_own_nomination`): a nomination tenon wrote is not
 read as "the kube-scheduler is placing it" (which a preemption's nomination is).
 
-**Tenon clears the nominations it wrote that no longer hold** (:func:`stale_nominations`). A nomination
-holds room: the kube-scheduler counts every pod nominated to a node against the others it tries there. When a
-Node's slack went to pods of other claims before its own pods' nominations were read (the kube-scheduler's
-pod and node informers are not ordered), its nominated pods no longer all fit, and each, tried there, finds
-the room held by the others: none lands, and the room they hold is lost to every pod of no higher priority.
-The kube-scheduler of 1.34 does not clear a nomination after a failure ("external components ... are
-responsible for managing this field", kubernetes#133276; 1.35 clears it again on a scheduling or binding
-failure, kubernetes#135007), and the sandbox behaves as 1.34 does. So when such a pod is offered again and
-planned anew on another node, the scheduler clears its nomination (on a slow run of the 1,000-pod e2e, eight
-such pods held each other off two Nodes from 6 s to 20 s); planned back onto the same Node, it keeps it:
-its room is still there, and clearing the nomination would leave it to any pod while the Node comes up.
-Cleared, not moved to the Node the new plan places the pod on: a nomination tenon did not write as a claim's
-registration is read as someone else's (a preemption's: the kube-scheduler is placing the pod, nothing is
-provisioned for it), and five zone-spread pods of the scale run, moved so and then not placed there, were
-never planned again. A new claim nominates its pods when its Node registers.
+**A known gap: nominations that no longer hold.** A nomination holds room: the kube-scheduler counts every
+pod nominated to a node against the others it tries there. When a Node's slack went to pods of other claims
+before its own pods' nominations were read (the kube-scheduler's pod and node informers are not ordered), its
+nominated pods may no longer all fit, and each, tried there, finds the room held by the others: none lands
+until a nomination changes (on a slow run of the 1,000-pod e2e, eight such pods held each other off two
+Nodes from 6 s to 20 s, when a new claim's registration moved three of them). The kube-scheduler of 1.34
+does not clear a nomination after a failure ("external components ... are responsible for managing this
+field", kubernetes#133276); 1.35 clears it again on a scheduling or binding failure (kubernetes#135007); the
+sandbox behaves as 1.34 does. Clearing the nomination of every pod planned again on another node was tried
+(2026-12-03): hundreds of pods per batch in the scale run's waves lost theirs while their Nodes came up, and
+its 4,000-pod wave took 90 s instead of 35 s. Moving it to the Node the new plan chose was worse: a
+nomination tenon did not write at a registration reads as someone else's (a preemption's, whose pod nothing
+is provisioned for), and five pods were never planned again. What would hold: clearing only the nominations
+of a Node that cannot take all the pods nominated to it. Not built.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from proto import events as ev
 from tenon.domain.nodeclaim import NodeClaim
 from tenon.domain.projection import ClusterProjection, KubeObject, object_key
 
@@ -59,40 +57,9 @@ def pods_to_nominate(projection: ClusterProjection, claim: NodeClaim, node: str,
     return out
 
 
-def nomination_patch(node: str | None) -> dict[str, object]:
-    """The pod status merge patch (None: the nomination cleared)."""
+def nomination_patch(node: str) -> dict[str, object]:
+    """The pod status merge patch."""
     return {"status": {"nominatedNodeName": node}}
-
-
-def stale_nominations(
-    projection: ClusterProjection, offered: ev.PendingBatch, answer: ev.BatchPlanned
-) -> list[str]:
-    """Keys of the pods of ``offered`` that carry a nomination tenon wrote and were planned again by
-    ``answer`` somewhere else than the node they are nominated to: their nomination is cleared. A pod the
-    new plan puts back on its nominated node keeps its nomination (its room is still there, and held), as
-    do pods left to wait for their claim; others' nominations are never touched."""
-    placed = {p.pod: _node_of(projection, p) for p in answer.existing}
-    replanned = set(placed) | {u.pod for u in answer.unschedulable}
-    for name in answer.nodeclaims:
-        claim = projection.claims.get(name)
-        if claim is not None and claim.planned is not None:
-            replanned.update(claim.planned.pods)
-    stale = []
-    for pod in offered.pods:
-        key = object_key(pod)
-        if key not in replanned or without_own_nomination(projection, pod) is pod:
-            continue
-        if placed.get(key) != (pod.get("status") or {}).get("nominatedNodeName"):
-            stale.append(key)
-    return stale
-
-
-def _node_of(projection: ClusterProjection, placement: ev.PodPlacement) -> str | None:
-    """The node a placement puts a pod on: the Node, or the Node its claim registered (None: not yet)."""
-    if placement.kind == "Node":
-        return placement.node
-    claim = projection.claims.get(placement.node)
-    return claim.registered.node if claim is not None and claim.registered is not None else None
 
 
 def without_own_nomination(projection: ClusterProjection, pod: KubeObject) -> KubeObject:

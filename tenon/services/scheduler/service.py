@@ -155,14 +155,6 @@ class SchedulerExecutor(BaseExecutor):
         if isinstance(decision, ev.BatchPlanned):
             for pod in decision.unschedulable:
                 log.warning("pod cannot run", extra={"pod": pod.pod, "reason": pod.reason})
-            if isinstance(cause, ev.PendingBatch):
-                stale = nominations.stale_nominations(self.state, cause, decision)
-                if stale:
-                    log.info(
-                        "nominations cleared: their pods were planned again",
-                        extra={"batch_id": decision.batch_id, "pods": len(stale)},
-                    )
-                    await self._write_nominations(dict.fromkeys(stale), {"batch_id": decision.batch_id})
 
     async def observed(self, event: ev.Event) -> None:
         if isinstance(event, ev.NodeClaimEvent):
@@ -178,18 +170,12 @@ class SchedulerExecutor(BaseExecutor):
         before any pod can land there): :mod:`.nominations`. Advice only: a pod gone or a refusal is logged
         and registration goes on."""
         keys = nominations.pods_to_nominate(self.state, claim, node, datetime.now(UTC))
-        await self._write_nominations(dict.fromkeys(keys, node), {"nodeclaim": claim.name, "node": node})
-
-    async def _write_nominations(self, moves: dict[str, str | None], context: dict[str, Any]) -> None:
-        """Each pod's ``status.nominatedNodeName`` set (None: cleared), all at once; a pod gone or a refusal
-        is logged, never raised: a nomination is advice."""
-        keys = list(moves)
         results = await asyncio.gather(
             *(
                 self.kube.patch(
                     PODS,
                     key.split("/", 1)[1],
-                    nominations.nomination_patch(moves[key]),
+                    nominations.nomination_patch(node),
                     namespace=key.split("/", 1)[0],
                     subresource="status",
                 )
@@ -203,7 +189,10 @@ class SchedulerExecutor(BaseExecutor):
             if isinstance(r, BaseException) and not (isinstance(r, KubeApiError) and r.status == 404)
         }
         if failed:
-            log.warning("could not nominate pods to their node", extra={**context, "errors": failed})
+            log.warning(
+                "could not nominate pods to their node",
+                extra={"nodeclaim": claim.name, "node": node, "errors": failed},
+            )
 
     async def _register_node(
         self, claim: NodeClaim, decision: ev.NodeClaimRegistered, node: dict[str, Any], initialized: bool
