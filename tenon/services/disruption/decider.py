@@ -174,11 +174,12 @@ class DisruptionDecider:
     inputs = registry.inputs_of(PRODUCER)
     state_format = "disruption/3"
     decides_on_batches = True
-    batch_linger = 0.05
+    batch_linger = 0.01
     """Disruption answers in seconds (a candidate waits ``consolidateAfter``, a command settles 15 s), so its
-    consumer may gather 50 ms of records into one batch (:func:`tenon.runtime.decider.batch_linger`): it
-    folds every pod and node change of the cluster, and a third of its CPU went to batches of a few
-    records."""
+    consumer may gather 10 ms of records into one batch (:func:`tenon.runtime.decider.batch_linger`): it
+    folds every pod and node change of the cluster, and a third of its CPU went to batches of a few records.
+    Not longer: a claim terminated frees budget, and with 50 ms (20 ms) the 500-node scale to zero kept the
+    budget 83-89 % (89-90 %) full instead of 91-92 % with 10 ms."""
     observations = (ev.NodeClaimDrained,)
     """What termination (the executor) records of what it did: the pods evicted, whether the grace period
     ran out. A replay folds it as an input, never expects the decider to have decided it."""
