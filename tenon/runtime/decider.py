@@ -50,7 +50,7 @@ whose answer is about the input itself (a ``PendingBatch`` to plan) is named by 
 every input up to it is folded, and an input answered by nothing owes nothing by the batch's end. A decider
 that can answer a little later says how much with ``batch_linger`` (seconds): under a stream of records its
 consumer waits that long after a short batch, so the next one is larger (disruption, whose consolidation waits
-seconds anyway, spends a third to a half less CPU on the 1,000-pod run with 10 ms).
+seconds anyway, spends 10-50 % less CPU on the 1,000-pod run with 10 ms, by machine).
 
 **Carrying out** a call's decisions: in order, except that decisions on different aggregates run together.
 The decider's ``lane(decision)`` names the aggregate a decision belongs to (default: its claim, for claim
