@@ -133,6 +133,37 @@ async def test_registration_does_not_put_back_a_taint_removed_after_the_node_was
             await client.close()
 
 
+async def test_a_node_that_turned_ready_before_its_registration_patch_is_labelled_initialized_by_it() -> None:
+    """Registered alone (the Node was observed not Ready), but the Node turned Ready before the patch: the
+    patch, refused and computed again from the Node as it is, carries the initialized label too, so the
+    Initialized decided from the Node's next observation costs no request of its own."""
+    async with running_sandbox(controllers=False) as sandbox:
+        client = await load_kube(str(sandbox.workload_kubeconfig))
+        kube = CountingKube(client)
+        try:
+            observed_node = await client.create(
+                NODES, {"apiVersion": "v1", "kind": "Node", **joined(ready=False)}
+            )
+            ready = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+            await client.patch(NODES, "node-a", ready, subresource="status")
+            event_log, _ = await launched_and_observed(observed_node)
+            async with running(SchedulerDecider(), SchedulerExecutor(kube), event_log) as runtime:
+                await until(lambda: runtime.state.claims[CLAIM].registered, what="the claim Registered")
+                assert runtime.state.claims[CLAIM].initialized is None
+                labels = (await client.get(NODES, "node-a"))["metadata"]["labels"]
+                assert labels["karpenter.sh/initialized"] == "true"
+                now_ready = build_event(
+                    ev.NodeObserved, "ready", change="changed", node=await client.get(NODES, "node-a")
+                )
+                await event_log.publish(registry.subject_of(now_ready), now_ready)
+                await until(lambda: runtime.state.claims[CLAIM].initialized, what="the claim Initialized")
+            assert (
+                kube.requests["PATCH node-a"] == 2 and kube.requests["GET node-a"] == 1
+            )  # refused, then again
+        finally:
+            await client.close()
+
+
 async def test_a_node_replaced_under_the_same_name_before_the_patch_is_not_registered() -> None:
     async with running_sandbox(controllers=False) as sandbox:
         client = await load_kube(str(sandbox.workload_kubeconfig))
