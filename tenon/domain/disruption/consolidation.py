@@ -6,7 +6,8 @@ price is known, ordered as Karpenter orders them (price per reschedule cost, hig
 ``Underutilized`` budget of each pool. A move is **valid** when every candidate pod finds a place
 (:mod:`.simulation`) and the replacements cost strictly less than the candidates; with a single replacement
 (Karpenter's limit), also when it is not the same instance type as a candidate at no saving (keeping that
-node is the cheaper move).
+node is the cheaper move). A move whose replacements cannot cost less than its candidates, by the price floor
+of :mod:`.simulation`, is refused without a solve (:func:`probe`): what is decided is the same, sooner.
 
 * **Multi-node** (Karpenter: at most 100 candidates, one replacement, the largest valid prefix by binary
   search). tenon allows as many replacements as pay (:data:`TENON`), so a round can reach the repacking
@@ -160,6 +161,17 @@ def _cut_to_cheapest(replacement: Replacement, count: int) -> Replacement:
     return dataclasses.replace(replacement, fallbacks=replacement.fallbacks[: max(0, count - 1)])
 
 
+def probe(repacker: Repacker, candidates: Sequence[Candidate], rules: Rules) -> Command | None:
+    """The command moving ``candidates`` makes, or None; without a solve when the replacements of any valid
+    move cost at least what the candidates do (:meth:`Repacker.price_floor`: judged, it would be refused as
+    no cheaper). Half of :data:`EPSILON` is kept for the floor's and the judge's rounding."""
+    before = sum(c.price for c in candidates)
+    floor = repacker.price_floor(candidates)
+    if floor > 0 and floor >= before - EPSILON / 2:
+        return None
+    return judge(candidates, repacker.simulate(candidates), rules)[0]
+
+
 def multi_node(repacker: Repacker, ordered: Sequence[Candidate], rules: Rules) -> Command | None:
     """The best valid prefix of ``ordered`` (at least 2 candidates)."""
     ordered = list(ordered[:MULTI_MAX_CANDIDATES])
@@ -168,7 +180,7 @@ def multi_node(repacker: Repacker, ordered: Sequence[Candidate], rules: Rules) -
     best: Command | None = None
     low, high = 1, len(ordered) - 1  # prefix = ordered[: mid + 1]
     if rules.whole_prefix_first:
-        command, _ = judge(ordered, repacker.simulate(ordered), rules)
+        command = probe(repacker, ordered, rules)
         if command is not None:
             return command
         high -= 1
@@ -177,7 +189,7 @@ def multi_node(repacker: Repacker, ordered: Sequence[Candidate], rules: Rules) -
         probes += 1
         mid = (low + high) // 2
         prefix = ordered[: mid + 1]
-        command, _ = judge(prefix, repacker.simulate(prefix), rules)
+        command = probe(repacker, prefix, rules)
         if command is not None:
             if best is None or command.savings > best.savings + EPSILON or rules.max_replacements == 1:
                 best = command
@@ -203,7 +215,7 @@ def single_node(
     hopeful = [h for h in hopeful if h[0] > EPSILON]
     hopeful.sort(key=lambda h: (-h[0], h[1]))
     for _, _, candidate in hopeful[:SINGLE_CONFIRMATIONS]:
-        command, _ = judge([candidate], repacker.simulate([candidate]), rules)
+        command = probe(repacker, [candidate], rules)
         if command is not None:
             return command
     return None

@@ -12,15 +12,27 @@ The cluster is read once (:class:`Repacker`); each simulation swaps the candidat
 so a round's simulations cost the core's solve, not parsing. When no pod has a rule that counts other pods
 (topology spread, pod affinity), Nodes without room for even the smallest pod that moves are offered to the
 core as full: they could take none, and the core's placement then looks at the few that could.
+
+Before a solve, :meth:`Repacker.price_floor` bounds from requests alone what the replacements of a valid move
+cost at least, so that a move that cannot save is refused without one (in ``make bench``'s full cluster, all
+eight probes of a round). It is a bin-packing lower bound (the dual of covering the moving pods with nodes):
+each pod is charged, on each instance type that could hold it, the type's cheapest price times a dual
+feasible function of its share of the type's CPU (or memory), the cheapest charge kept. Fekete and
+Schepers' ``u(k)`` takes a share to a multiple of ``1/k`` so that no set of pods one node holds sums above 1:
+a ``c-8`` holds ten 790m pods, each charged a tenth of its price where its CPU share is 9.9 %. What the
+staying Nodes' free room could absorb is taken off at the highest charge per unit. Only pods the core places
+count (not pods nominated to a Node or bought for a claim in flight, which it leaves where they are).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tenon.core import ClusterInput, Node, PlannedNodeClaim, Pod, solve
+from tenon.core import ClusterInput, Node, PlannedNodeClaim, Pod, instance_types_for_node_pool, solve
 from tenon.domain.disruption.candidates import Candidate
 from tenon.domain.disruption.view import ClusterView, is_reschedulable, pod_key
 
@@ -65,6 +77,10 @@ class Repacker:
         self.free = _free_room(self.nodes, self.pods)
         self.placement_free = not any(_placement_rules(p) for p in self.pods)
         self.waiting = [p for p in self.pods if not p.node_name]
+        destined = {key for claim in self.core.in_flight for key in claim.pods}
+        self.placed_by_key = {p.key: p for p in self.pods if p.key not in destined and not p.nominated_node}
+        """The pods the core would place if they were pending (not those it leaves where they are going)."""
+        self.new_types = _new_node_types(self.core)
 
     def _nodes(self, names: set[str], moving: Sequence[Pod]) -> tuple[Node, ...]:
         """The Nodes that stay; when no pod has a placement rule that counts other pods (spread, pod
@@ -80,6 +96,31 @@ class Repacker:
             full = free is not None and (free[0] < least[0] or free[1] < least[1] or free[2] < 1)
             out.append(dataclasses.replace(n, unschedulable=True) if full and not n.unschedulable else n)
         return tuple(out)
+
+    def price_floor(self, candidates: Sequence[Candidate]) -> float:
+        """The least the replacements of any valid move of ``candidates`` cost (0 when nothing is known):
+        the module's bound on their reschedulable pods, by CPU and by memory, the higher one."""
+        names = {c.node_name for c in candidates}
+        moving = [
+            pod
+            for c in candidates
+            for p in c.reschedulable
+            if (pod := self.placed_by_key.get(pod_key(p))) is not None
+        ]
+        if not moving or not self.new_types:
+            return 0.0
+        shapes = Counter((p.requests.get("cpu", 0), p.requests.get("memory", 0)) for p in moving)
+        least = (min(cpu for cpu, _ in shapes), min(memory for _, memory in shapes))
+        open_room = [
+            free
+            for n in self.nodes
+            if n.name not in names
+            and not n.unschedulable
+            and (free := self.free[n.name])[0] >= least[0]
+            and free[1] >= least[1]
+            and free[2] >= 1
+        ]
+        return max(0.0, *(_dimension_floor(shapes, open_room, self.new_types, d) for d in (0, 1)))
 
     def simulate(self, candidates: Sequence[Candidate]) -> Outcome:
         names = {c.node_name for c in candidates}
@@ -112,6 +153,58 @@ class Repacker:
                 if pod in movable:
                     destinations[pod] = f"new:{index}"
         return Outcome(True, replacements=replacements, destinations=destinations)
+
+
+def _new_node_types(core: ClusterInput) -> list[tuple[tuple[int, int], float]]:
+    """(allocatable cpu and memory, cheapest available price) of each instance type a NodePool may launch:
+    DaemonSets and offerings a pool's requirements leave out only make the nodes the core launches smaller
+    and dearer, which keeps the floor below their price."""
+    out = []
+    for pool in core.node_pools:
+        for t in instance_types_for_node_pool(core, pool)[0]:
+            prices = [o.price for o in t.offerings if o.available]
+            if prices:
+                out.append(((t.allocatable.get("cpu", 0), t.allocatable.get("memory", 0)), min(prices)))
+    return out
+
+
+def _dual_share(size: int, room: int, k: int) -> float:
+    """Fekete and Schepers' dual feasible function ``u(k)`` of the share ``size / room``: the share itself
+    when ``(k + 1)`` times it is whole, else ``floor((k + 1) * share) / k``; any sizes one room holds sum to
+    at most 1."""
+    if (k + 1) * size % room == 0:
+        return size / room
+    return ((k + 1) * size // room) / k
+
+
+def _dimension_floor(
+    shapes: Counter[tuple[int, int]],
+    open_room: Sequence[tuple[int, int, int]],
+    types: Sequence[tuple[tuple[int, int], float]],
+    d: int,
+) -> float:
+    """The floor by resource ``d`` (0: CPU, 1: memory) of placing ``shapes`` (requests -> how many pods) on
+    new nodes of ``types`` beside the staying Nodes' ``open_room``; the higher of two dual functions': the
+    plain share, and each type's ``u(k)`` with ``k`` the most pods of the smallest request it holds."""
+    smallest = min((size[d] for size in shapes if size[d] > 0), default=0)
+    if not smallest:
+        return 0.0
+    bounds = []
+    for rounded in (False, True):
+        charge = {}
+        for shape in shapes:
+            charges = [
+                price
+                * (_dual_share(shape[d], room[d], room[d] // smallest) if rounded else shape[d] / room[d])
+                for room, price in types
+                if shape[0] <= room[0] and shape[1] <= room[1] and room[d] > 0
+            ]
+            charge[shape] = min(charges, default=0.0)
+        total = math.fsum(charge[shape] * count for shape, count in shapes.items())
+        # a staying Node takes pods of at most its free room: worth that room at the highest charge per unit
+        rate = max(charge[shape] / shape[d] for shape in shapes if shape[d] > 0)
+        bounds.append(total - rate * sum(free[d] for free in open_room))
+    return max(bounds)
 
 
 def _placement_rules(pod: Pod) -> bool:
