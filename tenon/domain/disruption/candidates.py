@@ -21,7 +21,7 @@ positive eviction costs), highest first.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -177,13 +177,23 @@ class PdbLedger:
         every = [p for pods in view.pods_by_node.values() for p in pods]
         self.left = {_pdb_key(pdb): disruptions_allowed(pdb, every) for pdb in view.pdbs}
 
+    def _covered(
+        self, pods: Iterable[Mapping[str, Any]], now: datetime
+    ) -> Iterator[tuple[Mapping[str, Any], list[Mapping[str, Any]]]]:
+        """The evictable pods of ``pods`` a PDB covers, each with the PDBs covering it. Whether a pod is
+        evictable is read only for covered pods, none without PDBs: a round asks about each pod several
+        times."""
+        if not self.pdbs:
+            return
+        for pod in pods:
+            covering = pdbs_of(pod, self.pdbs)
+            if covering and is_evictable(pod, now):
+                yield pod, covering
+
     def refusal(self, pods: Iterable[Mapping[str, Any]], now: datetime) -> str | None:
         """Why evicting ``pods`` together would break a PDB (None when it would not)."""
         wanted: dict[str, int] = {}
-        for pod in pods:
-            if not is_evictable(pod, now):
-                continue
-            covering = pdbs_of(pod, self.pdbs)
+        for pod, covering in self._covered(pods, now):
             if len(covering) > 1:
                 names = ", ".join(sorted(_pdb_key(p) for p in covering))
                 return f"pod {pod_key(pod)} is covered by several PodDisruptionBudgets ({names})"
@@ -197,10 +207,9 @@ class PdbLedger:
         return None
 
     def charge(self, pods: Iterable[Mapping[str, Any]], now: datetime) -> None:
-        for pod in pods:
-            if is_evictable(pod, now):
-                for pdb in pdbs_of(pod, self.pdbs):
-                    self.left[_pdb_key(pdb)] = self.left.get(_pdb_key(pdb), 0) - 1
+        for _, covering in self._covered(pods, now):
+            for pdb in covering:
+                self.left[_pdb_key(pdb)] = self.left.get(_pdb_key(pdb), 0) - 1
 
 
 def _pdb_key(pdb: Mapping[str, Any]) -> str:

@@ -95,10 +95,11 @@ def _consolidate(
     budgets = budget_mapping(view, consolidation.REASON)
     ordered = emptiness.order(eligible)
     budgeted = consolidation.within_budgets(ordered, budgets)
+    taken = {c.name for c in budgeted}  # by name: comparing candidates compares all their pods
     blocked = [
         Blocked(c.name, c.node_name, f"budget: {budgets[c.pool].budget}")
         for c in ordered
-        if c not in budgeted and c.pool in budgets
+        if c.name not in taken and c.pool in budgets
     ]
     safe = pdb_safe(budgeted, PdbLedger(view), view)
     command = consolidation.multi_node(repacker, safe, rules)
