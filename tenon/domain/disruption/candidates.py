@@ -276,17 +276,18 @@ def candidates(
         if why is not None:
             blocked.append(Blocked(name, claim.node, why))
             continue
-        reschedulable = tuple(p for p in pods if is_reschedulable(p))
-        costs = [eviction_cost(p) for p in pods if is_active(p)]
+        costs = [eviction_cost(p) for p in pods]  # once per pod: both sums read them
+        reschedulable = [(p, cost) for p, cost in zip(pods, costs, strict=True) if is_reschedulable(p)]
+        active = sum(cost for p, cost in zip(pods, costs, strict=True) if is_active(p))
         found.append(
             Candidate(
                 claim=claim,
                 node=node,
                 nodepool=nodepool,
                 pods=pods,
-                reschedulable=reschedulable,
-                disruption_cost=sum(costs) * lifetime_remaining(claim, nodepool, now),
-                reschedule_cost=1.0 + sum(max(0.0, eviction_cost(p)) for p in reschedulable),
+                reschedulable=tuple(p for p, _ in reschedulable),
+                disruption_cost=active * lifetime_remaining(claim, nodepool, now),
+                reschedule_cost=1.0 + sum(max(0.0, cost) for _, cost in reschedulable),
             )
         )
     return found, blocked
