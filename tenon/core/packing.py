@@ -37,7 +37,7 @@ and per-type caps (Cluster API max size). What cannot be packed is returned with
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from tenon.core.templates import OfferKey, Template
@@ -257,9 +257,22 @@ class _NodeChoice:
         self.by_bound = sorted(candidates, key=lambda t: (self.bound[t.index], t.min_price, t.index))
         self.value = {c.index: packer.value_of(c.req, weights) for c in classes}
         self.buckets = packer.buckets(classes, weights)
+        self._group_of = {c.index: group for _, group in self.buckets for c in group}
         self.seeds = sorted((c for c in classes if c.seed), key=lambda c: (-self.value[c.index], c.index))
         self._next_seed = 0
         self._near: dict[int, tuple[tuple[Template, float, OfferKey] | None, list[Template]]] = {}
+
+    def spent(self, indexes: Iterable[int]) -> None:
+        """Of the classes ``indexes``, those with no pods left leave their buckets (and empty buckets go):
+        every later fill would step over them, and a large problem's classes run out one by one."""
+        emptied = False
+        for ci in indexes:
+            group = self._group_of[ci]
+            if any(c.count <= 0 for c in group):
+                group[:] = [c for c in group if c.count > 0]
+                emptied = emptied or not group
+        if emptied:
+            self.buckets = [bucket for bucket in self.buckets if bucket[1]]
 
     def next_seed(self) -> PackClass | None:
         """The most valuable seed class with pods left, if any."""
@@ -619,11 +632,7 @@ class Packer:
         bins: list[Bin] = []
         choice = _NodeChoice(self, classes, weights)
         left = sum(c.count for c in classes)
-        rounds = 0
         while left > 0:
-            rounds += 1
-            if rounds % 64 == 0:
-                choice.buckets = self.buckets([c for c in classes if c.count > 0], weights)
             chosen = None
             if only is not None and self.budget.allows(only):
                 chosen = self._evaluate(only, choice.buckets, None)
@@ -634,6 +643,7 @@ class Packer:
                     failed[seed.index] = self._why_not(seed)
                     left -= seed.count
                     seed.count = 0
+                    choice.spent([seed.index])
                     continue
             elif chosen is None:
                 chosen = choice.best_node()
@@ -644,6 +654,7 @@ class Packer:
                         c.count = 0
                 break
             left -= self._commit(bins, chosen)
+            choice.spent(chosen[1])
         return bins, failed
 
     def _rollout(

@@ -488,7 +488,7 @@ class _Solve:
         for rank, pool in enumerate(self.pools):
             tpls = self.pool_templates.get(pool.name, [])
             tpl_ids = frozenset(t.index for t in tpls)
-            here = [k for k in pending.keys if pending.shape[k][4].keys() & tpl_ids]
+            here = [k for k in pending.keys if not tpl_ids.isdisjoint(pending.shape[k][4])]
             if not here:
                 continue
             pack_classes = pending.pack_classes(here, tpl_ids)

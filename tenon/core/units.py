@@ -231,7 +231,13 @@ class PinnedFeasibility:
         return out
 
 
-_ClassKey = tuple[object, ...]  # everything that matters for packing: vector, offers, features, templates
+_ClassKey = tuple[  # everything that matters for packing
+    tuple[int, ...],  # requests
+    frozenset[OfferKey] | None,  # offerings allowed (None: any)
+    tuple[int, ...],  # hostname selectors matched
+    tuple[tuple[int, int], ...],  # hostname limits set
+    frozenset[int],  # templates allowed
+]
 
 
 class PendingClasses:
@@ -254,16 +260,17 @@ class PendingClasses:
     def pack_classes(self, here: Sequence[_ClassKey], tpl_ids: frozenset[int]) -> list[PackClass]:
         """The classes ``here`` as the packer takes them, limited to one pool's templates ``tpl_ids``."""
         out = []
+        # the key holds the templates of the class's feasibility: one intersection per distinct set of them
+        in_pool: dict[frozenset[int], frozenset[int]] = {}
         interned: dict[frozenset[int], frozenset[int]] = {}
         for i, k in enumerate(here):
-            vec, okeys, matches, limits, feasible = self.shape[k]
-            tset = frozenset(feasible) & tpl_ids
+            vec, okeys, matches, limits, _ = self.shape[k]
+            tset = in_pool.get(k[4])
+            if tset is None:
+                tset = k[4] & tpl_ids
+                tset = in_pool[k[4]] = interned.setdefault(tset, tset)
             members = list(self.classes[k])
-            out.append(
-                PackClass(
-                    i, vec, len(members), okeys, matches, limits, interned.setdefault(tset, tset), members
-                )
-            )
+            out.append(PackClass(i, vec, len(members), okeys, matches, limits, tset, members))
         return out
 
     def keep_leftovers(
@@ -276,11 +283,12 @@ class PendingClasses:
             if rest:
                 leftover[here[ci]] = rest
                 self.tried[here[ci]].setdefault(pool, "NodePool could not take it")
+        offered = set(here)
         next_keys = []
         for k in self.keys:
             if k in leftover:
                 self.classes[k] = leftover[k]
                 next_keys.append(k)
-            elif k not in here:
+            elif k not in offered:
                 next_keys.append(k)
         self.keys = next_keys
