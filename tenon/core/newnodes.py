@@ -19,7 +19,15 @@ from dataclasses import dataclass
 
 from tenon.core.explain import MAX_FALLBACKS, explain_choice
 from tenon.core.model import NodePool
-from tenon.core.packing import Bin, Budget, PackClass, Packer, _join_hostname_rules, dual_weights
+from tenon.core.packing import (
+    Bin,
+    Budget,
+    CommonTemplates,
+    PackClass,
+    Packer,
+    _join_hostname_rules,
+    dual_weights,
+)
 from tenon.core.plan import Considered, PlannedNodeClaim
 from tenon.core.quantities import format_quantity
 from tenon.core.requirements import Requirement
@@ -212,14 +220,13 @@ class ClaimMaker:
         self._explained: dict[tuple[object, ...], tuple[str, list[str], list[Considered]]] = {}
         self._sorted_templates: dict[str, list[Template]] = {}
         self._formatted: dict[tuple[int, ...], dict[str, str]] = {}
+        self._common = CommonTemplates()
 
     def claim(
         self, pool: NodePool, tpls: Sequence[Template], b: Bin, pods: list[str], classes: Sequence[PackClass]
     ) -> PlannedNodeClaim | str:
         """The claim for ``b`` holding ``pods``, or why it cannot be made."""
-        allowed: frozenset[int] | None = None
-        for ci in b.contents:
-            allowed = classes[ci].templates if allowed is None else allowed & classes[ci].templates
+        allowed = self._common.of(classes[ci].templates for ci in b.contents)
         assert allowed is not None
         fitting: list[Template] = []
         if any(r.min_values for r in pool.requirements):

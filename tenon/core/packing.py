@@ -67,6 +67,14 @@ class PackClass:
 
     def __post_init__(self) -> None:
         self.seed = any((soft_target(sid) if sid < 0 else sid) in self.matches for sid, _ in self.limits)
+        # the hostname rules as fills check them, worked out once: (limit id, the selector it is about, the
+        # limit, how many pods of an item match that selector) and (selector, pods of an item matching it)
+        self.limit_rules = tuple(
+            (sid, real, lim, self.matches.count(real))
+            for sid, lim in self.limits
+            for real in (soft_target(sid) if sid < 0 else sid,)
+        )
+        self.match_counts = tuple(_counted(self.matches).items())
 
 
 @dataclass
@@ -160,13 +168,6 @@ def dual_weights(templates: Sequence[Template], demand: Sequence[int], cpu: int,
     return weights
 
 
-def _bucket_fits(req: tuple[int, ...], room: list[int], three: bool) -> bool:
-    """Whether one pod of request ``req`` fits ``room`` (``three``: the common cpu/memory/pods case)."""
-    if three:
-        return not (req[0] > room[0] or req[1] > room[1] or req[2] > room[2])
-    return not any(r > f for r, f in zip(req, room, strict=True))
-
-
 def _copies_that_fit(req: tuple[int, ...], room: list[int], most: int) -> int:
     """How many pods of request ``req`` fit ``room``, at most ``most``."""
     k = most
@@ -185,27 +186,25 @@ def _join_hostname_rules(c: PackClass, k: int, counts: dict[int, int], limits: d
     node caps ``c``'s pods when they match it; a node already over one of ``c``'s limits takes none. An item
     of several pods (a unit) lists a selector once per pod matching it, and counts so.
     """
-    for sid, lim in c.limits:
-        own = sid < 0  # a soft limit (preferred anti-affinity) binds c's pods only: not kept on the node
-        real = soft_target(sid) if own else sid
-        cap = lim if own else min(lim, limits.get(sid, lim))
+    for sid, real, lim, per_item in c.limit_rules:
+        # a soft limit (preferred anti-affinity, negative id) binds c's pods only: not kept on the node
+        cap = lim if sid < 0 else min(lim, limits.get(sid, lim))
         have = counts.get(real, 0)
-        per_item = c.matches.count(real)
         if per_item:
             k = min(k, (cap - have) // per_item)
         elif have > cap:
             k = 0
-    for sid in c.matches:
+    for sid, per_item in c.match_counts:
         lim2 = limits.get(sid)
         if lim2 is not None:
-            k = min(k, (lim2 - counts.get(sid, 0)) // c.matches.count(sid))
+            k = min(k, (lim2 - counts.get(sid, 0)) // per_item)
     if k <= 0:
         return k
-    for sid, lim in c.limits:
+    for sid, _, lim, _ in c.limit_rules:
         if sid >= 0:
             limits[sid] = min(lim, limits.get(sid, lim))
-    for sid in c.matches:
-        counts[sid] = counts.get(sid, 0) + k
+    for sid, per_item in c.match_counts:
+        counts[sid] = counts.get(sid, 0) + k * per_item
     return k
 
 
@@ -352,6 +351,26 @@ class _NodeChoice:
         return chosen
 
 
+class CommonTemplates:
+    """The templates every class of a node may use, from the classes' sets: classes share a few interned
+    sets, so each intersection of them is made once (and is one object, its hash worked out once)."""
+
+    def __init__(self) -> None:
+        self._found: dict[frozenset[int], tuple[frozenset[int], list[frozenset[int]]]] = {}
+
+    def of(self, sets: Iterable[frozenset[int]]) -> frozenset[int] | None:
+        """``None`` when there is no set."""
+        distinct = {id(s): s for s in sets}
+        if len(distinct) <= 1:
+            return next(iter(distinct.values()), None)
+        key = frozenset(distinct)
+        found = self._found.get(key)
+        if found is None:
+            # the sets are kept with their intersection, so their ids are never reused for other sets
+            found = self._found[key] = (frozenset.intersection(*distinct.values()), list(distinct.values()))
+        return found[0]
+
+
 class _KnapsackSearch:
     """The depth-first search of :meth:`Packer.knapsack`: how many of each class (in ``order``) fill ``room``
     with the most value; ``room`` is restored when it returns."""
@@ -421,7 +440,7 @@ class Packer:
         self.failed: dict[int, str] = {}
         self._classes: dict[int, PackClass] = {}
         self._candidate_cache: dict[tuple[frozenset[int], tuple[float, ...]], list[Template]] = {}
-        self._intersections: dict[frozenset[int], tuple[frozenset[int], list[frozenset[int]]]] = {}
+        self._common = CommonTemplates()
 
     # -- small helpers -------------------------------------------------------------------------------------
     def value_of(self, used: Sequence[int], weights: Sequence[float] | None = None) -> float:
@@ -453,8 +472,8 @@ class Packer:
 
     def candidates(self, classes: Sequence[PackClass], weights: Sequence[float]) -> list[Template]:
         usable: set[int] = set()
-        for c in classes:
-            usable |= c.templates
+        for templates in {id(c.templates): c.templates for c in classes}.values():  # classes share a few
+            usable |= templates
         key = (frozenset(usable), tuple(weights))
         cached = self._candidate_cache.get(key)
         if cached is None:
@@ -512,31 +531,33 @@ class Packer:
         tpl_index: int,
         used: list[int],
     ) -> frozenset[OfferKey] | None:
-        """First-fit-decreasing into ``room`` (mutated, as are counts/limits/contents/used)."""
-        three = len(room) == 3
+        """First-fit-decreasing into ``room`` (mutated, as are counts/limits/contents/used); ``okeys`` is
+        ``None`` or not empty (the offerings every pod put in so far accepts), and so is what is returned."""
         for req, group in buckets:
-            if not _bucket_fits(req, room, three):
+            # copies of this request the room takes: worked out once per bucket, each take lowers it by its
+            # count (each resource's room divided by the request, rounded down, drops by the count taken)
+            fit = _copies_that_fit(req, room, INF)
+            if fit <= 0:
                 continue
             for c in group:
                 avail = c.count - contents.get(c.index, 0)
                 if avail <= 0 or tpl_index not in c.templates:
                     continue
-                k = _copies_that_fit(req, room, avail)
-                if k <= 0:
-                    break  # the bucket's classes all have this request: none fits any more
-                new_okeys = okeys if c.okeys is None else (c.okeys if okeys is None else okeys & c.okeys)
-                if new_okeys is not None and not new_okeys:
+                c_okeys = c.okeys
+                if c_okeys is not None and (not c_okeys if okeys is None else okeys.isdisjoint(c_okeys)):
                     continue  # no offering left that every pod on the node accepts
+                k = fit if fit < avail else avail
                 if c.limits or c.matches:
                     k = _join_hostname_rules(c, k, counts, limits)
                     if k <= 0:
                         continue
-                okeys = new_okeys
+                if c_okeys is not None:
+                    okeys = c_okeys if okeys is None else okeys & c_okeys
                 contents[c.index] = contents.get(c.index, 0) + k
-                for d, r in enumerate(req):  # _take, inline: this is the packer's innermost loop
-                    if r:
-                        room[d] -= r * k
-                        used[d] += r * k
+                _take(req, k, room, used)
+                fit -= k
+                if fit <= 0:
+                    break  # the bucket's classes all have this request: none fits any more
         return okeys
 
     def knapsack(self, tpl: Template, room: list[int], contents: dict[int, int], used: list[int]) -> None:
@@ -587,17 +608,8 @@ class Packer:
         return down, contents, used, okeys, counts, limits
 
     def _templates_for_all(self, contents: dict[int, int]) -> frozenset[int] | None:
-        """The templates every class in ``contents`` may use (classes share a few interned sets: each
-        intersection of them is made once)."""
-        sets = {id(self._classes[ci].templates): self._classes[ci].templates for ci in contents}
-        if len(sets) <= 1:
-            return next(iter(sets.values()), None)
-        key = frozenset(sets)
-        found = self._intersections.get(key)
-        if found is None:
-            # the sets are kept with their intersection, so their ids are never reused for other sets
-            found = self._intersections[key] = (frozenset.intersection(*sets.values()), list(sets.values()))
-        return found[0]
+        """The templates every class in ``contents`` may use."""
+        return self._common.of(self._classes[ci].templates for ci in contents)
 
     def _commit(self, bins: list[Bin], chosen: _Node, once: bool = False) -> int:
         (tpl, price, offer), contents, used, okeys, counts, limits = chosen

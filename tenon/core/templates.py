@@ -86,9 +86,19 @@ class Template:
     open_keys: OpenKeys = field(default_factory=dict)
     chosen: tuple[tuple[str, str], ...] = ()
     """Open keys this variant set a value for (the claim's requirements say so)."""
+    _prices: dict[frozenset[OfferKey] | None, tuple[float, OfferKey] | None] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    """:meth:`price_for` by the offerings asked for: a packer asks for a few sets thousands of times."""
 
     def price_for(self, keys: frozenset[OfferKey] | None) -> tuple[float, OfferKey] | None:
         """Cheapest offering among ``keys`` (``None``: any), deterministic on ties."""
+        if keys in self._prices:
+            return self._prices[keys]
+        found = self._prices[keys] = self._cheapest(keys)
+        return found
+
+    def _cheapest(self, keys: frozenset[OfferKey] | None) -> tuple[float, OfferKey] | None:
         best: tuple[float, OfferKey] | None = None
         for key, price in self.offerings.items():
             if keys is not None and key not in keys:

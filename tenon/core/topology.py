@@ -173,7 +173,7 @@ class HostnameRules:
     """Per pod: hostname selector ids it matches and the limits it imposes on its node."""
 
     index: SelectorIndex = field(default_factory=SelectorIndex)
-    _memo: dict[int, Features] = field(default_factory=dict)
+    _memo: dict[PodShape, Features] = field(default_factory=dict)  # what a pod's spec sets: once per shape
 
     def register(self, pods: Iterable[Pod]) -> None:
         self._memo.clear()
@@ -193,9 +193,9 @@ class HostnameRules:
                 self.index.add(("port", port.port, port.protocol))
 
     def features(self, pod: Pod) -> Features:
-        found = self._memo.get(id(pod))
+        found = self._memo.get(pod.shape)
         if found is None:
-            found = self._memo[id(pod)] = self._features(pod)
+            found = self._memo[pod.shape] = self._features(pod)
         return found
 
     def _features(self, pod: Pod) -> Features:
@@ -300,8 +300,9 @@ class DomainRules:
     def __init__(self, keys: Sequence[str], pods: Iterable[Pod]):
         self.keys = list(keys)
         self.index = SelectorIndex()
-        self._rules: dict[int, dict[str, _KeyRules]] = {}
-        self._matches: dict[int, tuple[int, ...]] = {}  # by pod: they live as long as the solve
+        # what a pod's spec sets (its rules, the selectors it matches): worked out once per shape
+        self._rules: dict[PodShape, dict[str, _KeyRules]] = {}
+        self._matches: dict[PodShape, tuple[int, ...]] = {}
         if self.keys:
             seen: set[PodShape] = set()
             for pod in pods:
@@ -328,15 +329,15 @@ class DomainRules:
                 self.index.add(scope_of(term))
 
     def _matching(self, pod: Pod) -> tuple[int, ...]:
-        found = self._matches.get(id(pod))
+        found = self._matches.get(pod.shape)
         if found is None:
-            found = self._matches[id(pod)] = self.index.matching(pod)
+            found = self._matches[pod.shape] = self.index.matching(pod)
         return found
 
     def rules(self, pod: Pod, key: str) -> _KeyRules:
-        found = self._rules.get(id(pod))
+        found = self._rules.get(pod.shape)
         if found is None:
-            found = self._rules[id(pod)] = {k: self._key_rules(pod, k) for k in self.keys}
+            found = self._rules[pod.shape] = {k: self._key_rules(pod, k) for k in self.keys}
         return found[key]
 
     def _key_rules(self, pod: Pod, key: str) -> _KeyRules:
