@@ -24,7 +24,6 @@ from typing import Any
 import msgspec
 
 from tenon.core import InputError
-from tenon.domain.disruption.whatif import run as run_rounds
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -74,6 +73,10 @@ def read_objects(paths: list[str]) -> list[dict[str, Any]]:
 
 def run(args: argparse.Namespace) -> int:
     from tenon.cli.simulate import ReadError
+
+    # here, not at the top: every ``tenon simulate`` registers this module's arguments, and the disruption
+    # domain's imports would cost it ~70 ms
+    from tenon.domain.disruption.whatif import run as run_rounds
 
     try:
         now, rounds = _now(args.now), _rounds(args.rounds)
