@@ -60,6 +60,7 @@ from tenon.core.templates import (
     pool_rejection,
     preferred,
     required_feasibility,
+    rules_feasibility,
     wanted_values,
 )
 from tenon.core.topology import DomainOutcome, DomainRules, HostnameRules, domain_keys, pin_pod, scope_of
@@ -204,12 +205,17 @@ class _Solve:
     def _feasibility(self) -> None:
         """Per pending pod: the templates its hard rules allow, and those its soft rules prefer."""
         cache: dict[tuple[object, ...], tuple[Feasibility, Feasibility]] = {}
+        by_rules: dict[tuple[object, ...], Feasibility] = {}  # specs differing in their requests alone
         self.required: dict[str, Feasibility] = {}
         self.feasible: dict[str, Feasibility] = {}
         for pod in self.pending:
             key = _spec_key(pod)
             if key not in cache:
-                hard = required_feasibility(pod, self.vec[pod.key], self.templates)
+                rules_key = (pod.node_affinity, pod.tolerations, pod.host_ports)
+                allowed = by_rules.get(rules_key)
+                if allowed is None:
+                    allowed = by_rules[rules_key] = rules_feasibility(pod, self.templates)
+                hard = required_feasibility(pod, self.vec[pod.key], self.templates, allowed)
                 cache[key] = (hard, preferred(pod, hard, self.templates))
             self.required[pod.key], self.feasible[pod.key] = cache[key]
 

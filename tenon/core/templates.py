@@ -376,16 +376,26 @@ def avoided(taints: tuple[Taint, ...], pod: Pod) -> bool:
 
 
 def required_feasibility(
-    pod: Pod, req: tuple[int, ...], templates: Sequence[Template]
+    pod: Pod,
+    req: tuple[int, ...],
+    templates: Sequence[Template],
+    allowed: dict[int, frozenset[OfferKey]] | None = None,
 ) -> dict[int, frozenset[OfferKey]]:
     """Template index -> offerings this pod may use there by its hard rules alone (taints, required node
-    affinity, host ports, fit); ``PreferNoSchedule`` taints and preferences are not looked at."""
+    affinity, host ports, fit); ``PreferNoSchedule`` taints and preferences are not looked at. ``allowed``:
+    what :func:`rules_feasibility` gives for the pod, when the caller has it."""
+    if allowed is None:
+        allowed = rules_feasibility(pod, templates)
+    return {index: offers for index, offers in allowed.items() if fits(req, templates[index].alloc)}
+
+
+def rules_feasibility(pod: Pod, templates: Sequence[Template]) -> dict[int, frozenset[OfferKey]]:
+    """Template index -> offerings the pod's tolerations, host ports and required node affinity allow there,
+    whatever it requests (pods alike in those three share it)."""
     ports = {(p.port, p.protocol) for p in pod.host_ports}
     feasible: dict[int, frozenset[OfferKey]] = {}
     for tpl in templates:
-        if untolerated(tpl.taints, pod.tolerations) is not None:
-            continue
-        if ports & tpl.daemon_ports or not fits(req, tpl.alloc):
+        if untolerated(tpl.taints, pod.tolerations) is not None or ports & tpl.daemon_ports:
             continue
         offers = _term_offers(pod, tpl)
         if offers:

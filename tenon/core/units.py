@@ -198,7 +198,7 @@ class PinnedFeasibility:
         # pods of one spec share their feasibility: narrowed once per (feasibility, pins)
         self._cache: dict[tuple[int, tuple[tuple[str, str], ...]], tuple[Feasibility, Feasibility]] = {}
         # and the same offerings recur across specs: each set filtered once per (zone, capacity type)
-        self._offers: dict[tuple[frozenset[OfferKey], str | None, str | None], frozenset[OfferKey]] = {}
+        self._offers: dict[tuple[str | None, str | None], dict[frozenset[OfferKey], frozenset[OfferKey]]] = {}
 
     def narrow(self, feasible: Feasibility, pins: Mapping[str, str]) -> Feasibility:
         if not pins:
@@ -213,15 +213,15 @@ class PinnedFeasibility:
     def _narrowed(self, feasible: Feasibility, pins: Mapping[str, str]) -> Feasibility:
         zone, capacity_type = pins.get(ZONE), pins.get(CAPACITY_TYPE)
         labelled = [(k, v) for k, v in pins.items() if k not in (ZONE, CAPACITY_TYPE)]
-        templates, cache = self.templates, self._offers
+        templates = self.templates
+        cache = self._offers.setdefault((zone, capacity_type), {})
         out: Feasibility = {}
         for i, offers in feasible.items():
             if labelled and any(templates[i].labels.get(k) != v for k, v in labelled):
                 continue
-            key = (offers, zone, capacity_type)
-            kept = cache.get(key)
+            kept = cache.get(offers)
             if kept is None:
-                kept = cache[key] = frozenset(
+                kept = cache[offers] = frozenset(
                     o
                     for o in offers
                     if (zone is None or o[0] == zone) and (capacity_type is None or o[1] == capacity_type)
