@@ -334,7 +334,8 @@ def read_inputs(paths: list[str]) -> ClusterInput:
             parts.append(part)
             if isinstance(doc, dict) and doc.get("kind") == "EC2NodeClass":
                 ec2_nodeclasses.append((source, index, doc))
-    parts += _shipped_ec2_catalogs(ec2_nodeclasses, assemble(parts).catalogs)
+    catalogs = {name: found for part in parts for name, found in part.catalogs.items()}  # assemble's merge
+    parts += _shipped_ec2_catalogs(ec2_nodeclasses, catalogs)
     inputs = assemble(parts)
     for skipped in inputs.skipped:
         if skipped.field:  # an object that cannot be read, not merely one scheduling does not use

@@ -163,7 +163,13 @@ class _Solve:
         extra = sorted({r for p in self.pending for r in p.requests} - {CPU, MEMORY, PODS})
         self.names: list[str] = [CPU, MEMORY, PODS, *extra]
         self._templates()
-        self.vec = {p.key: _vector(p.requests, self.names) for p in self.pending}
+        vectors: dict[PodShape, tuple[int, ...]] = {}  # the replicas of a spec request the same
+        self.vec: dict[str, tuple[int, ...]] = {}
+        for p in self.pending:
+            found = vectors.get(p.shape)
+            if found is None:
+                found = vectors[p.shape] = _vector(p.requests, self.names)
+            self.vec[p.key] = found
         self._feasibility()
         self.unschedulable: dict[str, dict[str, str]] = dict(excluded)
         self.pinned: set[str] = set()
@@ -204,20 +210,24 @@ class _Solve:
 
     def _feasibility(self) -> None:
         """Per pending pod: the templates its hard rules allow, and those its soft rules prefer."""
-        cache: dict[tuple[object, ...], tuple[Feasibility, Feasibility]] = {}
+        by_shape: dict[PodShape, tuple[Feasibility, Feasibility]] = {}  # the replicas of one spec
+        cache: dict[tuple[object, ...], tuple[Feasibility, Feasibility]] = {}  # specs alike in what counts
         by_rules: dict[tuple[object, ...], Feasibility] = {}  # specs differing in their requests alone
         self.required: dict[str, Feasibility] = {}
         self.feasible: dict[str, Feasibility] = {}
         for pod in self.pending:
-            key = _spec_key(pod)
-            if key not in cache:
-                rules_key = (pod.node_affinity, pod.tolerations, pod.host_ports)
-                allowed = by_rules.get(rules_key)
-                if allowed is None:
-                    allowed = by_rules[rules_key] = rules_feasibility(pod, self.templates)
-                hard = required_feasibility(pod, self.vec[pod.key], self.templates, allowed)
-                cache[key] = (hard, preferred(pod, hard, self.templates))
-            self.required[pod.key], self.feasible[pod.key] = cache[key]
+            found = by_shape.get(pod.shape)
+            if found is None:
+                key = _spec_key(pod)
+                if key not in cache:
+                    rules_key = (pod.node_affinity, pod.tolerations, pod.host_ports)
+                    allowed = by_rules.get(rules_key)
+                    if allowed is None:
+                        allowed = by_rules[rules_key] = rules_feasibility(pod, self.templates)
+                    hard = required_feasibility(pod, self.vec[pod.key], self.templates, allowed)
+                    cache[key] = (hard, preferred(pod, hard, self.templates))
+                found = by_shape[pod.shape] = cache[key]
+            self.required[pod.key], self.feasible[pod.key] = found
 
     # -- main ------------------------------------------------------------------------------------------------
     def run(self) -> Plan:

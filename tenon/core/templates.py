@@ -241,7 +241,7 @@ def wanted_values(pods: Iterable[Pod], daemon_sets: Iterable[DaemonSet] = ()) ->
     it, and whether some pod needs every value (another operator, a topology constraint on the key)."""
     named: dict[str, set[str]] = {}
     every: set[str] = set()
-    for pod in [*pods, *(ds.pod for ds in daemon_sets)]:
+    for pod in [*{pod.shape: pod for pod in pods}.values(), *(ds.pod for ds in daemon_sets)]:  # one a spec
         for term in [*pod.node_affinity, *(t for _, t in pod.preferred_node_affinity)]:
             for req in term:
                 if req.key in VARIABLE_KEYS or req.operator in ("Exists", "DoesNotExist"):

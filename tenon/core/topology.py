@@ -177,9 +177,11 @@ class HostnameRules:
 
     def register(self, pods: Iterable[Pod]) -> None:
         self._memo.clear()
+        seen: set[PodShape] = set()
         for pod in pods:
-            if pod.limits_nothing:  # no anti-affinity, spread or host port: no selector of its own
+            if pod.limits_nothing or pod.shape in seen:  # no selector of its own, or registered already
                 continue
+            seen.add(pod.shape)
             for term in pod.pod_anti_affinity:
                 if term.topology_key == HOSTNAME:
                     self.index.add(scope_of(term))
@@ -303,6 +305,7 @@ class DomainRules:
         # what a pod's spec sets (its rules, the selectors it matches): worked out once per shape
         self._rules: dict[PodShape, dict[str, _KeyRules]] = {}
         self._matches: dict[PodShape, tuple[int, ...]] = {}
+        self._ranks: dict[PodShape, int] = {}
         if self.keys:
             seen: set[PodShape] = set()
             for pod in pods:
@@ -366,6 +369,12 @@ class DomainRules:
         anti-affinity, affinity last (to join their anchors). A pod without hard rules of its own goes before
         every pod with a spread, so none of them can unbalance a spread already judged: the plan holds in its
         final state too, whatever order the kube-scheduler then binds the pods in."""
+        found = self._ranks.get(pod.shape)
+        if found is None:
+            found = self._ranks[pod.shape] = self._rank(pod)
+        return found
+
+    def _rank(self, pod: Pod) -> int:
         rules = [self.rules(pod, key) for key in self.keys]
         if any(r.affinity for r in rules):
             return 3
