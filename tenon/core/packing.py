@@ -37,8 +37,10 @@ and per-type caps (Cluster API max size). What cannot be packed is returned with
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate, islice
 
 from tenon.core.templates import OfferKey, Template
 from tenon.core.topology import soft_target
@@ -322,11 +324,18 @@ class _NodeChoice:
             near = (
                 []
                 if alone is None
-                else [
-                    t
-                    for t in packer.by_price
-                    if t.min_price >= alone[1] and t.index in seed.templates and packer.budget.allows(t)
-                ][:6]
+                else list(
+                    islice(
+                        (
+                            t
+                            for t in packer.by_price
+                            if t.min_price >= alone[1]
+                            and t.index in seed.templates
+                            and packer.budget.allows(t)
+                        ),
+                        6,
+                    )
+                )
             )
             cached = self._near[seed.index] = (alone, near)
         return cached
@@ -428,6 +437,10 @@ class Packer:
         portfolio: bool = True,
     ):
         self.by_price = sorted(templates, key=lambda t: (t.min_price, t.instance_type.name, t.index))
+        # the most cpu and memory of any template up to each place in price order: the cheap templates that
+        # cannot take what a node holds are skipped in one step (a binary search) by downsize
+        self._most_cpu = list(accumulate((t.alloc[0] for t in self.by_price), max))
+        self._most_memory = list(accumulate((t.alloc[1] for t in self.by_price), max))
         self.budget = budget
         self.weights = list(weights)
         self.max_candidates = max_candidates
@@ -451,7 +464,8 @@ class Packer:
     ) -> tuple[Template, float, OfferKey] | None:
         """Cheapest template (and offering) that fits ``used`` among ``allowed`` within the budget."""
         best: tuple[Template, float, OfferKey] | None = None
-        for tpl in self.by_price:
+        start = max(bisect_left(self._most_cpu, used[0]), bisect_left(self._most_memory, used[1]))
+        for tpl in self.by_price[start:]:
             if best is not None and tpl.min_price >= best[1]:
                 break
             if allowed is not None and tpl.index not in allowed:
