@@ -375,6 +375,8 @@ def run(args: argparse.Namespace) -> int:
         from tenon.cli import simulate_disruption
 
         return simulate_disruption.run(args)
+    # the plan's JSON too: its dicts are made while the inputs are still there for a pass to walk (20,000
+    # pods: 0.13 s with the collector paused, 0.22-0.32 s without)
     with collector_paused():
         try:
             inputs = read_inputs(args.filename)
@@ -382,11 +384,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"tenon simulate: {one_line(str(err))}", file=sys.stderr)
             return 2
         plan = solve(inputs)
-    if args.output == "json":
-        sys.stdout.buffer.write(plan_json(plan) + b"\n")
-        sys.stdout.flush()
-    else:
-        print(render_table(plan))
+        if args.output == "json":
+            sys.stdout.buffer.write(plan_json(plan) + b"\n")
+            sys.stdout.flush()
+        else:
+            print(render_table(plan))
     return 0
 
 
