@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import msgspec
@@ -107,21 +107,24 @@ def _text(path: str, data: bytes) -> str:
 
 
 def _count_keys(doc: Any) -> int:
-    """Keys of every map in ``doc``, walked without recursion; :class:`_TooDeepJSON` past ``MAX_DEPTH``."""
-    count, stack = 0, [(doc, 0)]
-    children: Iterable[Any]
-    while stack:
-        item, depth = stack.pop()
-        if type(item) is dict:
-            count += len(item)
-            children = item.values()
-        elif type(item) is list:
-            children = item
-        else:
-            continue
-        if depth >= MAX_DEPTH:
-            raise _TooDeepJSON
-        stack.extend((child, depth + 1) for child in children)
+    """Keys of every map in ``doc``, walked level by level without recursion (each level's values gathered
+    in bulk: a stack of (value, depth) pairs took 2.5 times as long); :class:`_TooDeepJSON` past
+    ``MAX_DEPTH``."""
+    count, level, depth = 0, [doc], 0
+    while level:
+        below: list[Any] = []
+        for item in level:
+            kind = type(item)
+            if kind is dict:
+                if depth >= MAX_DEPTH:
+                    raise _TooDeepJSON
+                count += len(item)
+                below += item.values()
+            elif kind is list:
+                if depth >= MAX_DEPTH:
+                    raise _TooDeepJSON
+                below += item
+        level, depth = below, depth + 1
     return count
 
 
