@@ -299,6 +299,21 @@ def _storage_class(ctx: Ctx, obj: Mapping[str, Any], name: str) -> StorageClass:
     return StorageClass(name, mode == "WaitForFirstConsumer", tuple(terms), default, provisioner)
 
 
+_NO_PART = ClusterInput().__dict__
+
+
+def _pod_part(pod: Pod) -> ClusterInput:
+    """``ClusterInput(pods=(pod,))``, made as a copy of an empty part with the pod set: a frozen dataclass's
+    ``__init__`` sets its twelve fields one call at a time (a seventh of parsing a pod of a spec parsed
+    already)."""
+    part: ClusterInput = object.__new__(ClusterInput)
+    fields = part.__dict__
+    fields.update(_NO_PART)
+    fields["catalogs"] = {}  # not shared between parts
+    fields["pods"] = (pod,)
+    return part
+
+
 def _read_object(ctx: Ctx, obj: Mapping[str, Any]) -> ClusterInput:
     """One object (not a List), by kind; kinds the scheduler does not use are skipped."""
     kind = ctx.kind
@@ -307,7 +322,7 @@ def _read_object(ctx: Ctx, obj: Mapping[str, Any]) -> ClusterInput:
     name = str(meta["name"])
     if kind == "Pod":
         labels = ctx.labels(meta.get("labels"), "metadata.labels")
-        return ClusterInput(pods=(_pod(ctx, obj, namespace, name, labels),))
+        return _pod_part(_pod(ctx, obj, namespace, name, labels))
     if kind in WORKLOAD_KINDS:
         return ClusterInput(pods=_workload_pods(ctx, obj, namespace, name))
     reader = _READERS.get(kind)
