@@ -132,6 +132,12 @@ _META_KEPT_ON_UPDATE = (
     "name",
 )
 
+# Patch types whose owned bodies are JSON the server decoded: a patch of those builds new dicts along the
+# paths it changes and shares the rest with the stored (immutable) object, and the body's values it takes in
+# are the store's own, so the result needs no copy of its own. An apply patch's body may be YAML, whose
+# timestamps only the copy turns into strings.
+_JSON_PATCH_TYPES = frozenset({patching.MERGE_PATCH, patching.STRATEGIC_MERGE_PATCH, patching.JSON_PATCH})
+
 Key = tuple[str, str]  # (namespace or "", name)
 ObjectList = list[dict[str, Any]]  # named here because Store.list shadows ``list`` inside the class body
 
@@ -933,7 +939,7 @@ class Store:
     ) -> dict[str, Any]:
         """Apply a merge, strategic-merge (built-in kinds only) or JSON patch; apply-patch creates if absent.
 
-        ``owned=True`` returns the stored object itself (see :meth:`create`).
+        ``owned=True`` hands ``body`` over and returns the stored object itself (see :meth:`create`).
         """
         key = self._key(rt, name, namespace)
         media = content_type.split(";", 1)[0].strip().lower()
@@ -949,7 +955,8 @@ class Store:
         patched = patching.apply_patch(old, body, content_type, allow_strategic=not rt.is_custom)
         if not isinstance(patched, dict) or not isinstance(patched.get("metadata"), dict):
             raise Invalid(f'{rt.kind} "{name}": metadata: Required value: the patch removed metadata')
-        patched = clone(patched)
+        if not (owned and media in _JSON_PATCH_TYPES):
+            patched = clone(patched)
         meta = patched["metadata"]
         if meta.get("name") != name or (rt.namespaced and meta.get("namespace") != key[0]):
             raise Invalid(
