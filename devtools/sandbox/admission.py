@@ -183,18 +183,27 @@ def apply_defaults(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
 def validate(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None = None) -> None:
     """Raise :class:`Invalid` if the object would break clients or violate the kind's basic rules.
 
-    ``old`` is the stored version an update replaces: a part it shares unchanged was checked already.
+    ``old`` is the stored version an update replaces: a part it shares unchanged (the very same object, as a
+    status write shares the spec and the labels) passed these checks when it was stored and is not checked
+    again. The parts skipped so are those only admitted writes set: the name, the labels, the conditions and
+    the spec of a pod or node.
     """
-    _validate_name(rt, obj)
+    old_meta: dict[str, Any] = old["metadata"] if old is not None else {}
+    _validate_name(rt, obj, old_meta.get("name"))
     meta = obj["metadata"]
-    for map_field in ("labels", "annotations"):
-        _validate_string_map(rt, obj, meta.get(map_field), map_field)
+    labels = meta.get("labels")
+    if old is None or labels is not old_meta.get("labels"):
+        _validate_string_map(rt, obj, labels, "labels")
+    _validate_string_map(rt, obj, meta.get("annotations"), "annotations")
     _validate_finalizers(rt, obj, meta.get("finalizers"))
     _validate_owner_references(rt, obj, meta.get("ownerReferences"))
     for key in ("spec", "status"):
         if key in obj and obj[key] is not None and not isinstance(obj[key], dict):
             raise _invalid(rt, obj, key, "Invalid value: must be an object")
-    _validate_conditions(rt, obj)
+    _validate_conditions(rt, obj, old)
+    spec_rules = _SPEC_RULES.get((rt.group, rt.plural))
+    if spec_rules is not None and (old is None or obj.get("spec") is not old.get("spec")):
+        spec_rules(rt, obj)
     kind_rules = _KIND_RULES.get((rt.group, rt.plural))
     if kind_rules is not None:
         kind_rules(rt, obj)
@@ -223,11 +232,14 @@ def _validate_crd(rt: ResourceType, obj: dict[str, Any]) -> None:
         raise _invalid_all(rt, obj, errors)
 
 
-def _validate_name(rt: ResourceType, obj: dict[str, Any]) -> None:
+def _validate_name(rt: ResourceType, obj: dict[str, Any], stored_name: str | None) -> None:
+    """``stored_name``: the name of the stored object an update replaces, valid since its create."""
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
         raise _invalid(rt, obj, "metadata", "Required value: metadata must be an object")
     name = meta.get("name")
+    if stored_name is not None and name == stored_name:
+        return
     if not isinstance(name, str) or not name:
         raise _invalid(rt, obj, "metadata.name", "Required value: name or generateName is required")
     if len(name) > 253 or not _NAME_RE.match(name):
@@ -335,11 +347,14 @@ def _validate_resources(rt: ResourceType, obj: dict[str, Any], old: dict[str, An
         raise _invalid_all(rt, obj, errors)
 
 
-def _validate_conditions(rt: ResourceType, obj: dict[str, Any]) -> None:
+def _validate_conditions(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
     status = obj.get("status")
     if not isinstance(status, dict) or status.get("conditions") is None:
         return
     conditions = status["conditions"]
+    old_status = old.get("status") if old is not None else None
+    if isinstance(old_status, dict) and conditions is old_status.get("conditions"):
+        return  # the stored list itself (a status patch that leaves the conditions alone)
     if not isinstance(conditions, list):
         raise _invalid(rt, obj, "status.conditions", "Invalid value: must be a list")
     for i, cond in enumerate(conditions):
@@ -393,9 +408,12 @@ def _validate_pod(rt: ResourceType, obj: dict[str, Any]) -> None:
                 raise _invalid(rt, obj, f"spec.{list_field}[{i}].name", "Required value")
 
 
-_KIND_RULES: dict[tuple[str, str], Callable[[ResourceType, dict[str, Any]], None]] = {
+# Rules that read only the spec: an update keeping the stored spec object passed them already.
+_SPEC_RULES: dict[tuple[str, str], Callable[[ResourceType, dict[str, Any]], None]] = {
     ("", "pods"): _validate_pod,
     ("", "nodes"): _validate_node,
+}
+_KIND_RULES: dict[tuple[str, str], Callable[[ResourceType, dict[str, Any]], None]] = {
     ("", "events"): _validate_event,
     (crds.GROUP, "customresourcedefinitions"): _validate_crd,
 }
