@@ -138,24 +138,6 @@ def error_response(error: ApiError) -> web.Response:
     return json_response(error.to_status(), error.code)
 
 
-@web.middleware
-async def status_errors(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    """Every failure leaves as a ``kind: Status`` body; never a stack trace."""
-    try:
-        return await handler(request)
-    except ApiError as error:
-        return error_response(error)
-    except web.HTTPException:
-        raise
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # the one place that must not let anything through
-        log.exception("sandbox: unexpected error on %s %s", request.method, request.path)
-        return error_response(InternalError(f"internal error: {type(exc).__name__}: {exc}"))
-
-
 class _WatchFrames:
     """Watch frames: the stored event's own line, or a Table per event for ``kubectl get -w``."""
 
@@ -220,6 +202,21 @@ class ApiServer:
     # ------------------------------------------------------------------ routing
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        """The one route's handler. Every failure leaves as a ``kind: Status`` body, never a stack trace;
+        caught here rather than in a middleware, which would cost every request a wrapper of its own."""
+        try:
+            return await self.route(request)
+        except ApiError as error:
+            return error_response(error)
+        except web.HTTPException:
+            raise
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the one place that must not let anything through
+            log.exception("sandbox: unexpected error on %s %s", request.method, request.path)
+            return error_response(InternalError(f"internal error: {type(exc).__name__}: {exc}"))
+
+    async def route(self, request: web.Request) -> web.StreamResponse:
         parts = [p for p in request.path.split("/") if p]
         if not parts:
             return json_response(
@@ -280,7 +277,7 @@ class ApiServer:
         return Target(rt, None, rest[1] if len(rest) > 1 else None, sub)
 
     async def handle(self, request: web.Request, target: Target) -> web.StreamResponse:
-        dry_run = request.query.get("dryRun")
+        dry_run = request.query.get("dryRun") if request.query_string else None
         if request.method == "GET" or (not dry_run and target.rt.custom is None):
             return await self.handle_request(request, target)  # no flags to set: the common case
         if dry_run and dry_run != "All":
@@ -741,7 +738,7 @@ def _patch_operation(rt: ResourceType, gvk: dict[str, str]) -> dict[str, Any]:
 def build_app(store: Store, config: ServerConfig | None = None) -> web.Application:
     """An aiohttp application serving ``store`` (one cluster)."""
     server = ApiServer(store, config or ServerConfig())
-    app = web.Application(middlewares=[status_errors], client_max_size=64 * 1024 * 1024)
+    app = web.Application(client_max_size=64 * 1024 * 1024)
     app[STORE_KEY] = store
     app.router.add_route("*", "/{tail:.*}", server.dispatch)
     return app
