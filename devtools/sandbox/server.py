@@ -324,7 +324,7 @@ class ApiServer:
             return self.list_objects(request, target)
         if method == "POST":
             body = await self.body(request)
-            return json_response(self._as_version(rt, self.store.create(rt, body, ns, owned=True)), 201)
+            return self._object_response(rt, self.store.create(rt, body, ns, owned=True), 201)
         if method == "DELETE":
             options = await self.delete_options(request)
             items = self.store.delete_collection(
@@ -363,14 +363,14 @@ class ApiServer:
             raise BadRequest(
                 f"the name of the object ({body_name}) does not match the name on the URL ({name})"
             )
-        return json_response(self._as_version(rt, self.store.update(rt, body, sub, ns, owned=True)))
+        return self._object_response(rt, self.store.update(rt, body, sub, ns, owned=True))
 
     async def _patch_object(self, request: web.Request, target: Target) -> web.StreamResponse | None:
         rt, ns, name = target.rt, target.namespace, target.name or ""
         body = await self.body(request, allow_list=True)
         content_type = request.headers.get("Content-Type", "")
         patched = self.store.patch(rt, name, ns, body, content_type, target.subresource, owned=True)
-        return json_response(self._as_version(rt, patched))
+        return self._object_response(rt, patched)
 
     async def _post_object(self, request: web.Request, target: Target) -> web.StreamResponse | None:
         """The ``binding`` and ``eviction`` subresources of a pod."""
@@ -411,12 +411,13 @@ class ApiServer:
         "DELETE": _delete_object,
     }
 
-    @staticmethod
-    def _as_version(rt: ResourceType, stored: dict[str, Any]) -> dict[str, Any]:
-        """A stored object as the requested version shows it (only ``apiVersion`` differs; same: no copy)."""
-        if stored.get("kind") != rt.kind or stored.get("apiVersion") == rt.api_version:
-            return stored  # e.g. an autoscaling/v1 Scale from a scale patch stays as it is
-        return {**stored, "apiVersion": rt.api_version}
+    def _object_response(self, rt: ResourceType, stored: dict[str, Any], status: int = 200) -> web.Response:
+        """A stored object as the requested version shows it (only ``apiVersion`` differs), in the bytes its
+        watch event carries."""
+        if stored.get("kind") != rt.kind:
+            return json_response(stored, status)  # e.g. an autoscaling/v1 Scale from a scale patch, as it is
+        body = self.store.encoded(rt, stored)
+        return web.Response(body=body, status=status, content_type="application/json")
 
     def bind(self, body: Any, namespace: str, pod_name: str | None) -> dict[str, Any]:
         """``pods/{name}/binding`` (pod named in the path) or the ``bindings`` collection (in the body)."""

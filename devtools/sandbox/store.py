@@ -456,11 +456,21 @@ class Store:
             details=object_details(rt.plural, rt.group, name),
         )
 
-    @staticmethod
-    def _out(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = _decode(_encode(obj))
-        out["apiVersion"] = rt.api_version
+    def _out(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        """A private copy of a stored object, as ``rt``'s version shows it."""
+        out: dict[str, Any] = _decode(self.encoded(rt, obj))
         return out
+
+    def encoded(self, rt: ResourceType, obj: dict[str, Any]) -> bytes:
+        """The JSON of a stored object as ``rt``'s version shows it. The object a write just committed
+        shares the bytes of its watch event: one encoding serves the write's answer, every watcher and the
+        copies in-process informers decode."""
+        bucket = self._buckets.get(rt.storage_key)
+        if bucket is not None and bucket.history and bucket.history[-1].obj is obj:
+            return bucket.history[-1].encoded_object(rt.api_version)
+        if obj.get("apiVersion") != rt.api_version:
+            obj = {**obj, "apiVersion": rt.api_version}
+        return _encode(obj)
 
     # ---------------------------------------------------------------- commit
 
