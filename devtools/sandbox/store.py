@@ -297,10 +297,15 @@ class Watch:
         if self.closed and self._queue.empty():
             raise StopAsyncIteration
         try:
-            if wait_seconds is None:
+            # A queued event needs no waiting; a wait runs under a timeout scope, which unlike wait_for
+            # costs no task of its own (a busy watch waits once per write).
+            if not self._queue.empty():
+                event = self._queue.get_nowait()
+            elif wait_seconds is None:
                 event = await self._queue.get()
             else:
-                event = await asyncio.wait_for(self._queue.get(), wait_seconds)
+                async with asyncio.timeout(wait_seconds):
+                    event = await self._queue.get()
         except TimeoutError:
             return None
         if event is _CLOSED:
