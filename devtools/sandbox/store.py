@@ -796,13 +796,21 @@ class Store:
                     f'the apiVersion "{api_version}" in the body does not match {rt.api_version}'
                 )
 
-    def _custom_admitted(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+    def _custom_admitted(
+        self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """A custom resource pruned to its CRD's schema (unknown fields handled as ``fieldValidation``
-        says) and defaulted."""
+        says) and defaulted. ``old``: the stored version an update replaces."""
         schema = rt.custom.schema if rt.custom is not None else None
         if schema is None:
             return obj
-        obj, dropped = schema.prune(obj)
+        admitted = None
+        if old is not None and rt.custom is not None and len(self.registry.defined(rt.custom.crd_name)) == 1:
+            # A CRD serving one version prunes and defaults every write of the kind by this schema, and a
+            # change of the CRD does so again to what is stored (crd_registration): the parts an update
+            # shares with the stored object are pruned and defaulted already and need no walk.
+            admitted = old
+        obj, dropped = schema.prune(obj, admitted)
         if dropped:
             unknown = [f'unknown field "{path}"' for path in dropped]
             if self._field_validation == "Strict":
@@ -812,7 +820,7 @@ class Store:
                 )
             if self._warnings is not None:
                 self._warnings.extend(unknown)
-        return schema.default(obj)
+        return schema.default(obj, admitted)
 
     @staticmethod
     def _reset_status_on_create(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
@@ -865,7 +873,7 @@ class Store:
         if subresource == "status":
             new = self._with_status_of(rt, old, obj)
             if rt.custom is not None:
-                new = self._custom_admitted(rt, new)
+                new = self._custom_admitted(rt, new, old)
         elif subresource is None:
             new = self._replacement(rt, old, obj, meta)
         else:
@@ -917,7 +925,7 @@ class Store:
                 new.pop("status", None)
         new = admission.apply_defaults(rt, new)
         if rt.custom is not None:
-            new = self._custom_admitted(rt, new)
+            new = self._custom_admitted(rt, new, old)
         if rt.group == "" and rt.plural == "pods":
             admission.check_pod_spec_update(rt, old, new)
         if _spec_of(new) != _spec_of(old):

@@ -38,7 +38,7 @@ import ipaddress
 import json
 import re
 import uuid
-from collections.abc import Callable, Sized
+from collections.abc import Callable, Collection, Sized
 from datetime import date, datetime
 from typing import Any
 
@@ -373,11 +373,21 @@ def prune(node: Node, value: Any, path: str, dropped: list[str], root: bool = Fa
     return value
 
 
-def _prune_object(node: Node, value: dict[str, Any], path: str, dropped: list[str], root: bool) -> Any:
+def _prune_object(
+    node: Node,
+    value: dict[str, Any],
+    path: str,
+    dropped: list[str],
+    root: bool,
+    kept: Collection[str] = (),
+) -> Any:
+    """``kept``: keys whose values are pruned already, kept as they are."""
     keeps_unknown = node.keeps_unknown()
     kept_here = _ROOT_KEPT if (root or node.embedded) else frozenset()
     out: dict[str, Any] | None = None
     for key, item in value.items():
+        if key in kept:
+            continue
         child = node.child(key)
         if child is None:
             if keeps_unknown or key in kept_here:
@@ -408,10 +418,11 @@ def apply_defaults(node: Node, value: Any, root: bool = False) -> Any:
     return value
 
 
-def _default_object(node: Node, value: dict[str, Any], root: bool) -> Any:
+def _default_object(node: Node, value: dict[str, Any], root: bool, kept: Collection[str] = ()) -> Any:
+    """``kept``: keys whose values are defaulted already, kept as they are."""
     out: dict[str, Any] | None = None
     for key, child in node.properties.items():
-        if root and key == "metadata":
+        if (root and key == "metadata") or key in kept:
             continue
         current = value.get(key, _ABSENT)
         if current is None and not child.nullable:
@@ -581,15 +592,27 @@ class Schema:
         self.raw = schema
         self.root = Node(schema)
 
-    def prune(self, obj: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-        """The object without unknown fields, and the paths of what was dropped."""
+    def prune(
+        self, obj: dict[str, Any], admitted: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], list[str]]:
+        """The object without unknown fields, and the paths of what was dropped. ``admitted``: an object
+        this schema pruned and defaulted before (the stored version an update replaces); a top-level part
+        ``obj`` shares with it (the very same object, as a status write shares the spec) is not walked."""
         dropped: list[str] = []
-        pruned: dict[str, Any] = prune(self.root, obj, "", dropped, root=True)
+        pruned: dict[str, Any] = _prune_object(self.root, obj, "", dropped, True, _shared(obj, admitted))
         return pruned, dropped
 
-    def default(self, obj: dict[str, Any]) -> dict[str, Any]:
-        defaulted: dict[str, Any] = apply_defaults(self.root, obj, root=True)
+    def default(self, obj: dict[str, Any], admitted: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The object with the schema's defaults; ``admitted`` as for :meth:`prune`."""
+        defaulted: dict[str, Any] = _default_object(self.root, obj, True, _shared(obj, admitted))
         return defaulted
 
     def validate(self, obj: dict[str, Any], old: dict[str, Any] | None = None) -> list[FieldError]:
         return validate(self.root, obj, "", old if old is not None else _ABSENT)
+
+
+def _shared(obj: dict[str, Any], admitted: dict[str, Any] | None) -> frozenset[str]:
+    """The top-level keys whose values ``obj`` shares with ``admitted`` (the very same objects)."""
+    if admitted is None:
+        return frozenset()
+    return frozenset(k for k, v in obj.items() if admitted.get(k, _ABSENT) is v)
