@@ -22,7 +22,7 @@ Design
   that starts at resourceVersion *R* replays buffered events newer than *R* and then receives live ones; if
   events newer than *R* were already dropped from the buffer it raises :class:`Expired` (HTTP 410), and the
   client must re-list, which is the reconnect path we want clients to exercise. Each event caches its JSON
-  encoding once, so N HTTP watchers cost one encode, not N.
+  encoding once, so N HTTP watchers cost one encode, not N, and the write's own answer reuses it.
 * **Watchers.** Every :class:`Watch` owns an ``asyncio.Queue``; a write delivers the event synchronously to
   every watcher of the bucket whose namespace and selectors match. Under selectors an object moving into or
   out of the selection is reported as ADDED or DELETED, as the real watch cache does. Because delivery is
