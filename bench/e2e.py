@@ -155,6 +155,23 @@ The next session (2026-12-03, later; the machine swung from 1.6-1.9 s for the lo
     room until a nomination changed (the known gap in :mod:`tenon.services.scheduler.nominations`; the two
     fixes tried slowed the scale run and were reverted).
 
+The session after (2026-12-03, late morning; a slow machine again), two runs each interleaved with cbdef8a
+    Cut: a registration patch refused because its Node changed (most often: it turned Ready after the
+    observation the registration was decided on) is computed again from the Node as it is and, when that is
+    initialized, carries the initialized label, so the claim's Initialized, decided from the next
+    observation, needs no patch of its own (that lone patch had queued behind a wave of registrations:
+    those claims were ``Registered -> Initialized``'s p99); the sandbox's writes cost less (a patch no
+    longer deep-copied, unchanged parts not validated or pruned again, one encoding per write for its event
+    and its answer: a pod status patch ~15 % less sandbox CPU, a NodeClaim status patch about half).
+    All Running in 5.06-5.82 s (5.59-6.59 s), ``Planned -> Launched`` p99 1.04-1.05 s (0.95-0.99 s),
+    ``Launched -> Registered`` p99 1.71-1.99 s (2.33-2.54 s: still over its 1.05 s target),
+    ``Registered -> Initialized`` p99 0.04-0.79 s (1.30-1.36 s); the sandbox's CPU 2.8-3.3 s (3.4-4.2 s),
+    every service's within the noise. Scale to zero 14.1-14.7 s either way. What the hops are made of on
+    such a machine (one run read from its log): every Machine is created within 0.5 s of the plan, but the
+    sandbox gives them their providerID 0.13-1.9 s after their creation (0.15 s nominal), which is most of
+    ``Planned -> Launched``'s tail; a registration's requests (six nominations, then the Node patch) are
+    served by that same busy thread.
+
 Every wait gives up when nothing has moved for a while (no pod started for 120 s, no node removed for 60 s)
 and the figures then say what never happened, so ``make bench`` always ends. What limits the numbers is
 printed with them: the CPU seconds each process (sandbox, each service,
