@@ -102,3 +102,39 @@ async def test_a_burst_of_steps_is_one_write_and_another_writer_s_condition_surv
 
 async def _registered(kube: Kube) -> bool:
     return (await conditions(kube)).get("Registered") == "True"
+
+
+async def _exists(kube: Kube) -> bool:
+    return await kube.get_or_none(NODECLAIMS, CLAIM) is not None
+
+
+async def test_the_objects_wait_while_the_decision_path_writes(clients: tuple[CountingKube, Kube]) -> None:
+    kube, other = clients
+    projection = ClusterProjection()
+    objects = NodeClaimObjects(kube, lambda: projection, settle=0.0)
+    await objects.start()
+    try:
+        with objects.giving_way():  # a registration's requests in flight
+            projection.apply(planned_claim(CLAIM), 1)
+            objects.sync(CLAIM)
+            await until(lambda: objects.held_back == 1, what="a worker holding the claim's write back")
+            assert kube.requests[f"POST {NODECLAIMS.plural}"] == 0
+        await until(lambda: _exists(other), what="the object written once the registration is done")
+    finally:
+        await objects.stop()
+
+
+async def test_a_decision_path_that_never_quiets_delays_the_objects_without_stopping_them(
+    clients: tuple[CountingKube, Kube],
+) -> None:
+    kube, other = clients
+    projection = ClusterProjection()
+    objects = NodeClaimObjects(kube, lambda: projection, settle=0.0, longest_wait=0.2)
+    await objects.start()
+    try:
+        with objects.giving_way():
+            projection.apply(planned_claim(CLAIM), 1)
+            objects.sync(CLAIM)
+            await until(lambda: _exists(other), what="the object written after the longest wait")
+    finally:
+        await objects.stop()

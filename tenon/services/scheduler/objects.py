@@ -10,6 +10,10 @@ They share the API server with everything on the decision path, so they cost it 
 * a claim is written ``settle`` seconds (0.5 s) after it became dirty, and the changes meanwhile collapse into
   that one write: a claim that goes Launched, Registered and Initialized within a second is written once, not
   three times;
+* they wait while the decision path writes (:meth:`NodeClaimObjects.giving_way`: a registration's
+  nominations and Node patch), at most ``longest_wait`` seconds: on the 1,000-pod run their backlog (a
+  create, an Event and a status per claim, 150 claims deep) was queued at the API server beside every
+  registration;
 * the status is written only when it differs from the last one written, as a merge patch on the version the
   last answer had (the conditions list is replaced whole, so the conditions other writers own, disruption's
   ``Drifted``, come from that answer); a conflict (someone else wrote the object meanwhile) reads it and
@@ -21,9 +25,10 @@ A failed write is retried with backoff.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -47,12 +52,14 @@ class NodeClaimObjects:
         *,
         workers: int = 8,
         settle: float = 0.5,
+        longest_wait: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kube = kube
         self._state = state
         self.workers = workers
         self.settle = settle
+        self.longest_wait = longest_wait
         self._clock = clock
         self._queue: asyncio.Queue[tuple[float, str]] = asyncio.Queue()
         self._dirty: set[str] = set()
@@ -63,6 +70,11 @@ class NodeClaimObjects:
         self._busy: set[str] = set()
         self._causes: dict[str, ev.Event] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._deciding = 0
+        self.held_back = 0
+        """Workers waiting for the decision path's writes to end (:meth:`giving_way`)."""
+        self._quiet = asyncio.Event()
+        self._quiet.set()
 
     @property
     def projection(self) -> ClusterProjection:
@@ -78,6 +90,19 @@ class NodeClaimObjects:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    @contextlib.contextmanager
+    def giving_way(self) -> Iterator[None]:
+        """While the decision path writes to the API server (nested blocks count), the objects' workers wait
+        before their next write, at most ``longest_wait`` seconds each."""
+        self._deciding += 1
+        self._quiet.clear()
+        try:
+            yield
+        finally:
+            self._deciding -= 1
+            if not self._deciding:
+                self._quiet.set()
 
     def sync(self, name: str, *, cause: ev.Event | None = None) -> None:
         if cause is not None:
@@ -96,6 +121,14 @@ class NodeClaimObjects:
                 await asyncio.sleep(0.01)  # another worker writes it; look again when it is done
                 self._queue.put_nowait((due, name))
                 continue
+            if self._deciding:
+                self.held_back += 1
+                try:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(self.longest_wait):
+                            await self._quiet.wait()
+                finally:
+                    self.held_back -= 1
             self._dirty.discard(name)
             self._busy.add(name)
             try:

@@ -112,6 +112,10 @@ class SchedulerExecutor(BaseExecutor):
         await self.objects.stop()
 
     async def prepare(self, decision: ev.Event) -> bool:
+        with self.objects.giving_way():
+            return await self._prepare(decision)
+
+    async def _prepare(self, decision: ev.Event) -> bool:
         if isinstance(decision, ev.NodeClaimRegistered):
             claim = self.state.claims.get(decision.nodeclaim)
             node = self.state.nodes.get(decision.node)
