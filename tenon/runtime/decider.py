@@ -64,8 +64,8 @@ the scheduler's registrations, each a few requests to a busy API server, no long
 join meanwhile (they waited for the whole carry-out, then for their own batch's: ``Launched -> Registered``'s
 p99 was two such batches). What keeps the story straight:
 
-* a lane's decisions keep their order: a later decision of a lane still behind (decided again,
-  level-triggered, or another step of its claim) waits for it, then is found recorded or carried out;
+* a lane's decisions keep their order: a later decision of a lane still behind (another step of its claim)
+  waits for it; one decided again (level-triggered) while it is behind is not carried out twice;
 * an input ``decided_alone``, a tick and a barrier wait until nothing is behind, so they are decided (or
   carried out) on the whole state, as ``tenon replay`` decides them;
 * the state is not folded into while a decision is made in a worker thread;
@@ -329,6 +329,8 @@ class DeciderRuntime(Generic[S]):
         event loop."""
         self._behind: dict[Lane, asyncio.Task[None]] = {}
         """Lanes being carried out behind the deciding (:func:`carried_out_behind`), the last task of each."""
+        self._behind_ids: dict[Lane, set[str]] = {}
+        """The decisions of each lane behind: decided again meanwhile, they are not carried out again."""
         self._no_thread_deciding = asyncio.Event()
         self._no_thread_deciding.set()
         """Clear while a decision is made in a worker thread: the state is not folded into meanwhile."""
@@ -644,7 +646,11 @@ class DeciderRuntime(Generic[S]):
             here = []
             for key, lane in step:
                 if key is not None and all(carried_out_behind(self.decider, d) for d in lane):
-                    self._carry_out_behind(key, lane, cause)
+                    # a step decided again (level-triggered) while its lane is behind is already on its way:
+                    # under a wave of joining Nodes every input decided a hundred such steps again
+                    fresh = [d for d in lane if d.id not in self._behind_ids.get(key, ())]
+                    if fresh:
+                        self._carry_out_behind(key, fresh, cause)
                 else:
                     here.append(self._carry_out_lane(lane, cause, after=self._behind.get(key)))
             if len(here) == 1:
@@ -709,10 +715,12 @@ class DeciderRuntime(Generic[S]):
         def done(finished: asyncio.Task[None]) -> None:
             if self._behind.get(key) is finished:
                 del self._behind[key]
+                self._behind_ids.pop(key, None)
 
         task = asyncio.create_task(carry_out(), name=f"{self.name}:behind:{key}")
         task.add_done_callback(done)
         self._behind[key] = task
+        self._behind_ids.setdefault(key, set()).update(d.id for d in lane)
 
     async def _caught_up_behind(self) -> None:
         """Until no lane is carried out behind the deciding."""
@@ -725,6 +733,7 @@ class DeciderRuntime(Generic[S]):
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._behind.clear()
+        self._behind_ids.clear()
 
     async def _carry_out_one(self, decision: ev.Event, cause: ev.Event | None) -> None:
         if decision.id in self._recent or self._held_by_its_claim(decision):

@@ -267,7 +267,7 @@ async def test_a_node_that_joins_while_a_registration_is_carried_out_is_register
         executor.release.set()
         await until(lambda: len(registered(event_log)) == 2, what="claim-a Registered")
         await until(lambda: caught_up(runtime))
-    # node-b's observation decided claim-a's step again: it waited behind the first and was found recorded
+    # node-b's observation decided claim-a's step again, while it was behind: not carried out twice
     assert executor.prepared == Counter({"claim-a": 1, "claim-b": 1})
     report = replay(SchedulerDecider(), event_log.records())
     assert report.comparisons and not report.differing, [c.differences() for c in report.differing]
