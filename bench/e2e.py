@@ -174,18 +174,20 @@ The session after (2026-12-03, late morning; a slow machine again), two runs eac
 
 The session after (2026-12-03, midday; slow machine), four runs against four of cb00260 within the hour
 (two pairs interleaved)
-    Cut: the scheduler carries its registrations out behind its deciding (:mod:`tenon.runtime.decider`), so
-    a Node that joins while a hundred registrations are in flight is registered at once, not after them and
-    its own batch (its log showed batches of 71 and 239 decisions taking 1.0 and 1.5 s, each making the
-    next wait); the NodeClaim objects' writes wait while registrations are in flight (their backlog was 150
-    claims deep through the whole wave). ``Registered -> Initialized`` p99 0.17-0.36 s (0.46-1.37 s),
-    ``Launched -> Registered`` p99 1.64-2.33 s (1.79-3.25 s: still over its target), all Running 4.55-6.08 s
-    (5.31-8.13 s), ``Planned -> Launched`` p99 1.04-1.45 s (0.97-2.21 s). Tried and left out: the sandbox's
-    controllers giving way to the writes being served (no gain beyond the noise, ``Planned -> Launched``
-    perhaps worse: the Cluster API controller gave way too), and at most ten registrations in flight at
-    once (worse: a request's round trip on the busy sandbox is 0.1-0.3 s, so ten cannot keep it busy). What
-    is left of ``Launched -> Registered``: a Node's registration takes 1.4 s from its observation on such a
-    machine, its seven requests queued behind the other registrations' at the sandbox.
+    Tried, measured and reverted: the scheduler carrying its registrations out behind its deciding (a lane
+    in a task of its own while the consumer goes on), so that a Node joining while a hundred registrations
+    are in flight is registered at once, not after them and its own batch (its log showed batches of 71 and
+    239 decisions taking 1.0 and 1.5 s, each making the next wait). ``Registered -> Initialized`` p99
+    0.17-0.36 s (0.46-1.37 s), ``Launched -> Registered`` p99 1.64-2.33 s (1.79-3.25 s), all Running
+    4.55-6.08 s (5.31-8.13 s). Reverted because ``tenon replay`` found a difference in the scale-to-zero e2e
+    test: a claim decided on while its registration was still behind is judged as a Launched claim (its Node
+    as the registration will leave it), which replay, folding each answer right after its input, judges as
+    Registered (its Node as observed), and an ``Initialized`` came out on a different input. Making it safe
+    needs the lifecycle decided per claim only once its lane is done, and a trigger to decide it then.
+    Kept: the NodeClaim objects' writes wait while registrations are in flight (their backlog was 150
+    claims deep through the whole wave). Also tried and left out: the sandbox's controllers giving way to
+    the writes being served (no gain beyond the noise), and at most ten registrations in flight at once
+    (worse: a request's round trip on the busy sandbox is 0.1-0.3 s, so ten cannot keep it busy).
 
 Every wait gives up when nothing has moved for a while (no pod started for 120 s, no node removed for 60 s)
 and the figures then say what never happened, so ``make bench`` always ends. What limits the numbers is

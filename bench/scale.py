@@ -265,13 +265,13 @@ solve, the sandbox's cheaper writes)
     churn 6-137 s, zero 56 s (92 s); highest service peak RSS 361 MiB (the scheduler), the sandbox 1,032
     MiB; 36,682 messages in the log after the 10k wave.
 
-Run 31 (2026-12-03, midday; b2fa136: the scheduler's registrations carried out behind its deciding, the
-NodeClaim objects waiting while registrations are in flight)
+Run 31 (2026-12-03, midday; b2fa136: the scheduler's registrations carried out behind its deciding, since
+reverted (see :mod:`bench.e2e`), the NodeClaim objects waiting while registrations are in flight)
     Every target met, no leadership lost. The 1k wave 8.6 s, the 4k 31.5 s, the 10k 144 s (166 s in run 30;
     p50 77 s against 56, p99 135 s against 132; 2,191 nodes; the sandbox 128 CPU s in it, the scheduler 47,
     the pod-watcher 16, disruption 16, the launcher 10), churn 8-133 s, zero 75 s (56 s); highest service
     peak RSS 343 MiB (the scheduler), the sandbox 986 MiB. Decision per batch p50 2.79 s, max 5.1 s (1.26
-    and 4.9 s): a batch to plan now waits for the registrations carried out behind, which the consumer kept
+    and 4.9 s): a batch to plan waited for the registrations carried out behind, which the consumer kept
     starting while the sandbox's queue was deep, where before it waited in the log behind each carry-out.
 """
 
