@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import msgspec
@@ -54,6 +54,7 @@ import msgspec
 from proto import subjects
 from proto.codec import UndecodableEvent
 from proto.events import Event, NodeClaimEvent
+from tenon.domain.nodeclaim import NodeClaim
 from tenon.runtime.decider import Decider, decided_alone, decides_on_batches
 from tenon.runtime.eventlog.records import LogRecord
 
@@ -173,16 +174,22 @@ class _Replayer:
             pass
 
     def _worth_comparing(self, decisions: Iterable[Event]) -> list[Event]:
-        """Replayed decisions the live runtime would have recorded."""
+        """Replayed decisions the live runtime would have recorded. A claim's decision is judged against the
+        claim as the answer's earlier decisions leave it, as the live runtime records them one after the
+        other: a Node Ready when it joins is Registered and Initialized by one answer, and the Initialized
+        is no refusal once the Registered before it is in the story."""
         kept = []
         claims = self.decider.claims(self.state)
+        ahead: dict[str, NodeClaim] = {}
         for decision in decisions:
             if decision.id in self.recorded_so_far:
                 continue
             if isinstance(decision, NodeClaimEvent):
-                claim = claims.get(decision.nodeclaim)
-                if claim is not None and claim.refusal(decision) is not None:
-                    continue
+                claim = ahead.get(decision.nodeclaim) or claims.get(decision.nodeclaim)
+                if claim is not None:
+                    if claim.refusal(decision) is not None:
+                        continue
+                    ahead[decision.nodeclaim] = _after(claim, decision)
             kept.append(decision)
         return kept
 
@@ -249,6 +256,13 @@ class _Replayer:
         if replayed or recorded:
             comparison = DecisionComparison(sequence, kind, replayed, [event for _, event in recorded])
             self.report.comparisons.append(comparison)
+
+
+def _after(claim: NodeClaim, decision: NodeClaimEvent) -> NodeClaim:
+    """A copy of ``claim`` with ``decision`` in its story (the claim in the state is left as it is)."""
+    scratch = replace(claim, launch_failures=list(claim.launch_failures))
+    scratch.apply(decision)
+    return scratch
 
 
 def _is_input(decider: Decider[Any], record: LogRecord) -> bool:

@@ -12,6 +12,7 @@ from proto import registry
 from tenon.domain.projection import ClusterProjection
 from tenon.runtime.eventlog.memory import InMemoryEventLog
 from tenon.runtime.kube import NODES, load_kube
+from tenon.runtime.replay import replay
 from tenon.services.scheduler import lifecycle
 from tenon.services.scheduler.decider import SchedulerDecider
 from tenon.services.scheduler.service import SchedulerExecutor
@@ -73,6 +74,45 @@ def test_a_startup_taint_the_registration_puts_on_keeps_it_from_being_initialize
     assert steps == ["NodeClaimRegistered"]
 
 
+def registered_claim(*, startup_taints: tuple[dict[str, Any], ...] = ()) -> ClusterProjection:
+    """The claim registered on a Node observed not Ready (so not initialized with it)."""
+    projection = launched_claim(startup_taints=startup_taints)
+    registered = build_event(
+        ev.NodeClaimRegistered, "registered", nodeclaim=CLAIM, node="node-a", provider_id="p://a"
+    )
+    projection.apply(registered, 3)
+    return projection
+
+
+def decisions_on_change(projection: ClusterProjection, node: dict[str, Any]) -> list[str]:
+    observed = build_event(ev.NodeObserved, "changed", change="modified", node=node)
+    projection.apply(observed, 4)
+    return [type(d).__name__ for d in SchedulerDecider().decide(projection, observed)]
+
+
+def test_a_registered_claims_node_seen_ready_before_its_registration_patch_showed_is_initialized() -> None:
+    # The Registered may be folded before or after this observation (its carrying out goes on behind the
+    # deciding): either way the same observation must decide the same Initialized, or `tenon replay`, which
+    # folds each answer right after its input, finds a difference.
+    not_yet_folded = decisions_on_join(launched_claim(), joined(ready=True))
+    folded = decisions_on_change(registered_claim(), joined(ready=True))
+    assert not_yet_folded == ["NodeClaimRegistered", "NodeClaimInitialized"]
+    assert folded == ["NodeClaimInitialized"]
+
+
+def test_a_startup_taint_keeps_a_node_seen_before_its_registration_patch_from_being_initialized() -> None:
+    agent = {"key": "example.com/agent-not-ready", "effect": "NoSchedule"}
+    assert decisions_on_change(registered_claim(startup_taints=(agent,)), joined(ready=True)) == []
+
+
+def test_a_startup_taint_removed_after_registration_is_not_judged_put_back() -> None:
+    agent = {"key": "example.com/agent-not-ready", "effect": "NoSchedule"}
+    registered_node = joined(ready=True)
+    registered_node["spec"]["taints"] = []  # the patch took the unregistered taint; the agent, its own
+    steps = decisions_on_change(registered_claim(startup_taints=(agent,)), registered_node)
+    assert steps == ["NodeClaimInitialized"]
+
+
 async def launched_and_observed(node: dict[str, Any]) -> tuple[InMemoryEventLog, int]:
     """A log with the demo's facts, the claim launched, and ``node`` observed (at the sequence returned)."""
     event_log = InMemoryEventLog()
@@ -100,6 +140,12 @@ async def test_registered_and_initialized_together_cost_the_node_one_patch() -> 
                 labels["karpenter.sh/registered"] == "true" and labels["karpenter.sh/initialized"] == "true"
             )
             assert kube.requests["PATCH node-a"] == 1
+            # one answer holds both steps, and replays to them: the Initialized after the Registered is no
+            # refusal (the claim judged as the Registered leaves it, as the runtime recorded them)
+            report = replay(SchedulerDecider(), [r async for r in event_log.read()])
+            answer = [type(d).__name__ for c in report.comparisons for d in c.recorded]
+            assert answer == ["NodeClaimRegistered", "NodeClaimInitialized"]
+            assert not report.differing, [c.differences() for c in report.differing]
         finally:
             await client.close()
 

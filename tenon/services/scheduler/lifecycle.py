@@ -7,11 +7,11 @@ The scheduler is the single writer of a claim's state (Karpenter's lifecycle con
   NodePool's labels and taints onto the Node and removing ``karpenter.sh/unregistered``, the taint the node
   booted with so nothing lands on it before that happened (:func:`registration_patch`).
 * **Initialized** when that Node is Ready and none of the NodePool's startup taints, nor the unregistered
-  taint,
-  remain: from then on pods may land and the claim counts as a Node. A Node already Ready when it is
-  registered is judged as the registration leaves it (the unregistered taint gone, the pool's taints on): if
-  that is initialized, both steps are decided together, Initialized right after Registered (whose Node patch
-  must have succeeded first), instead of waiting for the Node's next observation to show the patch.
+  taint, remain: from then on pods may land and the claim counts as a Node. A Node observed before its
+  registration patch showed (still tainted unregistered) is judged as the registration leaves it (that
+  taint gone, the pool's taints on): if that is initialized, Initialized is decided at once, right after
+  Registered (whose Node patch must have succeeded first), instead of waiting for the Node's next
+  observation to show the patch.
 * **Abandoned** when a claim was not launched within ``launch_timeout`` (5 min) or not registered within
   ``registration_timeout`` (15 min) of being planned, or when every instance type failed to launch. The
   launcher removes its machine, and the scheduler plans its pods again.
@@ -156,9 +156,22 @@ def due(projection: ClusterProjection, claim: NodeClaim, cause: ev.Event) -> lis
             return [registered]
     if claim.phase == "Registered" and claim.registered is not None:
         node = projection.nodes.get(claim.registered.node)
-        if node is not None and is_initialized(claim, node):
+        if node is not None and is_initialized(claim, _as_left_by_registration(claim, node)):
             return [_initialized(claim, claim.registered.node, cause)]
     return []
+
+
+def _as_left_by_registration(claim: NodeClaim, node: KubeObject) -> KubeObject:
+    """A registered claim's ``node`` as its registration left it: an observation that still shows the
+    unregistered taint was made before the registration patch (whose watch event comes later), and is judged
+    as the patch leaves it, as :func:`due` judges a Launched claim's Node. So whether the Registered was
+    folded yet or not (carried out behind the deciding, :mod:`tenon.runtime.decider`), the same observation
+    decides the same Initialized, live and in ``tenon replay``. A Node without that taint is judged as it
+    is: its registration patch is in it, and a startup taint removed since is not put back."""
+    taints = (node.get("spec") or {}).get("taints") or ()
+    if any(t.get("key") == UNREGISTERED_TAINT for t in taints):
+        return as_registered(claim, node)
+    return node
 
 
 def decide(projection: ClusterProjection, event: ev.Event) -> list[ev.Event]:
