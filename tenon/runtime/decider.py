@@ -57,6 +57,23 @@ The decider's ``lane(decision)`` names the aggregate a decision belongs to (defa
 events); decisions of one lane keep their order, and a decision with no lane (None) waits for everything
 before it and holds back everything after it. So the Registered of 100 claims (a Node patch and an append
 each) take one round trip's time, not 100.
+
+**Carrying out behind** (opt-in, the decider's ``carried_out_behind(decision)``). A lane whose every decision
+the decider names is carried out in a task of its own, and the consumer goes on to the next inputs at once:
+the scheduler's registrations, each a few requests to a busy API server, no longer hold back the Nodes that
+join meanwhile (they waited for the whole carry-out, then for their own batch's: ``Launched -> Registered``'s
+p99 was two such batches). What keeps the story straight:
+
+* a lane's decisions keep their order: a later decision of a lane still behind (another step of its claim)
+  waits for it; one decided again (level-triggered) while it is behind is not carried out twice;
+* an input ``decided_alone``, a tick and a barrier wait until nothing is behind, so they are decided (or
+  carried out) on the whole state, as ``tenon replay`` decides them;
+* the state is not folded into while a decision is made in a worker thread;
+* a lane behind that fails is retried in place, then dropped loudly, as an input's decisions are; the term's
+  end cancels what is still behind (its decisions are decided again by the next term, level-triggered).
+
+Only decisions whose deciding does not depend on other claims' steps in flight may be carried out behind: the
+scheduler's ``Registered`` and ``Initialized`` (each claim's step is decided from its own claim and Node).
 """
 
 from __future__ import annotations
@@ -155,24 +172,36 @@ def decided_alone(decider: object, event: ev.Event) -> bool:
     return bool(alone(event)) if alone is not None else False
 
 
-def lanes(decider: object, decisions: Sequence[ev.Event]) -> list[list[list[ev.Event]]]:
-    """``decisions`` as steps carried out one after the other, each step a set of lanes carried out together,
-    each lane in order: a barrier is a step of its own."""
+def carried_out_behind(decider: object, decision: ev.Event) -> bool:
+    """Whether ``decision``'s carrying out may go on while the next inputs are decided (see the module
+    docstring)."""
+    behind = getattr(decider, "carried_out_behind", None)
+    return bool(behind(decision)) if behind is not None else False
+
+
+def keyed_steps(decider: object, decisions: Sequence[ev.Event]) -> list[list[tuple[Lane, list[ev.Event]]]]:
+    """``decisions`` as steps carried out one after the other, each step a set of lanes (with their keys)
+    carried out together, each lane in order: a barrier is a step of its own."""
     lane_of = getattr(decider, "lane", None) or claim_lane
-    steps: list[list[list[ev.Event]]] = []
+    steps: list[list[tuple[Lane, list[ev.Event]]]] = []
     current: dict[Hashable, list[ev.Event]] = {}
     for decision in decisions:
         lane = lane_of(decision)
         if lane is None:
             if current:
-                steps.append(list(current.values()))
+                steps.append(list(current.items()))
                 current = {}
-            steps.append([[decision]])
+            steps.append([(None, [decision])])
         else:
             current.setdefault(lane, []).append(decision)
     if current:
-        steps.append(list(current.values()))
+        steps.append(list(current.items()))
     return steps
+
+
+def lanes(decider: object, decisions: Sequence[ev.Event]) -> list[list[list[ev.Event]]]:
+    """:func:`keyed_steps` without the keys."""
+    return [[lane for _, lane in step] for step in keyed_steps(decider, decisions)]
 
 
 class Executor(Protocol):
@@ -298,6 +327,13 @@ class DeciderRuntime(Generic[S]):
         self._long: set[Hashable] = long_kinds if long_kinds is not None else set()
         """Kinds of decision (input types, ``"tick"``) whose last one took long enough to be decided off the
         event loop."""
+        self._behind: dict[Lane, asyncio.Task[None]] = {}
+        """Lanes being carried out behind the deciding (:func:`carried_out_behind`), the last task of each."""
+        self._behind_ids: dict[Lane, set[str]] = {}
+        """The decisions of each lane behind: decided again meanwhile, they are not carried out again."""
+        self._no_thread_deciding = asyncio.Event()
+        self._no_thread_deciding.set()
+        """Clear while a decision is made in a worker thread: the state is not folded into meanwhile."""
 
     @property
     def name(self) -> str:
@@ -505,9 +541,12 @@ class DeciderRuntime(Generic[S]):
                         self.handled = max(self.handled, record.sequence)
                     continue
                 handled.append(event)
-                if per_batch and not decided_alone(self.decider, event):
+                alone = decided_alone(self.decider, event)
+                if per_batch and not alone:
                     undecided = event  # decided with the rest of the batch
                     continue
+                if alone:
+                    await self._caught_up_behind()  # decided on the state as of itself, all of it
                 await self._decide_and_carry_out(event)
                 self.handled, undecided = record.sequence, None
             if undecided is not None:
@@ -578,6 +617,7 @@ class DeciderRuntime(Generic[S]):
     async def tick(self, now: datetime | None = None) -> None:
         moment = now or datetime.now(UTC)
         async with self.lock:
+            await self._caught_up_behind()
             due = await self._decided(TICK, lambda: list(self.decider.tick(self.state, moment)))
             decisions = [
                 msgspec.structs.replace(d, basis=self.handled) if d.causation_id is None else d for d in due
@@ -600,14 +640,24 @@ class DeciderRuntime(Generic[S]):
         if not decisions:
             return
         started = time.perf_counter()
-        for step in lanes(self.decider, decisions):
-            if len(step) == 1:
-                await self._carry_out_lane(step[0], cause)
+        for step in keyed_steps(self.decider, decisions):
+            if step[0][0] is None:
+                await self._caught_up_behind()  # a barrier: after everything before it
+            here = []
+            for key, lane in step:
+                if key is not None and all(carried_out_behind(self.decider, d) for d in lane):
+                    # a step decided again (level-triggered) while its lane is behind is already on its way:
+                    # under a wave of joining Nodes every input decided a hundred such steps again
+                    fresh = [d for d in lane if d.id not in self._behind_ids.get(key, ())]
+                    if fresh:
+                        self._carry_out_behind(key, fresh, cause)
+                else:
+                    here.append(self._carry_out_lane(lane, cause, after=self._behind.get(key)))
+            if len(here) == 1:
+                await here[0]
                 continue
             # every lane runs to its end before a failure is raised: a retry must not race a running lane
-            outcomes = await asyncio.gather(
-                *(self._carry_out_lane(lane, cause) for lane in step), return_exceptions=True
-            )
+            outcomes = await asyncio.gather(*here, return_exceptions=True)
             for outcome in outcomes:
                 if isinstance(outcome, BaseException):
                     raise outcome
@@ -622,9 +672,68 @@ class DeciderRuntime(Generic[S]):
             },
         )
 
-    async def _carry_out_lane(self, lane: list[ev.Event], cause: ev.Event | None) -> None:
+    async def _carry_out_lane(
+        self, lane: list[ev.Event], cause: ev.Event | None, *, after: asyncio.Task[None] | None = None
+    ) -> None:
+        if after is not None:
+            await asyncio.wait([after])  # the lane's decisions behind, first (that task raises nothing)
         for decision in lane:
             await self._carry_out_one(decision, cause)
+
+    def _carry_out_behind(self, key: Lane, lane: list[ev.Event], cause: ev.Event | None) -> None:
+        """Carry ``lane`` out in a task of its own, after the lane's earlier decisions still behind; retried
+        in place as an input's decisions are, then dropped loudly (decided again, level-triggered)."""
+        before = self._behind.get(key)
+
+        async def carry_out() -> None:
+            for attempt, delay in enumerate((*_RETRY_DELAYS, None), start=1):
+                try:
+                    await self._carry_out_lane(lane, cause, after=before)
+                    return
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    if delay is None or isinstance(exc, ImpossibleStory):
+                        log.error(
+                            "decisions dropped after repeated failures"
+                            if delay is None
+                            else "decisions dropped: an impossible story",
+                            extra={"service": self.name, "lane": str(key), "error": str(exc)},
+                        )
+                        return
+                    log.warning(
+                        "carrying out decisions failed, retrying",
+                        extra={
+                            "service": self.name,
+                            "attempt": attempt,
+                            "retry_in_s": delay,
+                            "error": str(exc),
+                        },
+                    )
+                    await asyncio.sleep(delay)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            if self._behind.get(key) is finished:
+                del self._behind[key]
+                self._behind_ids.pop(key, None)
+
+        task = asyncio.create_task(carry_out(), name=f"{self.name}:behind:{key}")
+        task.add_done_callback(done)
+        self._behind[key] = task
+        self._behind_ids.setdefault(key, set()).update(d.id for d in lane)
+
+    async def _caught_up_behind(self) -> None:
+        """Until no lane is carried out behind the deciding."""
+        while self._behind:
+            await asyncio.wait(list(self._behind.values()))
+
+    async def _stop_behind(self) -> None:
+        tasks = list(self._behind.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._behind.clear()
+        self._behind_ids.clear()
 
     async def _carry_out_one(self, decision: ev.Event, cause: ev.Event | None) -> None:
         if decision.id in self._recent or self._held_by_its_claim(decision):
@@ -636,15 +745,17 @@ class DeciderRuntime(Generic[S]):
             return
         self._remember(decision.id)
         metrics.DECISIONS.labels(service=self.name, type=type(decision).__name__).inc()
+        if not self._no_thread_deciding.is_set():
+            await self._no_thread_deciding.wait()  # a lane behind: never fold under a deciding thread
         try:
             self.state = self.decider.evolve(self.state, decision, result.sequence)
         except ImpossibleStory:
-            pass  # a duplicate of what the state already holds
+            pass  # a duplicate of what the state already holds (the consumer folded its record first)
         claim = None
         if isinstance(decision, ev.NodeClaimEvent):
             claim = self.decider.claims(self.state).get(decision.nodeclaim)
         recording.recorded(decision, claim, cause)
-        if result.sequence > self.handled:
+        if result.sequence > self.folded:  # the consumer has yet to deliver it
             self.prefolded.add(decision.id)
         await self.executor.recorded(decision, cause)
 
@@ -700,7 +811,11 @@ class DeciderRuntime(Generic[S]):
         after quick ones, the first round of the scale run's scale-down held it past disruption's lease,
         twice."""
         if kind in self._long:
-            decisions, cpu = await asyncio.to_thread(_timed, decide)
+            self._no_thread_deciding.clear()
+            try:
+                decisions, cpu = await asyncio.to_thread(_timed, decide)
+            finally:
+                self._no_thread_deciding.set()
             if cpu < LONG_DECISION_S / 5 and kind != TICK:
                 self._long.discard(kind)
         else:
@@ -782,6 +897,7 @@ class DeciderRuntime(Generic[S]):
             await asyncio.gather(*tasks, return_exceptions=True)
             if runner is not None:
                 await runner.stop()
+            await self._stop_behind()
             await self.executor.stop()
             self._maybe_snapshot(force=True)
             if self._snapshot_task is not None:

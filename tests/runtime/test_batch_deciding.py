@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections import Counter
+from collections.abc import Sequence
 
 import msgspec
 
 from proto import events as ev
 from proto import registry, subjects
 from proto.codec import encode
+from tenon.domain.projection import ClusterProjection
 from tenon.runtime.decider import BaseExecutor, lanes
 from tenon.runtime.eventlog.memory import InMemoryEventLog
 from tenon.runtime.eventlog.records import LogRecord
@@ -216,3 +219,91 @@ def test_decisions_on_other_claims_and_machines_share_a_step_and_a_scale_waits_f
 
 def _ids(events: list[ev.Event]) -> list[str]:
     return [e.id for e in events]
+
+
+class HoldsOneRegistration(BaseExecutor):
+    """Holds one claim's registration (its Node patch stalls, as under a busy API server) until released, and
+    counts the registrations carried out."""
+
+    def __init__(self, held: str) -> None:
+        self.held = held
+        self.release = asyncio.Event()
+        self.prepared: Counter[str] = Counter()
+
+    async def prepare(self, decision: ev.Event) -> bool:
+        if isinstance(decision, ev.NodeClaimRegistered):
+            self.prepared[decision.nodeclaim] += 1
+            if decision.nodeclaim == self.held:
+                await asyncio.wait_for(self.release.wait(), timeout=10)
+        return True
+
+
+async def two_launched_claims_and_one_node() -> InMemoryEventLog:
+    event_log = InMemoryEventLog()
+    for fact in demo_facts():
+        await event_log.publish(registry.subject_of(fact), fact)
+    for name in ("claim-a", "claim-b"):
+        await append_to_claim(event_log, planned(name))
+        await append_to_claim(event_log, launched(name))
+    joined = node_joined("claim-a")
+    await event_log.publish(registry.subject_of(joined), joined)
+    return event_log
+
+
+def sequence_of(event_log: InMemoryEventLog, event: ev.Event) -> int:
+    return next(r.sequence for r in event_log.records() if r.event is not None and r.event.id == event.id)
+
+
+async def test_a_node_that_joins_while_a_registration_is_carried_out_is_registered_without_waiting() -> None:
+    event_log = await two_launched_claims_and_one_node()
+    executor = HoldsOneRegistration("claim-a")
+    async with running(SchedulerDecider(), executor, event_log) as runtime:
+        await until(lambda: executor.prepared["claim-a"] == 1, what="claim-a's registration under way")
+        joined = node_joined("claim-b")
+        await event_log.publish(registry.subject_of(joined), joined)
+        [answer] = await until(lambda: registered(event_log), what="claim-b Registered")
+        # decided on node-b's observation and carried out while claim-a's registration still stalls
+        assert answer.nodeclaim == "claim-b" and answer.causation_id == joined.id
+        executor.release.set()
+        await until(lambda: len(registered(event_log)) == 2, what="claim-a Registered")
+        await until(lambda: caught_up(runtime))
+    # node-b's observation decided claim-a's step again, while it was behind: not carried out twice
+    assert executor.prepared == Counter({"claim-a": 1, "claim-b": 1})
+    report = replay(SchedulerDecider(), event_log.records())
+    assert report.comparisons and not report.differing, [c.differences() for c in report.differing]
+
+
+class SeesClaimA(SchedulerDecider):
+    """Notes what claim-a's phase was when each batch to plan was decided."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def decide(self, state: ClusterProjection, event: ev.Event) -> Sequence[ev.Event]:
+        if isinstance(event, ev.PendingBatch):
+            self.seen.append(state.claims["claim-a"].phase)
+        return super().decide(state, event)
+
+
+async def test_a_batch_to_plan_waits_for_the_registrations_carried_out_behind() -> None:
+    event_log = await two_launched_claims_and_one_node()
+    executor = HoldsOneRegistration("claim-a")
+    decider = SeesClaimA()
+    async with running(decider, executor, event_log) as runtime:
+        await until(lambda: executor.prepared["claim-a"] == 1, what="claim-a's registration under way")
+        batch = pending_batch("later", pending_pod("web-0", "1"))
+        await event_log.publish(subjects.PENDING, batch)
+        await until(lambda: runtime.folded >= sequence_of(event_log, batch), what="the batch folded")
+        executor.release.set()
+        [plan] = await until(
+            lambda: [e for e in event_log.events() if isinstance(e, ev.BatchPlanned)],
+            what="the batch planned",
+        )
+        await until(lambda: caught_up(runtime))
+    # planned on the state as of itself, all of it: the registration decided before it, recorded first
+    assert decider.seen == ["Registered"]
+    [registration] = registered(event_log)
+    assert sequence_of(event_log, plan) > sequence_of(event_log, registration)
+    report = replay(SchedulerDecider(), event_log.records())
+    assert not report.differing, [c.differences() for c in report.differing]

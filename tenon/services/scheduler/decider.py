@@ -8,7 +8,9 @@ abandons claims that waited too long for their machine or their node.
 
 It ``decides_on_batches`` (:mod:`tenon.runtime.decider`): a fetched batch of Node observations and claim
 events is folded whole and decided once, so the 100 claims whose Nodes joined meanwhile are registered by one
-decision (their Node patches and appends carried out together), not one after another. An input whose answer
+decision (their Node patches and appends carried out together), not one after another; and those lifecycle
+steps are carried out behind the deciding (:data:`CARRIED_OUT_BEHIND`), so the next Nodes do not wait for
+them. An input whose answer
 is about itself (:func:`decided_alone`: a batch to plan, an abandoned claim, replacements) is decided on the
 state as of itself.
 """
@@ -28,6 +30,12 @@ from tenon.services.scheduler import lifecycle, nominations, planner, reoffers, 
 
 ANSWERED_ALONE = (ev.PendingBatch, ev.ReplacementsRequested, ev.NodeClaimAbandoned)
 """Inputs whose answer is about the input itself: each is decided on the state as of itself."""
+CARRIED_OUT_BEHIND = (ev.NodeClaimRegistered, ev.NodeClaimInitialized)
+"""Decisions whose carrying out (the pods' nominations and the Node's patch, then the append) goes on while
+the next inputs are decided: a Node that joins while a hundred registrations are carried out is registered
+at once, not after them and then its own batch's (``Launched -> Registered``'s p99 was the length of two
+such batches). A step decided again for a claim still being carried out waits behind it and is found
+recorded."""
 
 
 class SchedulerDecider:
@@ -53,6 +61,9 @@ class SchedulerDecider:
 
     def decided_alone(self, event: ev.Event) -> bool:
         return isinstance(event, ANSWERED_ALONE)
+
+    def carried_out_behind(self, decision: ev.Event) -> bool:
+        return isinstance(decision, CARRIED_OUT_BEHIND)
 
     def decide(self, state: ClusterProjection, event: ev.Event) -> Sequence[ev.Event]:
         decisions: list[ev.Event] = []
