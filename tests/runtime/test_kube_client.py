@@ -108,7 +108,9 @@ async def recording_api_server(answers: dict[str, tuple[int, bytes]]) -> AsyncIt
         await runner.cleanup()
 
 
-async def test_a_request_carries_the_token_and_body_and_its_answer_comes_back_decoded(tmp_path: Path) -> None:
+async def test_a_request_carries_the_token_body_and_service_and_its_answer_comes_back_decoded(
+    tmp_path: Path,
+) -> None:
     from tenon.runtime.kube import PODS
 
     answer = b'{"kind": "Pod", "metadata": {"name": "web-1"}, "status": {"nominatedNodeName": "n1"}}'
@@ -118,7 +120,7 @@ async def test_a_request_carries_the_token_and_body_and_its_answer_comes_back_de
     ):
         path = tmp_path / "kubeconfig"
         path.write_text(KUBECONFIG.format(proxy="").replace("https://127.0.0.1:6443", url))
-        kube = await load_kube(str(path))
+        kube = await load_kube(str(path), component="scheduler")
         try:
             patched = await kube.patch(
                 PODS, "web-1", {"status": {"nominatedNodeName": "n1"}}, namespace="shop", subresource="status"
@@ -130,6 +132,7 @@ async def test_a_request_carries_the_token_and_body_and_its_answer_comes_back_de
     assert (method, path_qs) == ("PATCH", "/api/v1/namespaces/shop/pods/web-1/status")
     assert headers["Authorization"] == "Bearer secret"
     assert headers["Content-Type"] == "application/merge-patch+json"
+    assert headers["User-Agent"] == "tenon-scheduler"  # the audit log tells the services apart
     assert json.loads(body) == {"status": {"nominatedNodeName": "n1"}}
 
 

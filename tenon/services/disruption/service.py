@@ -273,7 +273,7 @@ async def mark_drifted(kube: Kube, name: str, reason: str, detail: str, now: dat
 async def make_executor(
     ctx: ServiceContext, settings: DisruptionSettings, decider: Decider[Any]
 ) -> tuple[Executor, Callable[[], Awaitable[None]]]:
-    kube = await load_kube(settings.kubeconfig)
+    kube = await load_kube(settings.kubeconfig, component=registry.DISRUPTION)
     return DisruptionExecutor(kube), kube.close
 
 

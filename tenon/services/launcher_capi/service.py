@@ -119,14 +119,16 @@ class Clusters:
 
 
 async def open_clusters(settings: LauncherCapiSettings) -> Clusters:
-    management = await load_kube(settings.management_kubeconfig or settings.kubeconfig)
+    management = await load_kube(
+        settings.management_kubeconfig or settings.kubeconfig, component=registry.LAUNCHER_CAPI
+    )
     if not settings.management_kubeconfig:
         return Clusters(management, management, management)  # one cluster is both
     if settings.kubeconfig:
-        workload = await load_kube(settings.kubeconfig)
+        workload = await load_kube(settings.kubeconfig, component=registry.LAUNCHER_CAPI)
         return Clusters(management, workload, workload)
     try:
-        return Clusters(management, await load_kube(None), management)
+        return Clusters(management, await load_kube(None, component=registry.LAUNCHER_CAPI), management)
     except Exception as exc:  # outside a cluster, with only a management kubeconfig
         log.warning(
             "no workload cluster: set TENON_KUBECONFIG so that leaked Machines can be removed",

@@ -188,7 +188,7 @@ async def make_executor(
 ) -> tuple[Executor, Callable[[], Awaitable[None]]]:
     workload: Kube | None = None
     try:
-        workload = await load_kube(settings.kubeconfig)
+        workload = await load_kube(settings.kubeconfig, component=registry.LAUNCHER_EC2)
     except Exception as exc:  # outside a cluster without a kubeconfig: no status, leaks are kept
         log.warning("no workload cluster: NodeClass status is not written", extra={"error": str(exc)})
     aws = Aws(AwsSettings(settings.aws_region, settings.aws_endpoint, settings.kubernetes_version))

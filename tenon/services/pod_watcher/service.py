@@ -629,7 +629,7 @@ class PodWatcher:
 
 async def work(ctx: ServiceContext, settings: PodWatcherSettings) -> None:
     """The leader's work: one :class:`PodWatcher` term (the pod-watcher follows the cluster, not the log)."""
-    kube = await load_kube(settings.kubeconfig)
+    kube = await load_kube(settings.kubeconfig, component=registry.POD_WATCHER)
     try:
         await PodWatcher(kube, ctx.event_log, settings).run(ctx.stopping)
     finally:

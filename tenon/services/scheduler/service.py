@@ -285,7 +285,7 @@ class SchedulerExecutor(BaseExecutor):
 async def make_executor(
     ctx: ServiceContext, settings: SchedulerSettings, decider: Decider[Any]
 ) -> tuple[Executor, Callable[[], Awaitable[None]]]:
-    kube = await load_kube(settings.kubeconfig)
+    kube = await load_kube(settings.kubeconfig, component=registry.SCHEDULER)
     return SchedulerExecutor(kube), kube.close
 
 
