@@ -189,6 +189,28 @@ The session after (2026-12-03, midday; slow machine), four runs against four of 
     the writes being served (no gain beyond the noise), and at most ten registrations in flight at once
     (worse: a request's round trip on the busy sandbox is 0.1-0.3 s, so ten cannot keep it busy).
 
+The session after (2026-12-03, afternoon; slow machine again), runs interleaved in pairs
+    ``tenon replay scheduler --diff`` over a 1,000-pod run's log (the bench's run directory served by a
+    nats-server of its own) found 2-4 differences in every run, with or without anything carried out
+    behind: a Node Ready when it joins is Registered and Initialized by one answer, and the replay judged the
+    Initialized against the claim before the Registered (a refusal) and left it out. Fixed in the replay
+    (each decision judged against the claim as the answer's earlier ones leave it), and a registered claim's
+    Node observed before its patch showed is now judged as the patch leaves it, so the Initialized is the
+    same whether the Registered is folded yet or not. Carrying registrations out behind the deciding was
+    then landed again. Four runs with it, four without (2cfbe1a): all Running 6.07-7.13 s (7.37-7.65 s;
+    19.4 and 21.1 s in the two runs that opened a series, both without it, where registrations came so late
+    that 119 and 589 pods were offered again, as in the session's very first run at 6cdf98f: 13.1 s, 630);
+    ``Launched -> Registered`` p99 2.15-2.90 s (1.72-4.03 s); ``Registered -> Initialized`` p99 0.20-0.58 s
+    (0.10-1.25 s). The logs of all 19 runs of the session (38 logs, both
+    measurements) replay with no difference. Tried and left out: the sandbox serving its clients in turn
+    (API Priority and Fairness reduced: a queue per User-Agent, round robin), so that the launcher's Machine
+    patches no longer wait behind the scheduler's nominations (the first of a batch of binds came back 0.3 s
+    after it was sent). With four requests served per turn of the loop, the watches lost their batching
+    (the sandbox's CPU 5.7-6.1 s against 3.9-4.2 s, ``Launched -> Registered`` p50 4 s); with 64 the CPU
+    was the same, ``Planned -> Launched`` p99 unchanged (1.38-1.41 s against 1.44-1.45 s) and all Running
+    slower (6.86-7.34 s against 5.83-5.84 s): the scheduler's own requests then waited behind everyone's.
+    Kept from it: each service's requests carry the User-Agent ``tenon-<service>``.
+
 Every wait gives up when nothing has moved for a while (no pod started for 120 s, no node removed for 60 s)
 and the figures then say what never happened, so ``make bench`` always ends. What limits the numbers is
 printed with them: the CPU seconds each process (sandbox, each service,

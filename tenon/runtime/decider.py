@@ -74,6 +74,12 @@ p99 was two such batches). What keeps the story straight:
 
 Only decisions whose deciding does not depend on other claims' steps in flight may be carried out behind: the
 scheduler's ``Registered`` and ``Initialized`` (each claim's step is decided from its own claim and Node).
+And what the decider decides next must not depend on whether a decision behind is folded yet: ``tenon
+replay`` folds each answer right after its input, so an input the live runtime decided with a decision still
+behind is replayed with it folded. The scheduler's ``Initialized`` is judged the same either way (a Node
+observed before its registration patch showed is judged as that patch leaves it, folded or not); when it was
+not, the scale-to-zero e2e test's replay found an Initialized recorded on an input the replay did not decide
+it on.
 """
 
 from __future__ import annotations
