@@ -53,9 +53,12 @@ def launch_story(*, startup_taints: tuple[dict[str, Any], ...] = ()) -> list[ev.
     ]
 
 
-def decisions_on_join(projection: ClusterProjection, node: dict[str, Any]) -> list[str]:
-    observed = build_event(ev.NodeObserved, "joined", change="added", node=node)
-    projection.apply(observed, 3)
+def decisions_on_join(
+    projection: ClusterProjection, node: dict[str, Any], change: str = "added"
+) -> list[str]:
+    """What the scheduler decides when ``node`` is observed (``change``) right after the claim's story."""
+    observed = build_event(ev.NodeObserved, change, change=change, node=node)
+    projection.apply(observed, max(c.last_sequence for c in projection.claims.values()) + 1)
     return [type(d).__name__ for d in SchedulerDecider().decide(projection, observed)]
 
 
@@ -84,32 +87,26 @@ def registered_claim(*, startup_taints: tuple[dict[str, Any], ...] = ()) -> Clus
     return projection
 
 
-def decisions_on_change(projection: ClusterProjection, node: dict[str, Any]) -> list[str]:
-    observed = build_event(ev.NodeObserved, "changed", change="modified", node=node)
-    projection.apply(observed, 4)
-    return [type(d).__name__ for d in SchedulerDecider().decide(projection, observed)]
-
-
 def test_a_registered_claims_node_seen_ready_before_its_registration_patch_showed_is_initialized() -> None:
     # The Registered may be folded before or after this observation (its carrying out goes on behind the
     # deciding): either way the same observation must decide the same Initialized, or `tenon replay`, which
     # folds each answer right after its input, finds a difference.
     not_yet_folded = decisions_on_join(launched_claim(), joined(ready=True))
-    folded = decisions_on_change(registered_claim(), joined(ready=True))
+    folded = decisions_on_join(registered_claim(), joined(ready=True), "modified")
     assert not_yet_folded == ["NodeClaimRegistered", "NodeClaimInitialized"]
     assert folded == ["NodeClaimInitialized"]
 
 
 def test_a_startup_taint_keeps_a_node_seen_before_its_registration_patch_from_being_initialized() -> None:
     agent = {"key": "example.com/agent-not-ready", "effect": "NoSchedule"}
-    assert decisions_on_change(registered_claim(startup_taints=(agent,)), joined(ready=True)) == []
+    assert decisions_on_join(registered_claim(startup_taints=(agent,)), joined(ready=True), "modified") == []
 
 
 def test_a_startup_taint_removed_after_registration_is_not_judged_put_back() -> None:
     agent = {"key": "example.com/agent-not-ready", "effect": "NoSchedule"}
     registered_node = joined(ready=True)
     registered_node["spec"]["taints"] = []  # the patch took the unregistered taint; the agent, its own
-    steps = decisions_on_change(registered_claim(startup_taints=(agent,)), registered_node)
+    steps = decisions_on_join(registered_claim(startup_taints=(agent,)), registered_node, "modified")
     assert steps == ["NodeClaimInitialized"]
 
 
