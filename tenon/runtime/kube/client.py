@@ -17,8 +17,8 @@ async def load_kube(
 ) -> Kube:
     """A client of the cluster ``kubeconfig`` names (the in-cluster service account without one). Its
     requests carry the ``User-Agent`` ``tenon-<component>`` (``tenon`` without one): the API server's audit
-    log and an operator's ``kubectl get --raw /metrics`` tell the services apart by it, where every one of
-    them said ``OpenAPI-Generator/<version>/python``."""
+    log (its ``userAgent`` field) tells the services apart by it, where every one of them said
+    ``OpenAPI-Generator/<version>/python``."""
     configuration = client.Configuration()
     if kubeconfig:
         await config.load_kube_config(
