@@ -1,11 +1,12 @@
-"""The controllers' plumbing: list+watch caches that survive 410 Expired, and the delayed work queue."""
+"""The controllers' plumbing: list+watch caches that survive 410 Expired, the delayed work queue, and the
+slices a controller runs for before the event loop turns."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 
-from devtools.sandbox.controllers.informer import Informer, WorkQueue
+from devtools.sandbox.controllers.informer import Informer, TurnSlice, WorkQueue
 from devtools.sandbox.store import Store
 from tests.sandbox.controller_support import node, wait_for
 
@@ -73,3 +74,62 @@ async def test_work_queue_keeps_the_earliest_due_time_once_per_key() -> None:
     second = await asyncio.wait_for(queue.get(), 1.0)
     assert (first, second) == ("late", "soon")
     assert len(queue) == 0
+
+
+class _Clock:
+    """A clock in milliseconds that moves only when told to, and by ``on_yield`` each time the loop turns
+    (the others' turn: a task in the background adds it whenever it runs)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.on_yield = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def others(self) -> None:
+        while True:
+            await asyncio.sleep(0)
+            self.now += self.on_yield
+
+
+async def _steps(turn: TurnSlice, clock: _Clock, count: int) -> list[bool]:
+    """``count`` steps of 1 ms each; whether the loop turned after each."""
+    yielded = []
+    for _ in range(count):
+        clock.now += 1
+        yielded.append(await turn.pause())
+    return yielded
+
+
+async def test_a_fair_slice_runs_as_long_as_its_wait_for_a_turn_up_to_its_cap() -> None:
+    clock = _Clock()
+    turn = TurnSlice(5, fair_up_to=50, clock=clock)
+    others = asyncio.create_task(clock.others())
+    await asyncio.sleep(0)
+    try:
+        clock.on_yield = 20  # a busy loop: others run 20 ms between two of our turns
+        assert await _steps(turn, clock, 5) == [False] * 4 + [True]
+        # it waited 20 ms for its turn, so it now runs 20 ms before it lets the loop turn again
+        assert await _steps(turn, clock, 20) == [False] * 19 + [True]
+        clock.on_yield = 200  # a very busy loop: the slice stops at the cap
+        assert await _steps(turn, clock, 20) == [False] * 19 + [True]
+        assert await _steps(turn, clock, 50) == [False] * 49 + [True]
+        clock.on_yield = 0  # an idle loop: back to the base slice
+        assert await _steps(turn, clock, 50) == [False] * 49 + [True]
+        assert await _steps(turn, clock, 5) == [False] * 4 + [True]
+    finally:
+        others.cancel()
+
+
+async def test_a_plain_slice_turns_after_its_seconds_however_busy_the_loop() -> None:
+    clock = _Clock()
+    turn = TurnSlice(5, clock=clock)
+    others = asyncio.create_task(clock.others())
+    await asyncio.sleep(0)
+    try:
+        clock.on_yield = 200
+        for _ in range(3):
+            assert await _steps(turn, clock, 5) == [False] * 4 + [True]
+    finally:
+        others.cancel()
