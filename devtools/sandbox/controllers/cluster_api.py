@@ -41,6 +41,7 @@ from devtools.sandbox.controllers.clock import now_rfc3339
 from devtools.sandbox.controllers.conditions import set_condition
 from devtools.sandbox.controllers.events import EventRecorder
 from devtools.sandbox.controllers.informer import (
+    CLOUD_SLICE_CAP_S,
     InformerFactory,
     StoreLike,
     WorkQueue,
@@ -424,7 +425,7 @@ class ClusterApiController:
         try:
             await self.management_informers.start(self.deployments, self.machines)
             await self.workload_informers.start(self.nodes)
-            await run_worker("cluster-api", self.queue, self.reconcile)
+            await run_worker("cluster-api", self.queue, self.reconcile, fair_up_to=CLOUD_SLICE_CAP_S)
         finally:
             for factory in self._owned_factories.values():
                 await factory.stop()
