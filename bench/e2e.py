@@ -211,6 +211,26 @@ The session after (2026-12-03, afternoon; slow machine again), runs interleaved 
     slower (6.86-7.34 s against 5.83-5.84 s): the scheduler's own requests then waited behind everyone's.
     Kept from it: each service's requests carry the User-Agent ``tenon-<service>``.
 
+The session after that (2026-12-03, evening; the machine's speed swinging from run to run: the services' CPU
+6.7-14.1 s for the same run)
+    Machines got their providerID 2.1-3.8 s after they were created (p90, five runs traced in the sandbox;
+    the fast profile says 0.15 s): the sandbox's Cluster API worker, yielding every 5 ms, got one slice per
+    turn of a loop crowded with tenon's requests, and that delay counted in ``Planned -> Launched``. In
+    those runs all Running took 7.9-15.4 s; in four of them 414-867 pods were offered again once their batch
+    was 5 s old, and planning them slowed everything more (runs with fair slices on every worker had such
+    runs too in that hour, the machine at its slowest). The simulated cloud's worker now runs as long
+    as it waited for its turn, up to 50 ms (:data:`devtools.sandbox.controllers.informer.CLOUD_SLICE_CAP_S`):
+    p90 0.41-0.46 s. Two interleaved pairs against the code before (ebe5a2e): ``Planned -> Launched`` p99
+    1.39-1.66 s (1.72-2.28 s) but p50 0.95-1.43 s (0.70-0.76 s): the Machines come in one burst, their binds
+    go in one larger batch, and the Cluster API work done sooner holds the API server's answers back, so
+    the first registrations came 0.4-0.5 s later; all Running 6.87-7.63 s (6.35-7.34 s), no pod offered
+    again in any of the four. The sandbox's time moved rather than shrank: its one thread is busy from the
+    first Machine to the last pod Running, and whatever is served sooner makes the rest wait. Both logs of
+    each run replay with no difference. Tried and left out: the same fair slices for every worker (the
+    kubelets', the DaemonSet controller's): the scale run's 10,000-pod wave then starved the sandbox's
+    scheduler (308 s, 36 pods never Running); and for the sandbox's scheduler as well: ``Launched ->
+    Registered`` p99 2.5 and 4.2 s in two runs.
+
 Every wait gives up when nothing has moved for a while (no pod started for 120 s, no node removed for 60 s)
 and the figures then say what never happened, so ``make bench`` always ends. What limits the numbers is
 printed with them: the CPU seconds each process (sandbox, each service,

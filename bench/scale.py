@@ -281,6 +281,20 @@ registered claim's Node observed before its patch judged as the patch leaves it)
     launcher 12), churn 6.8-149 s, zero 85 s; highest service peak RSS 343 MiB (the scheduler), the sandbox
     992 MiB. Decision per batch in the 10k wave p50 0.87 s, max 4.3 s. ``tenon replay scheduler --diff`` over
     the whole log (104,906 records, 316 inputs decided): no difference.
+
+Runs 33-34 (2026-12-03, evening; the sandbox's work queues given fair slices, see
+:data:`devtools.sandbox.controllers.informer.CLOUD_SLICE_CAP_S`)
+    Run 33 (49f4474: every worker of the sandbox ran as long as it waited for its turn, up to 50 ms): the 1k
+    wave 9.7 s, the 4k 30.3 s, but the 10k wave gave up at 9,964 Running after 308 s (p50 60 s, p99 183 s;
+    2,288 nodes; the sandbox 279 CPU s in it, 146 in run 32). The likeliest cause: the sandbox's scheduler,
+    still on 5 ms slices, got what the kubelets and the DaemonSet controller left. The same 869 pods were
+    offered again every 5-7 s for a minute and planned again each time (about 590 claims bought), then
+    placed on existing room by the last plan, and 36 of them never ran; their next offer was minutes away
+    (the re-batch delay doubles). Zero 122 s. Run 34 (5a8d619: fair slices for the Cluster API worker
+    only): every target met, no leadership lost. The 1k wave 8.9 s, the 4k 44.3 s (p99 26 s), the 10k 176 s
+    (p50 40 s, p99 172 s; 2,406 nodes; the sandbox 158 CPU s in it, the scheduler 63, the pod-watcher 16,
+    disruption 17, the launcher 12; decision per batch p50 1.46 s, max 3.5 s), churn 4.6-126 s, zero 69 s;
+    highest service peak RSS 354 MiB (the scheduler), the sandbox 1,063 MiB.
 """
 
 from __future__ import annotations

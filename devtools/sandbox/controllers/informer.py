@@ -61,15 +61,17 @@ less the simulated cloud gets done, where in the field it runs elsewhere. Under 
 Cluster API worker ran a few reconciles per turn, and Machines got their providerID 2.1-3.8 s after they were
 created (p90, five runs; the fast profile says 0.15 s), which then counted in tenon's ``Planned ->
 Launched``. Running as long as it waited for its turn, it keeps about half the thread when the loop is
-saturated: p90 0.41-0.46 s in four runs, never over 0.5 s (2026-12-03).
+saturated: p90 0.41-0.46 s in four runs, never over 0.5 s (2026-12-03; measured with every worker on fair
+slices, below). That is the profile kept, not a faster stack: the API server's answers then wait for the
+Cluster API work done sooner, and all Running on the 1,000-pod run was no faster (:mod:`bench.e2e`).
 
 Only that worker: its work is a few steps per Machine. Given to every worker (the kubelets' and the
 DaemonSet controller's too), the scale run's 10,000-pod wave took 308 s instead of 164 s and left 36 pods
-never Running: the sandbox's scheduler, on 5 ms slices, got what they left, pods waited to be placed, were
-planned again and again (about 590 claims bought for the same 869 pods), and the sandbox spent 279 CPU s in
-that wave (146 s before). Given to the scheduler too, ``Launched -> Registered`` on the 1,000-pod run (the
-Node patches and pod nominations tenon sends while Nodes join) had a p99 of 2.5 and 4.2 s in two runs,
-against 1.9-2.1 s without."""
+never Running, most likely because the sandbox's scheduler, on 5 ms slices, got what they left: pods waited
+to be placed, were planned again and again (about 590 claims bought for the same 869 pods), and the sandbox
+spent 279 CPU s in that wave (146 s before). Given to the scheduler too, ``Launched -> Registered`` on the
+1,000-pod run (the Node patches and pod nominations tenon sends while Nodes join) had a p99 of 2.5 and 4.2 s
+in two runs, against 1.9-2.1 s without."""
 
 
 class TurnSlice:
