@@ -120,6 +120,8 @@ async def test_a_fair_slice_runs_as_long_as_its_wait_for_a_turn_up_to_its_cap() 
         assert await _steps(turn, clock, 5) == [False] * 4 + [True]
     finally:
         others.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await others
 
 
 async def test_a_plain_slice_turns_after_its_seconds_however_busy_the_loop() -> None:
@@ -133,3 +135,5 @@ async def test_a_plain_slice_turns_after_its_seconds_however_busy_the_loop() -> 
             assert await _steps(turn, clock, 5) == [False] * 4 + [True]
     finally:
         others.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await others
