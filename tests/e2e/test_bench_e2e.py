@@ -17,6 +17,7 @@ from bench.e2e import (
     measure_scale_to_zero,
     percentile,
     planning_waves,
+    provider_id_waits,
     provisioning_targets,
 )
 from devtools.stack import LocalStack
@@ -25,6 +26,7 @@ from proto.events import (
     DisruptionRequested,
     Event,
     InstanceChoice,
+    MachineObserved,
     NodeClaimInitialized,
     NodeClaimLaunched,
     NodeClaimPlanned,
@@ -204,6 +206,29 @@ def test_unfinished_claims_are_counted_by_the_step_they_stopped_at() -> None:
     assert last_steps_of_unfinished(events) == {"NodeClaimLaunched": 1, "NodeClaimPlanned": 1}
 
 
+def machine(
+    event_id: str, uid: str, change: str = "changed", provider_id: str | None = None
+) -> MachineObserved:
+    spec = {"providerID": provider_id} if provider_id else {}
+    obj = {"metadata": {"name": f"m-{uid}", "namespace": "default", "uid": uid}, "spec": spec}
+    return MachineObserved(**common(event_id), change=change, machine=obj)
+
+
+def test_provider_id_waits_run_from_a_machines_first_sighting_to_its_first_provider_id() -> None:
+    events = [
+        at(0.0, machine("a1", "a", "added")),
+        at(0.1, machine("b1", "b", "added")),
+        at(0.3, machine("a2", "a", provider_id="openstack:///a")),
+        at(0.5, machine("a3", "a", provider_id="openstack:///a")),  # seen again: not a second figure
+        at(2.1, machine("b2", "b", provider_id="openstack:///b")),
+        at(2.2, machine("c1", "c", "added", provider_id="openstack:///c")),  # came with it: no wait seen
+        at(2.3, machine("d1", "d", "added")),  # never provisioned: no figure
+        at(2.4, machine("e1", "e", "added")),
+        at(2.5, machine("e2", "e", "removed")),
+    ]
+    assert [round(w, 3) for w in provider_id_waits(events)] == [0.3, 2.0]
+
+
 async def test_provisioning_measurement_at_a_tiny_size(stack: LocalStack) -> None:
     figures = await measure_provisioning(stack, deployments=2, replicas=10, timeout=60, stall=20)
     assert figures["pods"] == 20 and figures["pods_seen_unschedulable"] == 20
@@ -212,6 +237,9 @@ async def test_provisioning_measurement_at_a_tiny_size(stack: LocalStack) -> Non
     assert figures["price_per_hour"] > 0
     # every claim went through every hop, and planning came after the last pod was seen Unschedulable
     assert {hop: figures["hops"][hop]["count"] for hop in HOPS} == {hop: figures["claims"] for hop in HOPS}
+    # the sandbox's own wait for each Machine's providerID, as it was (the profile says 0.15 s)
+    waits = figures["sandbox_waits"]["Machine seen -> providerID"]
+    assert 1 <= waits["count"] <= figures["claims"] and waits["p50_ms"] > 0
     assert figures["last_unschedulable_to_all_planned_s"] > 0
     assert figures["all_running_s"] > figures["last_unschedulable_to_all_planned_s"]
     assert set(figures["cpu_seconds"]) >= {"sandbox", "pod-watcher", "scheduler", "launcher-capi"}
