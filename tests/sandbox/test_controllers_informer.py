@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 
 from devtools.sandbox.controllers.informer import Informer, TurnSlice, WorkQueue
 from devtools.sandbox.store import Store
@@ -78,7 +79,7 @@ async def test_work_queue_keeps_the_earliest_due_time_once_per_key() -> None:
 
 class _Clock:
     """A clock in milliseconds that moves only when told to, and by ``on_yield`` each time the loop turns
-    (the others' turn: a task in the background adds it whenever it runs)."""
+    (the others' turn: while :meth:`turning`, a task in the background adds it whenever it runs)."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -87,10 +88,21 @@ class _Clock:
     def __call__(self) -> float:
         return self.now
 
-    async def others(self) -> None:
+    async def _others(self) -> None:
         while True:
             await asyncio.sleep(0)
             self.now += self.on_yield
+
+    @contextlib.asynccontextmanager
+    async def turning(self) -> AsyncIterator[None]:
+        others = asyncio.create_task(self._others())
+        await asyncio.sleep(0)
+        try:
+            yield
+        finally:
+            others.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await others
 
 
 async def _steps(turn: TurnSlice, clock: _Clock, count: int) -> list[bool]:
@@ -105,9 +117,7 @@ async def _steps(turn: TurnSlice, clock: _Clock, count: int) -> list[bool]:
 async def test_a_fair_slice_runs_as_long_as_its_wait_for_a_turn_up_to_its_cap() -> None:
     clock = _Clock()
     turn = TurnSlice(5, fair_up_to=50, clock=clock)
-    others = asyncio.create_task(clock.others())
-    await asyncio.sleep(0)
-    try:
+    async with clock.turning():
         clock.on_yield = 20  # a busy loop: others run 20 ms between two of our turns
         assert await _steps(turn, clock, 5) == [False] * 4 + [True]
         # it waited 20 ms for its turn, so it now runs 20 ms before it lets the loop turn again
@@ -118,22 +128,12 @@ async def test_a_fair_slice_runs_as_long_as_its_wait_for_a_turn_up_to_its_cap() 
         clock.on_yield = 0  # an idle loop: back to the base slice
         assert await _steps(turn, clock, 50) == [False] * 49 + [True]
         assert await _steps(turn, clock, 5) == [False] * 4 + [True]
-    finally:
-        others.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await others
 
 
 async def test_a_plain_slice_turns_after_its_seconds_however_busy_the_loop() -> None:
     clock = _Clock()
     turn = TurnSlice(5, clock=clock)
-    others = asyncio.create_task(clock.others())
-    await asyncio.sleep(0)
-    try:
+    async with clock.turning():
         clock.on_yield = 200
         for _ in range(3):
             assert await _steps(turn, clock, 5) == [False] * 4 + [True]
-    finally:
-        others.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await others
