@@ -90,7 +90,7 @@ import gc
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, Protocol, TypeVar
@@ -594,9 +594,15 @@ class DeciderRuntime(Generic[S]):
         started = time.perf_counter()
         decisions = await self._decided(type(event), lambda: list(self.decider.decide(self.state, event)))
         recording.decided(event, time.perf_counter() - started)
+        await self._retried(lambda: self._carry_out(decisions, event), input=type(event).__name__)
+
+    async def _retried(self, carry_out: Callable[[], Awaitable[None]], **dropped: str) -> None:
+        """``carry_out()``, tried again in place after each of :data:`_RETRY_DELAYS`; after the last attempt
+        the decisions are dropped, loudly (``dropped`` names what in the log line). A cancellation and an
+        impossible story are raised at once."""
         for attempt, delay in enumerate((*_RETRY_DELAYS, None), start=1):
             try:
-                await self._carry_out(decisions, event)
+                await carry_out()
                 return
             except (asyncio.CancelledError, ImpossibleStory):
                 raise
@@ -604,7 +610,7 @@ class DeciderRuntime(Generic[S]):
                 if delay is None:
                     log.error(
                         "decisions dropped after repeated failures",
-                        extra={"service": self.name, "input": type(event).__name__, "error": str(exc)},
+                        extra={"service": self.name, **dropped, "error": str(exc)},
                     )
                     return
                 log.warning(
@@ -692,31 +698,13 @@ class DeciderRuntime(Generic[S]):
         before = self._behind.get(key)
 
         async def carry_out() -> None:
-            for attempt, delay in enumerate((*_RETRY_DELAYS, None), start=1):
-                try:
-                    await self._carry_out_lane(lane, cause, after=before)
-                    return
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    if delay is None or isinstance(exc, ImpossibleStory):
-                        log.error(
-                            "decisions dropped after repeated failures"
-                            if delay is None
-                            else "decisions dropped: an impossible story",
-                            extra={"service": self.name, "lane": str(key), "error": str(exc)},
-                        )
-                        return
-                    log.warning(
-                        "carrying out decisions failed, retrying",
-                        extra={
-                            "service": self.name,
-                            "attempt": attempt,
-                            "retry_in_s": delay,
-                            "error": str(exc),
-                        },
-                    )
-                    await asyncio.sleep(delay)
+            try:
+                await self._retried(lambda: self._carry_out_lane(lane, cause, after=before), lane=str(key))
+            except ImpossibleStory as exc:
+                log.error(
+                    "decisions dropped: an impossible story",
+                    extra={"service": self.name, "lane": str(key), "error": str(exc)},
+                )
 
         def done(finished: asyncio.Task[None]) -> None:
             if self._behind.get(key) is finished:
