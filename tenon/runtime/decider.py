@@ -67,7 +67,11 @@ p99 was two such batches). What keeps the story straight:
 * a lane's decisions keep their order: a later decision of a lane still behind (another step of its claim)
   waits for it; one decided again (level-triggered) while it is behind is not carried out twice;
 * an input ``decided_alone``, a tick and a barrier wait until nothing is behind, so they are decided (or
-  carried out) on the whole state, as ``tenon replay`` decides them;
+  carried out) on the whole state, as ``tenon replay`` decides them. Except a tick of a decider that
+  ``ticks_by_lane`` (its tick decides each lane from that lane's own story: the scheduler's timeouts, each
+  claim's phase and age): it is decided at once, and what it decides for a lane still behind is dropped (the
+  next tick decides it again, on the whole story). Waiting, the tick held the consumer back for the whole
+  wave of registrations behind (a second on the 1,000-pod run, every other tick);
 * the state is not folded into while a decision is made in a worker thread;
 * a lane behind that fails is retried in place, then dropped loudly, as an input's decisions are; the term's
   end cancels what is still behind (its decisions are decided again by the next term, level-triggered).
@@ -183,6 +187,12 @@ def carried_out_behind(decider: object, decision: ev.Event) -> bool:
     docstring)."""
     behind = getattr(decider, "carried_out_behind", None)
     return bool(behind(decision)) if behind is not None else False
+
+
+def ticks_by_lane(decider: object) -> bool:
+    """Whether ``decider``'s tick decides each lane from that lane's own state alone (see the module
+    docstring)."""
+    return bool(getattr(decider, "ticks_by_lane", False))
 
 
 def keyed_steps(decider: object, decisions: Sequence[ev.Event]) -> list[list[tuple[Lane, list[ev.Event]]]]:
@@ -629,14 +639,27 @@ class DeciderRuntime(Generic[S]):
     async def tick(self, now: datetime | None = None) -> None:
         moment = now or datetime.now(UTC)
         async with self.lock:
-            await self._caught_up_behind()
-            due = await self._decided(TICK, lambda: list(self.decider.tick(self.state, moment)))
+            due = await self._tick_decisions(moment)
             decisions = [
                 msgspec.structs.replace(d, basis=self.handled) if d.causation_id is None else d for d in due
             ]
             await self._carry_out(decisions, None)
         await self.executor.ticked(moment)
         self._maybe_refresh_gauges(force=True)
+
+    async def _tick_decisions(self, moment: datetime) -> list[ev.Event]:
+        """The tick's decisions, on the whole state (after every lane behind), except for a decider that
+        ``ticks_by_lane``: decided at once, without what it decides for a lane still behind (decided again by
+        the next tick, on that lane's whole story)."""
+        if not (self._behind and ticks_by_lane(self.decider)):
+            await self._caught_up_behind()
+            return await self._decided(TICK, lambda: list(self.decider.tick(self.state, moment)))
+        due = await self._decided(TICK, lambda: list(self.decider.tick(self.state, moment)))
+        steps = keyed_steps(self.decider, due)
+        if any(key is None for step in steps for key, _ in step):
+            await self._caught_up_behind()  # a barrier may depend on any lane: decided on the whole state
+            return await self._decided(TICK, lambda: list(self.decider.tick(self.state, moment)))
+        return [d for step in steps for key, lane in step if key not in self._behind for d in lane]
 
     async def _tick_forever(self) -> None:
         while True:

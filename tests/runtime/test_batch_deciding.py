@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 from collections import Counter
 from collections.abc import Sequence
+from datetime import timedelta
 
 import msgspec
 
@@ -15,13 +16,14 @@ from proto import events as ev
 from proto import registry, subjects
 from proto.codec import encode
 from tenon.domain.projection import ClusterProjection
-from tenon.runtime.decider import BaseExecutor, lanes
+from tenon.runtime.decider import BaseExecutor, Lane, claim_lane, lanes
 from tenon.runtime.eventlog.memory import InMemoryEventLog
 from tenon.runtime.eventlog.records import LogRecord
 from tenon.runtime.replay import replay
 from tenon.services.launcher_capi.decider import CapiLauncherDecider
+from tenon.services.scheduler import lifecycle
 from tenon.services.scheduler.decider import SchedulerDecider
-from tests.support.events import append_to_claim, build_event
+from tests.support.events import T0, append_to_claim, build_event
 from tests.support.objects import demo_facts, pending_batch, pending_pod
 from tests.support.services import caught_up, running
 from tests.support.waiting import until
@@ -257,7 +259,7 @@ def sequence_of(event_log: InMemoryEventLog, event: ev.Event) -> int:
 async def test_a_node_that_joins_while_a_registration_is_carried_out_is_registered_without_waiting() -> None:
     event_log = await two_launched_claims_and_one_node()
     executor = HoldsOneRegistration("claim-a")
-    async with running(SchedulerDecider(), executor, event_log) as runtime:
+    async with running(SchedulerDecider(), executor, event_log, tick_seconds=3600) as runtime:
         await until(lambda: executor.prepared["claim-a"] == 1, what="claim-a's registration under way")
         joined = node_joined("claim-b")
         await event_log.publish(registry.subject_of(joined), joined)
@@ -290,7 +292,7 @@ async def test_a_batch_to_plan_waits_for_the_registrations_carried_out_behind() 
     event_log = await two_launched_claims_and_one_node()
     executor = HoldsOneRegistration("claim-a")
     decider = SeesClaimA()
-    async with running(decider, executor, event_log) as runtime:
+    async with running(decider, executor, event_log, tick_seconds=3600) as runtime:
         await until(lambda: executor.prepared["claim-a"] == 1, what="claim-a's registration under way")
         batch = pending_batch("later", pending_pod("web-0", "1"))
         await event_log.publish(subjects.PENDING, batch)
@@ -306,4 +308,68 @@ async def test_a_batch_to_plan_waits_for_the_registrations_carried_out_behind() 
     [registration] = registered(event_log)
     assert sequence_of(event_log, plan) > sequence_of(event_log, registration)
     report = replay(SchedulerDecider(), event_log.records())
+    assert not report.differing, [c.differences() for c in report.differing]
+
+
+def abandoned(event_log: InMemoryEventLog) -> list[ev.NodeClaimAbandoned]:
+    return [e for e in event_log.events() if isinstance(e, ev.NodeClaimAbandoned)]
+
+
+async def test_a_tick_does_not_hold_back_the_nodes_that_join_while_registrations_are_behind() -> None:
+    event_log = await two_launched_claims_and_one_node()
+    executor = HoldsOneRegistration("claim-a")
+    async with running(SchedulerDecider(), executor, event_log, tick_seconds=3600) as runtime:
+        await until(lambda: executor.prepared["claim-a"] == 1, what="claim-a's registration under way")
+        ticking = asyncio.create_task(runtime.tick(T0 + timedelta(minutes=1)))  # nothing timed out yet
+        joined = node_joined("claim-b")
+        await event_log.publish(registry.subject_of(joined), joined)
+        # the tick did not wait for claim-a's registration, holding the consumer meanwhile
+        [answer] = await until(lambda: registered(event_log), what="claim-b Registered")
+        assert answer.nodeclaim == "claim-b" and ticking.done()
+        executor.release.set()
+        await until(lambda: len(registered(event_log)) == 2, what="claim-a Registered")
+        await until(lambda: caught_up(runtime))
+    report = replay(SchedulerDecider(), event_log.records())
+    assert not report.differing, [c.differences() for c in report.differing]
+
+
+async def test_a_tick_leaves_a_claim_whose_registration_is_behind_to_the_next_tick() -> None:
+    event_log = await two_launched_claims_and_one_node()
+    executor = HoldsOneRegistration("claim-a")
+    timed_out = T0 + lifecycle.REGISTRATION_TIMEOUT + timedelta(minutes=1)
+    async with running(SchedulerDecider(), executor, event_log, tick_seconds=3600) as runtime:
+        await until(lambda: executor.prepared["claim-a"] == 1, what="claim-a's registration under way")
+        await runtime.tick(timed_out)
+        # claim-b's Node never joined: abandoned. claim-a's joined and its registration is on its way: as the
+        # state folded so far has it, claim-a is only Launched, but the tick does not judge it on that
+        assert [e.nodeclaim for e in abandoned(event_log)] == ["claim-b"]
+        executor.release.set()
+        await until(lambda: len(registered(event_log)) == 1, what="claim-a Registered")
+        await until(lambda: caught_up(runtime))
+        await runtime.tick(timed_out)  # claim-a is Registered now: nothing more to abandon
+    assert [e.nodeclaim for e in abandoned(event_log)] == ["claim-b"]
+    report = replay(SchedulerDecider(), event_log.records())
+    assert report.comparisons and not report.differing, [c.differences() for c in report.differing]
+
+
+class AbandonsAsBarriers(SchedulerDecider):
+    """Its abandons are barriers: ordered against every other decision."""
+
+    def lane(self, decision: ev.Event) -> Lane:
+        return None if isinstance(decision, ev.NodeClaimAbandoned) else claim_lane(decision)
+
+
+async def test_a_tick_that_decides_a_barrier_is_decided_on_the_whole_state() -> None:
+    event_log = await two_launched_claims_and_one_node()
+    executor = HoldsOneRegistration("claim-a")
+    timed_out = T0 + lifecycle.REGISTRATION_TIMEOUT + timedelta(minutes=1)
+    async with running(AbandonsAsBarriers(), executor, event_log, tick_seconds=3600) as runtime:
+        await until(lambda: executor.prepared["claim-a"] == 1, what="claim-a's registration under way")
+        ticking = asyncio.create_task(runtime.tick(timed_out))
+        executor.release.set()
+        await ticking
+        # a barrier may depend on any lane: the tick waited for claim-a's registration and judged it Registered
+        assert [e.nodeclaim for e in abandoned(event_log)] == ["claim-b"]
+        await until(lambda: caught_up(runtime))
+    report = replay(AbandonsAsBarriers(), event_log.records())
     assert not report.differing, [c.differences() for c in report.differing]

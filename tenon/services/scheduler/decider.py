@@ -43,6 +43,8 @@ class SchedulerDecider:
     inputs = registry.inputs_of(registry.SCHEDULER)
     state_format = "scheduler/1"
     decides_on_batches = True
+    ticks_by_lane = True
+    """Its tick (:func:`.lifecycle.expired_claims`) judges each claim by its own phase and age alone."""
 
     def __init__(
         self,
