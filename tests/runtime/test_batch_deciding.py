@@ -368,7 +368,7 @@ async def test_a_tick_that_decides_a_barrier_is_decided_on_the_whole_state() -> 
         ticking = asyncio.create_task(runtime.tick(timed_out))
         executor.release.set()
         await ticking
-        # a barrier may depend on any lane: the tick waited for claim-a's registration and judged it Registered
+        # a barrier may depend on any lane: the tick waited for claim-a's registration, judged it Registered
         assert [e.nodeclaim for e in abandoned(event_log)] == ["claim-b"]
         await until(lambda: caught_up(runtime))
     report = replay(AbandonsAsBarriers(), event_log.records())
