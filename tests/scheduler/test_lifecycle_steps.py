@@ -4,21 +4,23 @@ pods."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from devtools.sandbox.testing import running_sandbox
 from proto import events as ev
-from proto import registry
+from proto import registry, subjects
 from tenon.domain.projection import ClusterProjection
 from tenon.runtime.eventlog.memory import InMemoryEventLog
-from tenon.runtime.kube import NODES, load_kube
+from tenon.runtime.kube import NODES, PODS, Kube, load_kube
 from tenon.runtime.replay import replay
 from tenon.services.scheduler import lifecycle
 from tenon.services.scheduler.decider import SchedulerDecider
 from tenon.services.scheduler.service import SchedulerExecutor
 from tests.scheduler.test_nodeclaim_objects import CountingKube
 from tests.support.events import append_to_claim, build_event, planned_claim
-from tests.support.objects import demo_facts
+from tests.support.objects import demo_facts, pending_batch, pending_pod
 from tests.support.services import running
 from tests.support.waiting import until
 
@@ -252,3 +254,69 @@ def test_a_registration_patch_that_replaces_a_list_is_bound_to_the_node_version_
     }
     labels_only = lifecycle.registration_patch(claim, synced)
     assert labels_only == {"metadata": {"labels": {"karpenter.sh/registered": "true"}}}
+
+
+class ChangesTheNodeWhileNominating(CountingKube):
+    """Counts the requests; at the first nomination, the test's ``change`` runs first (the Node turns Ready
+    while its pods are nominated, as it does under a busy API server)."""
+
+    def __init__(self, inner: Kube, change: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(inner)
+        self.change: Callable[[], Awaitable[None]] | None = change
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        if self.change is not None and method == "PATCH" and "/pods/" in path:
+            change, self.change = self.change, None
+            await change()
+        return await super().request(method, path, **kwargs)
+
+
+async def test_a_node_observed_again_while_its_pods_are_nominated_is_patched_on_that_observation() -> None:
+    """The registration patch is computed from the Node as last observed, not as the decision saw it: no
+    refusal, no read, one patch; and the Node, Ready by then, gets the initialized label with it."""
+    async with running_sandbox(controllers=False) as sandbox:
+        client = await load_kube(str(sandbox.workload_kubeconfig))
+        try:
+            pod = pending_pod("web-0", "1")
+            await client.create(PODS, pod, namespace="default")
+            joining = joined(ready=False)
+            joining["spec"]["taints"].append({"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"})
+            node = await client.create(NODES, {"apiVersion": "v1", "kind": "Node", **joining})
+            event_log = InMemoryEventLog()
+            for fact in demo_facts():
+                await event_log.publish(registry.subject_of(fact), fact)
+            await event_log.publish(subjects.PENDING, pending_batch("b", pod, at=datetime.now(UTC)))
+            runtimes: list[Any] = []  # the scheduler's, once it runs
+
+            async def turns_ready() -> None:
+                await client.patch(
+                    NODES, "node-a", {"spec": {"taints": joined(ready=True)["spec"]["taints"]}}
+                )
+                ready = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+                now = await client.patch(NODES, "node-a", ready, subresource="status")
+                observed = build_event(ev.NodeObserved, "ready", change="changed", node=now)
+                at = (await event_log.publish(registry.subject_of(observed), observed)).sequence
+                await until(lambda: runtimes[0].folded >= at, what="the Node's new observation folded")
+
+            kube = ChangesTheNodeWhileNominating(client, turns_ready)
+            async with running(SchedulerDecider(), SchedulerExecutor(kube), event_log) as runtime:
+                runtimes.append(runtime)
+                [claim] = await until(
+                    lambda: [n for n, c in runtime.state.claims.items() if c.planned], what="a claim planned"
+                )
+                launched = build_event(
+                    ev.NodeClaimLaunched, "l", nodeclaim=claim, provider_id="p://a", instance_type="c3-8"
+                )
+                await append_to_claim(event_log, launched)
+                observed = build_event(ev.NodeObserved, "joined", change="added", node=node)
+                await event_log.publish(registry.subject_of(observed), observed)
+                await until(lambda: runtime.state.claims[claim].initialized, what="the claim Initialized")
+            stored = await client.get(NODES, "node-a")
+            assert stored["spec"].get("taints", []) == []  # the not-ready taint is not put back
+            labels = stored["metadata"]["labels"]
+            assert (
+                labels["karpenter.sh/registered"] == "true" and labels["karpenter.sh/initialized"] == "true"
+            )
+            assert kube.requests["PATCH node-a"] == 1 and kube.requests["GET node-a"] == 0
+        finally:
+            await client.close()

@@ -124,8 +124,13 @@ class SchedulerExecutor(BaseExecutor):
             )
             if claim is not None:
                 await self._nominate(claim, decision.node)
+            # the Node as last observed: a joining Node changes while its pods are nominated (it turns Ready,
+            # loses its not-ready taint), and a patch on the version the decision saw was refused, then read
+            # and sent again, for most of the 1,000-pod run's registrations
+            node = self._as_observed_now(decision, node)
             if claim is None or node is None:
                 return True
+            initialized = initialized or lifecycle.is_initialized(claim, lifecycle.as_registered(claim, node))
             return await self._register_node(claim, decision, node, initialized)
         elif isinstance(decision, ev.NodeClaimInitialized):
             claim = self.state.claims.get(decision.nodeclaim)
@@ -193,6 +198,14 @@ class SchedulerExecutor(BaseExecutor):
                 "could not nominate pods to their node",
                 extra={"nodeclaim": claim.name, "node": node, "errors": failed},
             )
+
+    def _as_observed_now(self, decision: ev.NodeClaimRegistered, node: dict[str, Any] | None) -> Any:
+        """The decision's Node as the state holds it now, if it is still the claim's (same providerID);
+        else ``node``, as the decision saw it."""
+        latest = self.state.nodes.get(decision.node)
+        if latest is None or (latest.get("spec") or {}).get("providerID") != decision.provider_id:
+            return node
+        return latest
 
     async def _register_node(
         self, claim: NodeClaim, decision: ev.NodeClaimRegistered, node: dict[str, Any], initialized: bool
