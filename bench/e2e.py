@@ -236,6 +236,21 @@ The session after that (2026-12-03, evening; the machine's speed swinging from r
     (``sandbox_waits``): p50 211 ms, p99 400 ms in a run at HEAD whose ``Planned -> Launched`` p99 was 1.11 s
     (all Running 6.33 s); the full ``make bench`` before it: 1.19 s, all Running 5.58 s.
 
+The session after (2026-12-03, night; a faster machine, 6.0-7.4 CPU s for the services)
+    The machine is saturated while the wave joins (two cores: the sandbox 0.55-0.7 of one, the scheduler
+    0.3-0.7, the pod-watcher 0.2-0.4, disruption 0.15-0.25, nats-server 0.15), so what tenon saves in CPU or
+    in waits it adds itself counts. Three waits went: the scheduler's tick (every 2 s) waited, holding the
+    consumer, for every registration carried out behind (1.06 s in a traced run: no Node was registered
+    meanwhile); its timeouts judge each claim alone, so it no longer waits (``ticks_by_lane``). About 100 of
+    159 registration patches were refused (409: the Node turned Ready while its pods were nominated), then
+    read and sent again; the patch now takes the Node as last observed (3-17 refusals per run). And deciding
+    every stepping claim again on each batch spent 40 % of its time deriving the same event ids (3.6 ->
+    1.6 ms per batch mid-wave). Three interleaved pairs against 7b7e3e2: all Running 5.07-5.30 s
+    (4.56-5.57 s), ``Launched -> Registered`` p99 1.20-1.82 s (1.38-2.30 s), ``Registered -> Initialized``
+    p99 81-98 ms (73-1,074 ms), ``Planned -> Launched`` p99 0.88-1.10 s (1.04-1.30 s); every log replays
+    with no difference. Tried and left out: snapshots every 100,000 records instead of 1,000 (the eight
+    1.5 MB snapshots of the wave): no change in CPU within the noise.
+
 Every wait gives up when nothing has moved for a while (no pod started for 120 s, no node removed for 60 s)
 and the figures then say what never happened, so ``make bench`` always ends. What limits the numbers is
 printed with them: the CPU seconds each process (sandbox, each service,
