@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import timedelta
+from typing import Any
 
 import msgspec
 
@@ -16,7 +18,7 @@ from proto import events as ev
 from proto import registry, subjects
 from proto.codec import encode
 from tenon.domain.projection import ClusterProjection
-from tenon.runtime.decider import BaseExecutor, Lane, claim_lane, lanes
+from tenon.runtime.decider import BaseExecutor, DeciderRuntime, Lane, claim_lane, lanes
 from tenon.runtime.eventlog.memory import InMemoryEventLog
 from tenon.runtime.eventlog.records import LogRecord
 from tenon.runtime.replay import replay
@@ -315,11 +317,25 @@ def abandoned(event_log: InMemoryEventLog) -> list[ev.NodeClaimAbandoned]:
     return [e for e in event_log.events() if isinstance(e, ev.NodeClaimAbandoned)]
 
 
-async def test_a_tick_does_not_hold_back_the_nodes_that_join_while_registrations_are_behind() -> None:
+TIMED_OUT = T0 + lifecycle.REGISTRATION_TIMEOUT + timedelta(minutes=1)
+"""A moment past the registration timeout of claims launched at ``T0``."""
+
+
+@asynccontextmanager
+async def claim_a_registration_held(
+    decider: SchedulerDecider,
+) -> AsyncIterator[tuple[InMemoryEventLog, HoldsOneRegistration, DeciderRuntime[Any]]]:
+    """Two launched claims, claim-a's Node joined and its registration under way, held (no ticks but the
+    test's own)."""
     event_log = await two_launched_claims_and_one_node()
     executor = HoldsOneRegistration("claim-a")
-    async with running(SchedulerDecider(), executor, event_log, tick_seconds=3600) as runtime:
+    async with running(decider, executor, event_log, tick_seconds=3600) as runtime:
         await until(lambda: executor.prepared["claim-a"] == 1, what="claim-a's registration under way")
+        yield event_log, executor, runtime
+
+
+async def test_a_tick_does_not_hold_back_the_nodes_that_join_while_registrations_are_behind() -> None:
+    async with claim_a_registration_held(SchedulerDecider()) as (event_log, executor, runtime):
         ticking = asyncio.create_task(runtime.tick(T0 + timedelta(minutes=1)))  # nothing timed out yet
         joined = node_joined("claim-b")
         await event_log.publish(registry.subject_of(joined), joined)
@@ -334,19 +350,15 @@ async def test_a_tick_does_not_hold_back_the_nodes_that_join_while_registrations
 
 
 async def test_a_tick_leaves_a_claim_whose_registration_is_behind_to_the_next_tick() -> None:
-    event_log = await two_launched_claims_and_one_node()
-    executor = HoldsOneRegistration("claim-a")
-    timed_out = T0 + lifecycle.REGISTRATION_TIMEOUT + timedelta(minutes=1)
-    async with running(SchedulerDecider(), executor, event_log, tick_seconds=3600) as runtime:
-        await until(lambda: executor.prepared["claim-a"] == 1, what="claim-a's registration under way")
-        await runtime.tick(timed_out)
+    async with claim_a_registration_held(SchedulerDecider()) as (event_log, executor, runtime):
+        await runtime.tick(TIMED_OUT)
         # claim-b's Node never joined: abandoned. claim-a's joined and its registration is on its way: as the
         # state folded so far has it, claim-a is only Launched, but the tick does not judge it on that
         assert [e.nodeclaim for e in abandoned(event_log)] == ["claim-b"]
         executor.release.set()
         await until(lambda: len(registered(event_log)) == 1, what="claim-a Registered")
         await until(lambda: caught_up(runtime))
-        await runtime.tick(timed_out)  # claim-a is Registered now: nothing more to abandon
+        await runtime.tick(TIMED_OUT)  # claim-a is Registered now: nothing more to abandon
     assert [e.nodeclaim for e in abandoned(event_log)] == ["claim-b"]
     report = replay(SchedulerDecider(), event_log.records())
     assert report.comparisons and not report.differing, [c.differences() for c in report.differing]
@@ -360,12 +372,8 @@ class AbandonsAsBarriers(SchedulerDecider):
 
 
 async def test_a_tick_that_decides_a_barrier_is_decided_on_the_whole_state() -> None:
-    event_log = await two_launched_claims_and_one_node()
-    executor = HoldsOneRegistration("claim-a")
-    timed_out = T0 + lifecycle.REGISTRATION_TIMEOUT + timedelta(minutes=1)
-    async with running(AbandonsAsBarriers(), executor, event_log, tick_seconds=3600) as runtime:
-        await until(lambda: executor.prepared["claim-a"] == 1, what="claim-a's registration under way")
-        ticking = asyncio.create_task(runtime.tick(timed_out))
+    async with claim_a_registration_held(AbandonsAsBarriers()) as (event_log, executor, runtime):
+        ticking = asyncio.create_task(runtime.tick(TIMED_OUT))
         executor.release.set()
         await ticking
         # a barrier may depend on any lane: the tick waited for claim-a's registration, judged it Registered

@@ -256,6 +256,20 @@ def test_a_registration_patch_that_replaces_a_list_is_bound_to_the_node_version_
     assert labels_only == {"metadata": {"labels": {"karpenter.sh/registered": "true"}}}
 
 
+async def launch_and_join(runtime: Any, event_log: InMemoryEventLog, node: dict[str, Any]) -> str:
+    """Once the runtime planned one claim: launched on ``p://a``, and ``node`` observed joining. Its name."""
+    [claim] = await until(
+        lambda: [n for n, c in runtime.state.claims.items() if c.planned], what="one claim planned"
+    )
+    launched = build_event(
+        ev.NodeClaimLaunched, "l", nodeclaim=claim, provider_id="p://a", instance_type="c3-8"
+    )
+    await append_to_claim(event_log, launched)
+    observed = build_event(ev.NodeObserved, "joined", change="added", node=node)
+    await event_log.publish(registry.subject_of(observed), observed)
+    return str(claim)
+
+
 class ChangesTheNodeWhileNominating(CountingKube):
     """Counts the requests; at the first nomination, the test's ``change`` runs first (the Node turns Ready
     while its pods are nominated, as it does under a busy API server)."""
@@ -301,15 +315,7 @@ async def test_a_node_observed_again_while_its_pods_are_nominated_is_patched_on_
             kube = ChangesTheNodeWhileNominating(client, turns_ready)
             async with running(SchedulerDecider(), SchedulerExecutor(kube), event_log) as runtime:
                 runtimes.append(runtime)
-                [claim] = await until(
-                    lambda: [n for n, c in runtime.state.claims.items() if c.planned], what="a claim planned"
-                )
-                launched = build_event(
-                    ev.NodeClaimLaunched, "l", nodeclaim=claim, provider_id="p://a", instance_type="c3-8"
-                )
-                await append_to_claim(event_log, launched)
-                observed = build_event(ev.NodeObserved, "joined", change="added", node=node)
-                await event_log.publish(registry.subject_of(observed), observed)
+                claim = await launch_and_join(runtime, event_log, node)
                 await until(lambda: runtime.state.claims[claim].initialized, what="the claim Initialized")
             stored = await client.get(NODES, "node-a")
             assert stored["spec"].get("taints", []) == []  # the not-ready taint is not put back

@@ -15,8 +15,8 @@ from tenon.runtime.kube import NODES, PODS, Kube, load_kube
 from tenon.services.scheduler.decider import SchedulerDecider
 from tenon.services.scheduler.nominations import without_own_nomination
 from tenon.services.scheduler.service import SchedulerExecutor
-from tests.scheduler.test_lifecycle_steps import joined
-from tests.support.events import append_to_claim, build_event
+from tests.scheduler.test_lifecycle_steps import joined, launch_and_join
+from tests.support.events import build_event
 from tests.support.objects import demo_facts, pending_batch, pending_pod
 from tests.support.services import running
 from tests.support.waiting import until
@@ -35,10 +35,6 @@ class OrderedKube(Kube):
         return await super().request(method, path, **kwargs)
 
 
-def planned(state: ClusterProjection) -> list[str]:
-    return [name for name, claim in state.claims.items() if claim.planned is not None]
-
-
 async def test_the_pods_planned_for_a_claim_are_nominated_to_its_node_before_its_taint_goes() -> None:
     async with running_sandbox(controllers=False) as sandbox:
         client = await load_kube(str(sandbox.workload_kubeconfig))
@@ -53,13 +49,7 @@ async def test_the_pods_planned_for_a_claim_are_nominated_to_its_node_before_its
                 await event_log.publish(registry.subject_of(fact), fact)
             await event_log.publish(subjects.PENDING, pending_batch("b", *pods, at=datetime.now(UTC)))
             async with running(SchedulerDecider(), SchedulerExecutor(kube), event_log) as runtime:
-                [claim] = await until(lambda: planned(runtime.state), what="one claim for both pods")
-                launched = build_event(
-                    ev.NodeClaimLaunched, "l", nodeclaim=claim, provider_id="p://a", instance_type="c3-8"
-                )
-                await append_to_claim(event_log, launched)
-                observed = build_event(ev.NodeObserved, "joined", change="added", node=node)
-                await event_log.publish(registry.subject_of(observed), observed)
+                claim = await launch_and_join(runtime, event_log, node)  # one claim for both pods
                 await until(lambda: runtime.state.claims[claim].registered, what="the claim registered")
             for pod in pods:
                 stored = await client.get(PODS, pod["metadata"]["name"], namespace="default")
