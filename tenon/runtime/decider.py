@@ -651,15 +651,17 @@ class DeciderRuntime(Generic[S]):
         """The tick's decisions, on the whole state (after every lane behind), except for a decider that
         ``ticks_by_lane``: decided at once, without what it decides for a lane still behind (decided again by
         the next tick, on that lane's whole story)."""
-        if not (self._behind and ticks_by_lane(self.decider)):
-            await self._caught_up_behind()
-            return await self._decided(TICK, lambda: list(self.decider.tick(self.state, moment)))
-        due = await self._decided(TICK, lambda: list(self.decider.tick(self.state, moment)))
-        steps = keyed_steps(self.decider, due)
-        if any(key is None for step in steps for key, _ in step):
-            await self._caught_up_behind()  # a barrier may depend on any lane: decided on the whole state
-            return await self._decided(TICK, lambda: list(self.decider.tick(self.state, moment)))
-        return [d for step in steps for key, lane in step if key not in self._behind for d in lane]
+
+        def decide() -> list[ev.Event]:
+            return list(self.decider.tick(self.state, moment))
+
+        if self._behind and ticks_by_lane(self.decider):
+            steps = keyed_steps(self.decider, await self._decided(TICK, decide))
+            # a barrier may depend on any lane: then decided again on the whole state
+            if all(key is not None for step in steps for key, _ in step):
+                return [d for step in steps for key, lane in step if key not in self._behind for d in lane]
+        await self._caught_up_behind()
+        return await self._decided(TICK, decide)
 
     async def _tick_forever(self) -> None:
         while True:
