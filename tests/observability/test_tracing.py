@@ -43,6 +43,18 @@ with consume_span("tenon.pending", headers, "scheduler", 42):
 provider.shutdown()
 """
 
+CARRIER = """
+import json
+from tenon.runtime.eventlog.tracing import consume_span, inject, publish_span
+parent = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+with consume_span("tenon.pending", parent, "scheduler", 7):
+    with publish_span("tenon.nodeclaim.default-abc12", "NodeClaimPlanned"):
+        inside = inject({})
+with publish_span("tenon.pending", "PendingBatch"):
+    outside = inject({})
+print(json.dumps([inside, outside]))
+"""
+
 
 @dataclass
 class ReceivedSpan:
@@ -165,6 +177,14 @@ async def test_console_exporter_prints_spans_as_json(collector: CollectorStub) -
     assert '"name": "tenon.pending publish"' in out
     assert '"service.name": "pod-watcher"' in out
     assert collector.spans == []
+
+
+async def test_a_process_that_records_nothing_still_carries_its_callers_trace_and_adds_none_of_its_own() -> (
+    None
+):
+    inside, outside = json.loads(await _python(CARRIER, env=_env()))
+    assert inside["traceparent"].startswith("00-4bf92f3577b34da6a3ce929d0e0e4736-")
+    assert outside == {}
 
 
 def test_none_disabled_or_unset_installs_nothing() -> None:

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 from opentelemetry import context as otel_context
@@ -29,8 +30,12 @@ _tracer = trace.get_tracer("tenon.eventlog")
 
 
 def inject(headers: dict[str, str]) -> dict[str, str]:
-    """Add the current trace context to ``headers`` (in place) and return them."""
-    propagate.inject(headers)
+    """Add the current trace context to ``headers`` (in place) and return them. An empty context (no span,
+    no baggage: a watch's publishes, a tick's) carries nothing, whatever the propagators: it is not asked
+    (asking cost a sixth of a sequential publish's time, ~15 us of ~210)."""
+    context = otel_context.get_current()
+    if context:
+        propagate.inject(headers, context=context)
     return headers
 
 
@@ -39,12 +44,11 @@ def _recording() -> bool:
     return type(trace.get_tracer_provider()).__name__ not in {"ProxyTracerProvider", "NoOpTracerProvider"}
 
 
-@contextlib.contextmanager
-def publish_span(subject: str, event_type: str) -> Iterator[None]:
+def publish_span(subject: str, event_type: str) -> AbstractContextManager[object]:
     if not _recording():
-        yield  # nothing would record it; the caller's context (if any) is still injected into the headers
-        return
-    with _tracer.start_as_current_span(
+        # nothing would record it; the caller's context (if any) is still injected into the headers
+        return contextlib.nullcontext()
+    return _tracer.start_as_current_span(
         f"{subject} publish",
         kind=SpanKind.PRODUCER,
         attributes={
@@ -52,8 +56,7 @@ def publish_span(subject: str, event_type: str) -> Iterator[None]:
             "messaging.destination.name": subject,
             "tenon.event.type": event_type,
         },
-    ):
-        yield
+    )
 
 
 @contextlib.contextmanager
