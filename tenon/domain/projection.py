@@ -133,12 +133,17 @@ class ClusterProjection:
         if running.every is None:
             gathered: list[Pod] = []
             for node in sorted(self.pods_by_node):
-                found = running.by_node.get(node)
-                if found is None:
-                    found = running.by_node[node] = self._parse_running_on(node)
-                gathered += found
+                gathered += self.running_on(node)
             running.every = tuple(gathered)
         return running.every
+
+    def running_on(self, node: str) -> tuple[Pod, ...]:
+        """The running pods bound to ``node`` as the scheduling core reads them (kept as :meth:`running_pods`
+        keeps them)."""
+        found = self.running.by_node.get(node)
+        if found is None:
+            found = self.running.by_node[node] = self._parse_running_on(node)
+        return found
 
     def _parse_running_on(self, node: str) -> tuple[Pod, ...]:
         pods = self.pods_by_node.get(node) or {}

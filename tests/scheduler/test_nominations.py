@@ -3,7 +3,7 @@ so the kube-scheduler keeps the plan; offered again all the same, a pod is plann
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from devtools.sandbox.testing import running_sandbox
@@ -13,7 +13,7 @@ from tenon.domain.projection import ClusterProjection
 from tenon.runtime.eventlog.memory import InMemoryEventLog
 from tenon.runtime.kube import NODES, PODS, Kube, load_kube
 from tenon.services.scheduler.decider import SchedulerDecider
-from tenon.services.scheduler.nominations import without_own_nomination
+from tenon.services.scheduler.nominations import overcommitted, without_own_nomination
 from tenon.services.scheduler.service import SchedulerExecutor
 from tests.scheduler.test_lifecycle_steps import joined, launch_and_join
 from tests.support.events import build_event
@@ -83,3 +83,95 @@ def test_a_pod_offered_again_on_its_own_nomination_is_planned_as_any_pending_pod
     assert "nominatedNodeName" not in without_own_nomination(projection, ours)["status"]
     # a nomination tenon did not write (the kube-scheduler's preemption) still says the pod is being placed
     assert without_own_nomination(projection, preempting) is preempting
+
+
+def _node_a(allocatable: dict[str, str] | None) -> dict[str, Any]:
+    status: dict[str, Any] = {"conditions": [{"type": "Ready", "status": "True"}]}
+    if allocatable is not None:
+        status["allocatable"] = allocatable
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "node-a", "labels": {}},
+        "spec": {"providerID": "p://a"},
+        "status": status,
+    }
+
+
+def _running_on_node_a(name: str, cpu: str) -> dict[str, Any]:
+    pod = pending_pod(name, cpu)
+    pod["spec"]["nodeName"] = "node-a"
+    pod["status"] = {"phase": "Running"}
+    return pod
+
+
+def _waiting_on_node_a(
+    allocatable: dict[str, str] | None, running: list[dict[str, Any]], waiting: list[dict[str, Any]]
+) -> ClusterProjection:
+    """Node node-a with ``running`` pods bound to it, and ``waiting`` pods offered pending."""
+    projection = ClusterProjection()
+    story: list[ev.Event] = [
+        build_event(ev.NodeObserved, "node-a", change="added", node=_node_a(allocatable))
+    ]
+    story += [
+        build_event(ev.BoundPodObserved, f"bound-{i}", change="added", pod=p) for i, p in enumerate(running)
+    ]
+    story.append(pending_batch("b", *waiting))
+    for sequence, event in enumerate(story, start=1):
+        projection.apply(event, sequence)
+    return projection
+
+
+FOUR_CPUS = {"cpu": "4", "memory": "16Gi", "pods": "110"}
+
+
+def test_nominations_a_node_can_honour_together_are_all_kept() -> None:
+    waiting = [pending_pod(f"web-{i}", "1") for i in range(3)]
+    projection = _waiting_on_node_a(FOUR_CPUS, [_running_on_node_a("ds", "100m")], waiting)
+    keys = [f"default/web-{i}" for i in range(3)]
+    assert overcommitted(projection, "node-a", keys) == []
+
+
+def test_when_others_took_a_nodes_slack_the_smallest_nominated_pods_that_fit_keep_their_nomination() -> None:
+    waiting = [pending_pod("web-0", "2"), pending_pod("web-1", "1"), pending_pod("web-2", "1")]
+    # another claim's pod landed on node-a before the nominations were read: 2.5 CPUs left for 4 nominated
+    projection = _waiting_on_node_a(FOUR_CPUS, [_running_on_node_a("intruder", "1500m")], waiting)
+    keys = ["default/web-0", "default/web-1", "default/web-2"]
+    assert overcommitted(projection, "node-a", keys) == ["default/web-0"]
+
+
+def test_a_node_whose_room_cannot_be_read_keeps_every_nomination() -> None:
+    waiting = [pending_pod("web-0", "2")]
+    projection = _waiting_on_node_a(None, [_running_on_node_a("intruder", "8")], waiting)
+    assert overcommitted(projection, "node-a", ["default/web-0"]) == []
+
+
+async def test_a_tick_clears_the_nominations_a_node_can_no_longer_honour_and_keeps_the_others() -> None:
+    async with running_sandbox(controllers=False) as sandbox:
+        kube = await load_kube(str(sandbox.workload_kubeconfig))
+        try:
+            pods = [pending_pod("web-0", "1"), pending_pod("web-1", "1")]
+            for pod in pods:
+                await kube.create(PODS, pod, namespace="default")
+            joining = joined(ready=True)
+            joining["status"]["allocatable"] = {"cpu": "2500m", "memory": "16Gi", "pods": "110"}
+            node = await kube.create(NODES, {"apiVersion": "v1", "kind": "Node", **joining})
+            event_log = InMemoryEventLog()
+            for fact in demo_facts():
+                await event_log.publish(registry.subject_of(fact), fact)
+            await event_log.publish(subjects.PENDING, pending_batch("b", *pods, at=datetime.now(UTC)))
+            async with running(SchedulerDecider(), SchedulerExecutor(kube), event_log) as runtime:
+                claim = await launch_and_join(runtime, event_log, node)  # one claim for both pods
+                await until(lambda: runtime.state.claims[claim].initialized, what="the claim initialized")
+                # another claim's pod took node-a's slack before the nominations were read: 1.5 CPUs left
+                intruder = _running_on_node_a("intruder", "1")
+                landed = build_event(ev.BoundPodObserved, "intruder", change="added", pod=intruder)
+                await event_log.publish(registry.subject_of(landed), landed)
+                await until(lambda: "default/intruder" in runtime.state.bound_pods, what="the intruder")
+                await runtime.tick(datetime.now(UTC) + timedelta(seconds=2))
+            web_0 = await kube.get(PODS, "web-0", namespace="default")
+            web_1 = await kube.get(PODS, "web-1", namespace="default")
+            assert web_0["status"]["nominatedNodeName"] == "node-a"
+            assert "nominatedNodeName" not in web_1["status"]
+        finally:
+            await kube.close()

@@ -19,7 +19,7 @@ went to a pod of higher priority, or a DaemonSet pod the plan did not know) come
 and is then planned as any pending pod (:func:`without_own_nomination`): a nomination tenon wrote is not
 read as "the kube-scheduler is placing it" (which a preemption's nomination is).
 
-**A known gap: nominations that no longer hold.** A nomination holds room: the kube-scheduler counts every
+**Nominations that no longer hold.** A nomination holds room: the kube-scheduler counts every
 pod nominated to a node against the others it tries there. When a Node's slack went to pods of other claims
 before its own pods' nominations were read (the kube-scheduler's pod and node informers are not ordered), its
 nominated pods may no longer all fit, and each, tried there, finds the room held by the others: none lands
@@ -31,12 +31,23 @@ sandbox behaves as 1.34 does. Clearing the nomination of every pod planned again
 (2026-12-03): hundreds of pods per batch in the scale run's waves lost theirs while their Nodes came up, and
 its 4,000-pod wave took 90 s instead of 35 s. Moving it to the Node the new plan chose was worse: a
 nomination tenon did not write at a registration reads as someone else's (a preemption's, whose pod nothing
-is provisioned for), and five pods were never planned again. What would hold: clearing only the nominations
-of a Node that cannot take all the pods nominated to it. Not built.
+is provisioned for), and five pods were never planned again.
+
+What holds (2026-12-03, late night): clearing only the nominations a Node cannot honour
+(:func:`overcommitted`). Once its claim has
+been initialized for :data:`~tenon.services.scheduler.reoffers.SETTLE_GRACE` (the kube-scheduler had its
+chance), the pods tenon nominated to a Node that still wait are weighed against what the Node has left
+(allocatable minus its running pods): the smallest are kept nominated while they fit, and the others' are
+cleared, so the kept ones land and the rest are placed wherever there is room or offered and planned again.
+The service clears them on its tick, for the nominations it wrote in its term (a nomination it does not know
+it wrote is left alone: it acts only on what it knows). Nothing is cleared while all of them fit, so a wave
+whose Nodes kept their room sees no change. The same clears the nominations of a plan the Node turned out
+too small for (its allocatable below what the catalog said), which would otherwise hold each other off it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from tenon.domain.nodeclaim import NodeClaim
@@ -73,3 +84,70 @@ def without_own_nomination(projection: ClusterProjection, pod: KubeObject) -> Ku
     if claim is None or claim.planned is None or object_key(pod) not in claim.planned.pods:
         return pod
     return {**pod, "status": {k: v for k, v in status.items() if k != "nominatedNodeName"}}
+
+
+def _requests(projection: ClusterProjection, key: str) -> dict[str, int] | None:
+    pod = projection.pending.get(key)
+    part = projection.parse("Pending", key, pod).part if pod is not None else None
+    if part is None or len(part.pods) != 1:
+        return None
+    return {**part.pods[0].requests, "pods": 1}
+
+
+def _left_on(projection: ClusterProjection, name: str) -> dict[str, int] | None:
+    """What the Node ``name`` has left for pods, for each resource its allocatable names: that minus its
+    running pods' requests."""
+    node = projection.nodes.get(name)
+    part = projection.parse("Node", name, node).part if node is not None else None
+    if part is None or len(part.nodes) != 1 or not part.nodes[0].allocatable:
+        return None
+    left = dict(part.nodes[0].allocatable)
+    for pod in projection.running_on(name):
+        _take({**pod.requests, "pods": 1}, left)
+    return left
+
+
+def _fits(requests: dict[str, int], left: dict[str, int]) -> bool:
+    """Whether ``requests`` fit in ``left`` (only what the Node's allocatable names is weighed)."""
+    return all(amount <= left[resource] for resource, amount in requests.items() if resource in left)
+
+
+def _take(requests: dict[str, int], left: dict[str, int]) -> None:
+    for resource, amount in requests.items():
+        if resource in left:
+            left[resource] -= amount
+
+
+def overcommitted(projection: ClusterProjection, node: str, nominated: Sequence[str]) -> list[str]:
+    """Of the waiting pods ``nominated`` to ``node``, those whose nomination to clear. None when they fit
+    together in what the Node has left; else each of them, tried there, would find the room held by the
+    others and none would land, so the smallest are kept while they fit (as many as can land) and the rest
+    are returned. Nothing when the Node's room or a pod's requests cannot be read: a nomination is cleared
+    on positive evidence only."""
+    left = _left_on(projection, node)
+    if left is None:
+        return []
+    known: dict[str, dict[str, int]] = {}
+    for key in nominated:
+        requests = _requests(projection, key)
+        if requests is None:
+            return []
+        known[key] = requests
+    together: dict[str, int] = {}
+    for requests in known.values():
+        for resource, amount in requests.items():
+            together[resource] = together.get(resource, 0) + amount
+    if _fits(together, left):
+        return []
+    cleared: set[str] = set()
+    for key in sorted(known, key=lambda k: (known[k].get("cpu", 0), known[k].get("memory", 0), k)):
+        if _fits(known[key], left):
+            _take(known[key], left)
+        else:
+            cleared.add(key)
+    return [key for key in nominated if key in cleared]
+
+
+def clearing_patch() -> dict[str, object]:
+    """The pod status merge patch that removes a nomination."""
+    return {"status": {"nominatedNodeName": None}}

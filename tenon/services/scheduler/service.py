@@ -41,7 +41,7 @@ from tenon.runtime.service import (
     in_cluster_or,
 )
 from tenon.runtime.settings import setting
-from tenon.services.scheduler import lifecycle, nominations
+from tenon.services.scheduler import lifecycle, nominations, reoffers
 from tenon.services.scheduler.decider import SchedulerDecider
 from tenon.services.scheduler.nodepools import nodepool_status
 from tenon.services.scheduler.objects import NodeClaimObjects
@@ -95,6 +95,8 @@ class SchedulerExecutor(BaseExecutor):
         self._nodepool_status: dict[str, Any] = {}
         self._labelled_initialized: set[str] = set()
         """Nodes whose registration patch carried the initialized label (their Initialized needs no patch)."""
+        self._nominated: dict[str, str] = {}
+        """Pod key -> the Node this term nominated it to, while it waits (:mod:`.nominations`)."""
 
     @property
     def state(self) -> ClusterProjection:
@@ -169,6 +171,7 @@ class SchedulerExecutor(BaseExecutor):
 
     async def ticked(self, now: datetime) -> None:
         await self.sync_nodepools()
+        await self._clear_overcommitted(now)
 
     async def _nominate(self, claim: NodeClaim, node: str) -> None:
         """Nominate the claim's waiting pods to its Node before the Node loses its unregistered taint (so
@@ -193,11 +196,50 @@ class SchedulerExecutor(BaseExecutor):
             for key, r in zip(keys, results, strict=True)
             if isinstance(r, BaseException) and not (isinstance(r, KubeApiError) and r.status == 404)
         }
+        for key, result in zip(keys, results, strict=True):
+            if not isinstance(result, BaseException):
+                self._nominated[key] = node
         if failed:
             log.warning(
                 "could not nominate pods to their node",
                 extra={"nodeclaim": claim.name, "node": node, "errors": failed},
             )
+
+    async def _clear_overcommitted(self, now: datetime) -> None:
+        """Clear the nominations this term wrote that their Node cannot honour together
+        (:func:`.nominations.overcommitted`), once its claim has been initialized for
+        :data:`.reoffers.SETTLE_GRACE`; forget the pods that no longer wait."""
+        state = self.state
+        by_node: dict[str, list[str]] = {}
+        for key, node in list(self._nominated.items()):
+            if key in state.bound_pods or not state.still_pending(key, now):
+                del self._nominated[key]
+            else:
+                by_node.setdefault(node, []).append(key)
+        for node, keys in by_node.items():
+            claim = state.claims.registered_to(node)
+            if claim is None or claim.initialized is None:
+                continue
+            if claim.initialized.decided_at + reoffers.SETTLE_GRACE > now:
+                continue
+            cleared = nominations.overcommitted(state, node, keys)
+            if not cleared:
+                continue
+            log.warning(
+                "nominations cleared: the node cannot take every pod nominated to it",
+                extra={"nodeclaim": claim.name, "node": node, "nominated": len(keys), "cleared": cleared},
+            )
+            for key in cleared:
+                namespace, name = key.split("/", 1)
+                try:
+                    await self.kube.patch(
+                        PODS, name, nominations.clearing_patch(), namespace=namespace, subresource="status"
+                    )
+                except KubeApiError as exc:
+                    if exc.status != 404:
+                        log.warning("could not clear a nomination", extra={"pod": key, "error": str(exc)})
+                        continue
+                del self._nominated[key]
 
     def _as_observed_now(self, decision: ev.NodeClaimRegistered, node: dict[str, Any] | None) -> Any:
         """The decision's Node as the state holds it now, if it is still the claim's (same providerID);
