@@ -295,6 +295,22 @@ Runs 33-34 (2026-12-03, evening; the sandbox's work queues given fair slices, se
     (p50 40 s, p99 172 s; 2,406 nodes; the sandbox 158 CPU s in it, the scheduler 63, the pod-watcher 16,
     disruption 17, the launcher 12; decision per batch p50 1.46 s, max 3.5 s), churn 4.6-126 s, zero 69 s;
     highest service peak RSS 354 MiB (the scheduler), the sandbox 1,063 MiB.
+
+Runs 35-37 (2026-12-03, late night; a fast machine, load 1.7-3.4; 8-9 minutes each)
+    Run 35 (e49b327): every target met, no leadership lost. The 1k wave 8.4 s, the 4k 32.1 s, the 10k 72 s
+    (p50 49 s, p99 68 s; 2,358 nodes; the sandbox 62 CPU s in it, the scheduler 22, the pod-watcher 9.1,
+    disruption 7.7, the launcher 6.0; decision per batch p50 0.82 s, max 2.3 s), churn 6.3-141 s, zero 57 s;
+    highest service VmHWM 338 MiB (disruption; the scheduler 334 MiB), the sandbox 1,028 MiB. From 1k to 10k
+    pods (6x the pods added): the scheduler's CPU x9.6, disruption's x9.0, the launcher's x7.8, the
+    pod-watcher's x6.4, the log x7.0. The slow churn wave (churn-3, 141 s, p99 133 s) is the sandbox's: 140
+    CPU s in it against 7 for the scheduler. Runs 36 and 37 (92ec257: nominations a Node cannot honour
+    together are cleared; none was cleared in either run): run 36's 10k wave gave up at 9,999 Running after
+    264 s. The pod left, a hostname-anti-affine one, was nominated to its claim's Node at registration, did
+    not land there, and was planned four times onto another existing Node, where the sandbox's scheduler
+    did not place it either (the planner and the kube-scheduler disagreeing about room on existing Nodes:
+    not found yet). Run 37: every target met; the 10k wave 140 s (p50 95 s, p99 137 s; the sandbox 127 CPU
+    s in it, the scheduler 49), churn 5.7-136 s, zero 73 s, highest service VmHWM 488 MiB (the scheduler).
+    The 10k wave's length follows the sandbox's CPU (62, 163, 127 s) from run to run.
 """
 
 from __future__ import annotations
