@@ -306,11 +306,16 @@ Runs 35-37 (2026-12-03, late night; a fast machine, load 1.7-3.4; 8-9 minutes ea
     CPU s in it against 7 for the scheduler. Runs 36 and 37 (92ec257: nominations a Node cannot honour
     together are cleared; none was cleared in either run): run 36's 10k wave gave up at 9,999 Running after
     264 s. The pod left, a hostname-anti-affine one, was nominated to its claim's Node at registration, did
-    not land there, and was planned four times onto another existing Node, where the sandbox's scheduler
-    did not place it either (the planner and the kube-scheduler disagreeing about room on existing Nodes:
-    not found yet). Run 37: every target met; the 10k wave 140 s (p50 95 s, p99 137 s; the sandbox 127 CPU
-    s in it, the scheduler 49), churn 5.7-136 s, zero 73 s, highest service VmHWM 488 MiB (the scheduler).
-    The 10k wave's length follows the sandbox's CPU (62, 163, 127 s) from run to run.
+    not land there, and was planned five times onto another existing Node, where the sandbox's scheduler
+    did not place it either. Read from the log: each of those Nodes had pods of the same batch nominated to
+    it (offered again past their grace, so re-planned, so no longer holding their claim's room in the
+    plan), which the kube-scheduler still placed there by their nomination; the last time, an anti-affine
+    pod nominated to that Node bound there 0.1 s before the plan put the pod beside it. A pod offered again
+    that still fits the Node it is nominated to should keep holding that room in the plan (and only one
+    that no longer fits there be planned again): not built yet. Run 37: every target met; the 10k wave 140 s
+    (p50 95 s, p99 137 s; the sandbox 127 CPU s in it, the scheduler 49), churn 5.7-136 s, zero 73 s, highest
+    service VmHWM 488 MiB (the scheduler). The 10k wave's length follows the sandbox's CPU (62, 163, 127 s)
+    from run to run.
 """
 
 from __future__ import annotations
