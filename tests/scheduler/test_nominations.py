@@ -35,19 +35,28 @@ class OrderedKube(Kube):
         return await super().request(method, path, **kwargs)
 
 
+async def two_pods_offered_and_node_a(
+    kube: Kube, joining: dict[str, Any]
+) -> tuple[list[dict[str, Any]], dict[str, Any], InMemoryEventLog]:
+    """web-0 and web-1 (1 CPU each) pending in the API server, the Node ``joining`` created there, and a log
+    holding the demo's facts and a batch offering both pods."""
+    pods = [pending_pod("web-0", "1"), pending_pod("web-1", "1")]
+    for pod in pods:
+        await kube.create(PODS, pod, namespace="default")
+    node = await kube.create(NODES, {"apiVersion": "v1", "kind": "Node", **joining})
+    event_log = InMemoryEventLog()
+    for fact in demo_facts():
+        await event_log.publish(registry.subject_of(fact), fact)
+    await event_log.publish(subjects.PENDING, pending_batch("b", *pods, at=datetime.now(UTC)))
+    return pods, node, event_log
+
+
 async def test_the_pods_planned_for_a_claim_are_nominated_to_its_node_before_its_taint_goes() -> None:
     async with running_sandbox(controllers=False) as sandbox:
         client = await load_kube(str(sandbox.workload_kubeconfig))
         kube = OrderedKube(client)
         try:
-            pods = [pending_pod("web-0", "1"), pending_pod("web-1", "1")]
-            for pod in pods:
-                await client.create(PODS, pod, namespace="default")
-            node = await client.create(NODES, {"apiVersion": "v1", "kind": "Node", **joined(ready=True)})
-            event_log = InMemoryEventLog()
-            for fact in demo_facts():
-                await event_log.publish(registry.subject_of(fact), fact)
-            await event_log.publish(subjects.PENDING, pending_batch("b", *pods, at=datetime.now(UTC)))
+            pods, node, event_log = await two_pods_offered_and_node_a(client, joined(ready=True))
             async with running(SchedulerDecider(), SchedulerExecutor(kube), event_log) as runtime:
                 claim = await launch_and_join(runtime, event_log, node)  # one claim for both pods
                 await until(lambda: runtime.state.claims[claim].registered, what="the claim registered")
@@ -150,16 +159,9 @@ async def test_a_tick_clears_the_nominations_a_node_can_no_longer_honour_and_kee
     async with running_sandbox(controllers=False) as sandbox:
         kube = await load_kube(str(sandbox.workload_kubeconfig))
         try:
-            pods = [pending_pod("web-0", "1"), pending_pod("web-1", "1")]
-            for pod in pods:
-                await kube.create(PODS, pod, namespace="default")
             joining = joined(ready=True)
             joining["status"]["allocatable"] = {"cpu": "2500m", "memory": "16Gi", "pods": "110"}
-            node = await kube.create(NODES, {"apiVersion": "v1", "kind": "Node", **joining})
-            event_log = InMemoryEventLog()
-            for fact in demo_facts():
-                await event_log.publish(registry.subject_of(fact), fact)
-            await event_log.publish(subjects.PENDING, pending_batch("b", *pods, at=datetime.now(UTC)))
+            _, node, event_log = await two_pods_offered_and_node_a(kube, joining)
             async with running(SchedulerDecider(), SchedulerExecutor(kube), event_log) as runtime:
                 claim = await launch_and_join(runtime, event_log, node)  # one claim for both pods
                 await until(lambda: runtime.state.claims[claim].initialized, what="the claim initialized")
