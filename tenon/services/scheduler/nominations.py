@@ -19,30 +19,36 @@ went to a pod of higher priority, or a DaemonSet pod the plan did not know) come
 and is then planned as any pending pod (:func:`without_own_nomination`): a nomination tenon wrote is not
 read as "the kube-scheduler is placing it" (which a preemption's nomination is).
 
-**Nominations that no longer hold.** A nomination holds room: the kube-scheduler counts every
-pod nominated to a node against the others it tries there. When a Node's slack went to pods of other claims
-before its own pods' nominations were read (the kube-scheduler's pod and node informers are not ordered), its
-nominated pods may no longer all fit, and each, tried there, finds the room held by the others: none lands
-until a nomination changes (on a slow run of the 1,000-pod e2e, eight such pods held each other off two
-Nodes from 6 s to 20 s, when a new claim's registration moved three of them). The kube-scheduler of 1.34
-does not clear a nomination after a failure ("external components ... are responsible for managing this
-field", kubernetes#133276); 1.35 clears it again on a scheduling or binding failure (kubernetes#135007); the
-sandbox behaves as 1.34 does. Clearing the nomination of every pod planned again on another node was tried
-(2026-12-03): hundreds of pods per batch in the scale run's waves lost theirs while their Nodes came up, and
-its 4,000-pod wave took 90 s instead of 35 s. Moving it to the Node the new plan chose was worse: a
-nomination tenon did not write at a registration reads as someone else's (a preemption's, whose pod nothing
-is provisioned for), and five pods were never planned again.
+**Nominations that no longer hold.** A nomination holds room: the kube-scheduler counts every pod nominated to
+a node against the others it tries there. When a Node's slack went to pods of other claims before its own
+pods' nominations were read (the kube-scheduler's pod and node informers are not ordered), its nominated pods
+may no longer all fit, and each, tried there, finds the room held by the others: none lands until a nomination
+changes (on a slow run of the 1,000-pod e2e, eight such pods held each other off two Nodes from 6 s to 20 s,
+when a new claim's registration moved three of them). The kube-scheduler of 1.34 does not clear a nomination
+after a failure ("external components ... are responsible for managing this field", kubernetes#133276); 1.35
+clears it again on a scheduling or binding failure (kubernetes#135007); the sandbox behaves as 1.34 does.
+Clearing the nomination of every pod planned again on another node was tried (2026-12-03): hundreds of pods
+per batch in the scale run's waves lost theirs while their Nodes came up, and its 4,000-pod wave took 90 s
+instead of 35 s. Moving it to the Node the new plan chose was worse: a nomination tenon did not write at a
+registration reads as someone else's (a preemption's, whose pod nothing is provisioned for), and five pods
+were never planned again.
 
 What holds (2026-12-03, late night): clearing only the nominations a Node cannot honour
-(:func:`overcommitted`). Once its claim has
-been initialized for :data:`~tenon.services.scheduler.reoffers.SETTLE_GRACE` (the kube-scheduler had its
-chance), the pods tenon nominated to a Node that still wait are weighed against what the Node has left
-(allocatable minus its running pods): the smallest are kept nominated while they fit, and the others' are
-cleared, so the kept ones land and the rest are placed wherever there is room or offered and planned again.
-The service clears them on its tick, for the nominations it wrote in its term (a nomination it does not know
-it wrote is left alone: it acts only on what it knows). Nothing is cleared while all of them fit, so a wave
-whose Nodes kept their room sees no change. The same clears the nominations of a plan the Node turned out
-too small for (its allocatable below what the catalog said), which would otherwise hold each other off it.
+(:func:`overcommitted`). Once its claim has been initialized for
+:data:`~tenon.services.scheduler.reoffers.SETTLE_GRACE` (the kube-scheduler had its chance), the pods tenon
+nominated to a Node that still wait are weighed against what the Node has left (allocatable minus its running
+pods): the smallest are kept nominated while they fit, and the others' are cleared, so the kept ones land and
+the rest are placed wherever there is room or offered and planned again. The service clears them on its tick,
+for the nominations it wrote in its term (a nomination it does not know it wrote is left alone: it acts only
+on what it knows). Nothing is cleared while all of them fit, so a wave whose Nodes kept their room sees no
+change. The same clears the nominations of a plan the Node turned out too small for (its allocatable below
+what the catalog said), which would otherwise hold each other off it.
+
+**Still open:** a pod offered again past its grace (:mod:`.reoffers`) is planned again, so in the plan it no
+longer holds the room of the Node it is nominated to, while the kube-scheduler still places it there by its
+nomination; another pod the plan puts on that Node may then find it taken (a scale run's 10,000-pod wave left
+one pod pending so: ``bench/scale.py``, run 36). Such a pod that still fits its Node should keep holding that
+room in the plan.
 """
 
 from __future__ import annotations
