@@ -191,14 +191,12 @@ class SchedulerExecutor(BaseExecutor):
             ),
             return_exceptions=True,
         )
-        failed = {
-            key: str(r)
-            for key, r in zip(keys, results, strict=True)
-            if isinstance(r, BaseException) and not (isinstance(r, KubeApiError) and r.status == 404)
-        }
+        failed: dict[str, str] = {}
         for key, result in zip(keys, results, strict=True):
             if not isinstance(result, BaseException):
                 self._nominated[key] = node
+            elif not (isinstance(result, KubeApiError) and result.status == 404):
+                failed[key] = str(result)
         if failed:
             log.warning(
                 "could not nominate pods to their node",
