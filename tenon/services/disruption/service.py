@@ -36,6 +36,7 @@ from tenon.runtime.service import (
     in_cluster_or,
 )
 from tenon.runtime.settings import setting
+from tenon.runtime.tasks import cancel_and_wait
 from tenon.services.disruption.decider import DisruptionDecider, request
 from tenon.services.disruption.due import due_index
 from tenon.services.disruption.projection_view import DisruptionState
@@ -107,9 +108,7 @@ class DisruptionExecutor(BaseExecutor):
 
     async def stop(self) -> None:
         tasks = [t for t in (self._watch, *self.terminations.values(), *self._explaining) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(tasks)
 
     async def recorded(self, decision: ev.Event, cause: ev.Event | None) -> None:
         if isinstance(decision, ev.DisruptionDecision):

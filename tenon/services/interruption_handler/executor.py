@@ -25,6 +25,7 @@ from proto import registry, subjects
 from tenon.runtime.decider import BaseExecutor, DeciderRuntime
 from tenon.runtime.eventlog.factories import make_event
 from tenon.runtime.observability import metrics
+from tenon.runtime.tasks import cancel_and_wait
 from tenon.services.interruption_handler.decider import DEADLETTER_STREAM, PRODUCER
 from tenon.services.interruption_handler.sqs import InterruptionQueue, QueueError, Received, in_daemon_thread
 from tenon.services.interruption_handler.state import HandlerState
@@ -56,8 +57,7 @@ class InterruptionExecutor(BaseExecutor):
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel_and_wait([self._task])
             self._task = None
 
     async def _run(self) -> None:

@@ -58,6 +58,7 @@ from tenon.runtime.eventlog.factories import make_event
 from tenon.runtime.kube import MACHINEDEPLOYMENTS, MACHINES, NODECLAIMS, Kube, KubeApiError
 from tenon.runtime.kube.events import post_event
 from tenon.runtime.kube.resources import JSON_PATCH, ResourceRef
+from tenon.runtime.tasks import cancel_and_wait
 from tenon.services.launcher_capi.catalog import EVENT_COMPONENT
 from tenon.services.launcher_capi.catalog_publisher import CatalogPublisher
 from tenon.services.launcher_capi.observations import (
@@ -210,9 +211,7 @@ class LauncherExecutor(BaseExecutor):
         )
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
 
     @property

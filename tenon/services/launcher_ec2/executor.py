@@ -36,6 +36,7 @@ from tenon.runtime.decider import BaseExecutor, DeciderRuntime
 from tenon.runtime.eventlog import EventLog, TransientError
 from tenon.runtime.eventlog.factories import make_event
 from tenon.runtime.kube import NODECLAIMS, Kube, KubeApiError
+from tenon.runtime.tasks import cancel_and_wait
 from tenon.services.launcher_ec2 import names
 from tenon.services.launcher_ec2.aws import Aws, AwsError, tag_specifications
 from tenon.services.launcher_ec2.catalog_publisher import CatalogPublisher, PublisherSettings
@@ -119,9 +120,7 @@ class Ec2Executor(BaseExecutor):
         )
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
 
     # --- hooks --------------------------------------------------------------------------------------------

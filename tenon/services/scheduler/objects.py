@@ -37,6 +37,7 @@ from tenon.domain.explain import LoggedEvent, explain_nodeclaim, nodeclaim_event
 from tenon.domain.projection import ClusterProjection
 from tenon.runtime.kube import NODECLAIMS, Kube, KubeApiError
 from tenon.runtime.kube.events import post_event
+from tenon.runtime.tasks import cancel_and_wait
 from tenon.services.scheduler.nodeclaims import CONDITIONS, nodeclaim_spec, nodeclaim_status
 
 log = logging.getLogger("tenon.scheduler.objects")
@@ -87,9 +88,7 @@ class NodeClaimObjects:
         ]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks)
 
     @contextlib.contextmanager
     def giving_way(self) -> Iterator[None]:
