@@ -239,6 +239,68 @@ def test_nodes_that_emptied_while_a_queue_settled_are_proposed_when_it_is_confir
     assert confirmed_too.stage == "confirmed" and len(more) == 1
 
 
+def pods_gone(at: Any, nodes: dict[int, str]) -> list[ev.Event]:
+    """The workload's pods (node index -> pod name) observed removed from their nodes ``at``."""
+    return [
+        build_event(
+            ev.BoundPodObserved,
+            f"gone-{i}",
+            at=at,
+            change="removed",
+            pod={**app_pod(pod), "spec": {"nodeName": f"node-{i}"}},
+        )
+        for i, pod in nodes.items()
+    ]
+
+
+def test_a_proposal_takes_the_empty_nodes_whose_consolidate_after_ends_before_it_settles() -> None:
+    # a Deployment deleted empties its nodes over a second or two: those that emptied just after the first
+    # proposal settle with it, not a whole settle period later (deliberately unlike Karpenter, which
+    # proposes only nodes consolidatable now; nothing goes before its consolidateAfter for it)
+    decider = DisruptionDecider(settle=SETTLE)
+    busy = {i: [app_pod(f"web-{i}")] for i in (3, 4, 5)}
+    state = cluster(6, nodepool([{"nodes": "10"}], consolidateAfter="2s"), pods=busy)
+    later = T0 + timedelta(minutes=1)
+    record(decider, state, pods_gone(later - timedelta(seconds=1.5), {3: "web-3"}))  # consolidatable +0.5 s
+    record(decider, state, pods_gone(later - timedelta(seconds=0.5), {4: "web-4"}))  # consolidatable +1.5 s
+
+    [proposal] = decider.tick(state, later)
+    assert [c.nodeclaim for c in proposal.candidates] == ["default-0", "default-1", "default-2", "default-3"]
+    record(decider, state, [proposal])
+    assert decider.tick(state, later + SETTLE / 2) == []  # settling
+
+    # node-3 became consolidatable while the proposal settled and goes with the others; node-4 is not
+    # consolidatable yet and begins settling in a queue of its own
+    confirmed, *requests, second = decider.tick(state, later + SETTLE)
+    assert confirmed.stage == "confirmed" and len(confirmed.candidates) == 4
+    assert [r.nodeclaim for r in requests] == ["default-0", "default-1", "default-2", "default-3"]
+    assert second.stage == "proposed" and [c.nodeclaim for c in second.candidates] == ["default-4"]
+
+
+def test_a_node_that_empties_late_is_not_confirmed_if_a_pod_came_back_while_it_settled() -> None:
+    decider = DisruptionDecider(settle=SETTLE)
+    busy = {3: [app_pod("web-3")]}
+    state = cluster(4, nodepool([{"nodes": "10"}], consolidateAfter="1s"), pods=busy)
+    later = T0 + timedelta(minutes=1)
+    record(decider, state, pods_gone(later - timedelta(seconds=0.5), {3: "web-3"}))
+    [proposal] = decider.tick(state, later)
+    assert "default-3" in [c.nodeclaim for c in proposal.candidates]
+    record(decider, state, [proposal])
+    # a pod is bound to node-3 and goes again while the proposal settles: its consolidateAfter starts over
+    back = build_event(
+        ev.BoundPodObserved,
+        "back-3",
+        at=later + SETTLE / 4,
+        change="added",
+        pod={**app_pod("web-3b"), "spec": {"nodeName": "node-3"}},
+    )
+    record(decider, state, [back, *pods_gone(later + SETTLE / 2, {3: "web-3b"})])
+
+    confirmed, *requests = decider.tick(state, later + SETTLE)
+    assert confirmed.stage == "confirmed" and "no longer empty after settling" in confirmed.reason
+    assert [r.nodeclaim for r in requests] == ["default-0", "default-1", "default-2"]
+
+
 def test_queues_on_one_pool_share_its_room_within_a_decision() -> None:
     decider = DisruptionDecider(settle=SETTLE)
     state = cluster(6, nodepool([{"nodes": "2"}], consolidateAfter="0s"))

@@ -345,8 +345,9 @@ def consolidate_after(nodepool: Mapping[str, Any]) -> timedelta | None:
         return None
 
 
-def consolidatable(view: ClusterView, candidate: Candidate) -> bool:
+def consolidatable(view: ClusterView, candidate: Candidate, within: timedelta = timedelta(0)) -> bool:
     """Karpenter's ``Consolidatable`` condition: the pool consolidates (``consolidateAfter`` is not Never)
-    and no pod arrived or left for ``consolidateAfter``."""
+    and no pod arrived or left for ``consolidateAfter``; with ``within``, whether it will be by
+    ``view.now + within`` if no pod comes or goes meanwhile."""
     wait = consolidate_after(candidate.nodepool)
-    return wait is not None and view.now - last_activity(view, candidate) >= wait
+    return wait is not None and view.now + within - last_activity(view, candidate) >= wait

@@ -304,7 +304,7 @@ class DisruptionDecider:
             elif isinstance(event, ev.DisruptionDecision):
                 taken.update(c.nodeclaim for c in event.candidates)
         view = build_view(state, now, with_core=False, taken=frozenset(taken))
-        queue = empty_queue(view)
+        queue = empty_queue(view, self.settle)
         return self._start(state, view, queue, now) if queue is not None else []
 
     def _round(self, state: DisruptionState, view: ClusterView) -> Round:
@@ -331,7 +331,7 @@ class DisruptionDecider:
         if key == self._quiet:
             return self._found_nothing(state, view)
         # no empty candidate consolidatable now: no queue (spares empty_queue its own pass over the cluster)
-        queue = empty_queue(view) if emptiness.empty_candidates(view, found) else None
+        queue = empty_queue(view, self.settle) if emptiness.empty_candidates(view, found) else None
         if queue is not None:
             played = Round(queue)
         elif full:

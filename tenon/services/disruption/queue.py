@@ -9,7 +9,8 @@ about 43 generations, and a settle period in each is what bounds the pace, not t
 Here the settle period is paid once, for every empty candidate of the pools whose budget is not zero (full
 now is fine: the queue waits for room):
 
-1. **Proposed**: one emptiness command with all of them (in consolidation order), beyond the budget.
+1. **Proposed**: one emptiness command with all of them (in consolidation order), beyond the budget, and
+   the empty nodes that become consolidatable before it settles (:func:`empty_queue`).
 2. **Confirmed** after settling: those still empty candidates, in the same order; the others drop out (none
    left: abandoned).
 3. **Requested** one by one as the budget allows (:func:`queued_requests`): whenever a node finishes (its
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from proto import events as ev
 from tenon.domain.disruption import emptiness
@@ -51,12 +52,19 @@ def is_queue(underway: Underway) -> bool:
     return underway.method == QUEUED_METHOD and not underway.replacements
 
 
-def empty_queue(view: ClusterView) -> Command | None:
+def empty_queue(view: ClusterView, settle: timedelta = timedelta(0)) -> Command | None:
     """Every empty candidate (PDB-safe) of the pools whose Empty budget is not zero, as one emptiness
     command; the budget it names is the pool's as it stands. A pool whose budget is full now (a queue
     draining it) is proposed for too: the new queue settles while the other drains and is requested as room
     frees, so the budget does not run dry between two queues (proposed only once room came, the settle
-    period was a gap of 1-2 s at zero in every 500-node scale-down)."""
+    period was a gap of 1-2 s at zero in every 500-node scale-down).
+
+    The proposal also takes the empty nodes whose ``consolidateAfter`` ends within ``settle`` (the period it
+    settles for), where Karpenter proposes only those consolidatable now: a workload deleted empties its
+    nodes over a second or two, and the nodes that came just after the first proposal settled a period of
+    their own, a queue later (the budget a tenth full for a second of a 500-node scale-down). Nothing goes
+    sooner for it: each is confirmed only if consolidatable when the proposal settles, and it was empty
+    through the whole settle period, as Karpenter's validation asks."""
     budgets = budget_mapping(view, emptiness.REASON)
     found, _ = candidates(view)
     open_pools = {pool for pool, a in budgets.items() if not a.invalid and _at_once(a) > 0}
@@ -64,7 +72,7 @@ def empty_queue(view: ClusterView) -> Command | None:
     if not offered:
         return None
     unlimited = {pool: Allowance(len(offered), budgets[pool].budget) for pool in open_pools}
-    command, _ = emptiness.decide(view, offered, unlimited)
+    command, _ = emptiness.decide(view, offered, unlimited, within=settle)
     return command
 
 
