@@ -3,6 +3,7 @@ so the kube-scheduler keeps the plan; offered again all the same, a pod is plann
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,7 +15,7 @@ from tenon.runtime.eventlog.memory import InMemoryEventLog
 from tenon.runtime.kube import NODES, PODS, Kube, load_kube
 from tenon.services.scheduler.decider import SchedulerDecider
 from tenon.services.scheduler.nominations import overcommitted, without_own_nomination
-from tenon.services.scheduler.service import SchedulerExecutor
+from tenon.services.scheduler.service import CONNECTIONS_KEPT_FROM_NOMINATIONS, SchedulerExecutor
 from tests.scheduler.test_lifecycle_steps import joined, launch_and_join
 from tests.support.events import build_event
 from tests.support.objects import demo_facts, pending_batch, pending_pod
@@ -177,3 +178,50 @@ async def test_a_tick_clears_the_nominations_a_node_can_no_longer_honour_and_kee
             assert "nominatedNodeName" not in web_1["status"]
         finally:
             await kube.close()
+
+
+class GatedKube(Kube):
+    """The sandbox's API, holding every pod status patch (a nomination) until ``gate`` opens: an API server
+    too busy to answer them."""
+
+    def __init__(self, inner: Kube) -> None:
+        super().__init__(inner.api)
+        self.gate = asyncio.Event()
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        if not (method == "PATCH" and "/pods/" in path and path.endswith("/status")):
+            return await super().request(method, path, **kwargs)
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await self.gate.wait()
+            return await super().request(method, path, **kwargs)
+        finally:
+            self.in_flight -= 1
+
+
+async def test_a_wave_of_nominations_leaves_connections_for_the_registrations_node_patches() -> None:
+    # a thousand nominations at once filled the client's connections, and each Node patch waited behind
+    # every nomination sent before it: the Nodes of a wave registered together at its end
+    async with running_sandbox(controllers=False) as sandbox:
+        client = await load_kube(str(sandbox.workload_kubeconfig))
+        kube = GatedKube(client)
+        try:
+            await client.create(NODES, {"apiVersion": "v1", "kind": "Node", **joined(ready=True)})
+            executor = SchedulerExecutor(kube)
+            allowed = client.api.configuration.connection_pool_maxsize - CONNECTIONS_KEPT_FROM_NOMINATIONS
+            wave = [
+                asyncio.create_task(executor._nominate_pod(f"default/web-{i}", "node-a"))
+                for i in range(allowed + 30)
+            ]
+            await until(lambda: kube.in_flight == allowed, what="the nominations in flight")
+            await executor._patch_node("node-a", {"metadata": {"labels": {"registered": "yes"}}})
+            stored = await client.get(NODES, "node-a")
+            assert stored["metadata"]["labels"]["registered"] == "yes"
+            kube.gate.set()
+            await asyncio.gather(*wave, return_exceptions=True)  # the pods do not exist: 404s, as advice
+            assert kube.most_in_flight == allowed
+        finally:
+            await client.close()

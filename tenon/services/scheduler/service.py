@@ -51,6 +51,16 @@ log = logging.getLogger("tenon.scheduler")
 REGISTRATION_ATTEMPTS = 5
 """Registration patches tried on one Node that keeps changing between the read and the write (409)."""
 
+CONNECTIONS_KEPT_FROM_NOMINATIONS = 20
+"""Of the client's connections to the API server, how many nominations leave to the other requests.
+
+A wave of joining Nodes nominates a thousand pods at once, and every registration's Node patch comes after
+its own claim's nominations: on a pool they fill, it waited for a connection behind every nomination sent
+meanwhile (p90 0.62 s, up to 0.9 s, on the 1,000-pod e2e run), so the Nodes registered together at the end
+of the wave. With these kept free, a Node patch goes out at once (p90 0.19 s with a pool of its own): each
+Node registers when its own pods are nominated. ``Launched -> Registered`` p99 in six runs, each beside one
+without: 0.96-1.57 s against 1.17-1.72 s, lower in every pair."""
+
 
 @dataclass(frozen=True)
 class SchedulerSettings(CommonSettings):
@@ -90,6 +100,9 @@ def make_decider(settings: SchedulerSettings) -> SchedulerDecider:
 class SchedulerExecutor(BaseExecutor):
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
+        pool = kube.api.configuration.connection_pool_maxsize
+        self._nominating = asyncio.Semaphore(max(1, pool - CONNECTIONS_KEPT_FROM_NOMINATIONS))
+        """Nominations in flight (:data:`CONNECTIONS_KEPT_FROM_NOMINATIONS`)."""
         self.runtime: DeciderRuntime[ClusterProjection] | None = None
         self.objects = NodeClaimObjects(kube, lambda: self.state)
         self._nodepool_status: dict[str, Any] = {}
@@ -179,17 +192,7 @@ class SchedulerExecutor(BaseExecutor):
         and registration goes on."""
         keys = nominations.pods_to_nominate(self.state, claim, node, datetime.now(UTC))
         results = await asyncio.gather(
-            *(
-                self.kube.patch(
-                    PODS,
-                    key.split("/", 1)[1],
-                    nominations.nomination_patch(node),
-                    namespace=key.split("/", 1)[0],
-                    subresource="status",
-                )
-                for key in keys
-            ),
-            return_exceptions=True,
+            *(self._nominate_pod(key, node) for key in keys), return_exceptions=True
         )
         failed: dict[str, str] = {}
         for key, result in zip(keys, results, strict=True):
@@ -201,6 +204,13 @@ class SchedulerExecutor(BaseExecutor):
             log.warning(
                 "could not nominate pods to their node",
                 extra={"nodeclaim": claim.name, "node": node, "errors": failed},
+            )
+
+    async def _nominate_pod(self, key: str, node: str) -> None:
+        namespace, name = key.split("/", 1)
+        async with self._nominating:
+            await self.kube.patch(
+                PODS, name, nominations.nomination_patch(node), namespace=namespace, subresource="status"
             )
 
     async def _clear_overcommitted(self, now: datetime) -> None:
