@@ -270,6 +270,22 @@ The session after (2026-12-03, late night; a fast machine: all Running 3.8-5.6 s
     bind within 0.1 s. Cut: a publish with no trace context to carry (a watch's, a tick's) no longer asks the
     propagators, and a span nobody records is a null context: ~15 us of a ~210 us sequential publish.
 
+The session after (2026-12-04, morning; the machine's speed swinging again: the services' CPU 4.3-7.3 s)
+    Where the end of the wave went, from a pod and Node watch kept beside the bench's (one run, all Running
+    in 4.57 s): the Nodes joined 1.9-2.3 s after the first create and were Ready by 2.9 s, but lost their
+    unregistered taint at 2.6-3.7 s, 86 of the 159 in the last 0.1 s; the sandbox's scheduler then bound
+    the pods about 1,100 a second (p50 0.5 s after their Node registered), the last at 4.4 s. The Nodes
+    registered together because each Node patch waited for one of the scheduler's client's 100 connections
+    behind every nomination sent before it (timed in the scheduler: nominations p50 0.70 s, then the Node
+    patch p50 0.17 s, p90 0.62 s, up to 0.92 s). The nominations now leave 20 connections to the other
+    requests: ``Launched -> Registered`` p99 0.96-1.57 s against 1.17-1.72 s in six interleaved pairs, lower
+    in each. Tried and left out: 300 connections for the nominations (the sandbox served them all at
+    once and the last claims' took 1.3 s). Scale to zero: the first proposal held only the 11 nodes
+    consolidatable at its tick, and the 489 that emptied in the next second settled a period of their own
+    once it was confirmed, so the budget ran at 11 of 50 for a second (82 % full in two runs of three). A
+    proposal now also takes the empty nodes whose ``consolidateAfter`` ends before it settles: 10.6-10.8 s,
+    91 % full.
+
 Every wait gives up when nothing has moved for a while (no pod started for 120 s, no node removed for 60 s)
 and the figures then say what never happened, so ``make bench`` always ends. What limits the numbers is
 printed with them: the CPU seconds each process (sandbox, each service,
