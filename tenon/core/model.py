@@ -140,6 +140,7 @@ class Pod:
     preferred_pod_anti_affinity: tuple[tuple[int, PodAffinityTerm], ...] = ()
     volumes: tuple[PodVolume, ...] = ()
     nominated_node: str = ""  # status.nominatedNodeName: the kube-scheduler is placing it (preemption)
+    planned_node: str = ""  # tenon.sh/planned-node: the Node whose room it takes first while it fits there
 
     @cached_property
     def key(self) -> str:

@@ -17,7 +17,8 @@ What each kind contributes:
   MachineDeployment that cannot be read is skipped with the field that is wrong (one broken node group must
   not stop the others live; ``tenon simulate`` refuses it).
 * ``Pod`` (pending, or bound with ``spec.nodeName``; ``status.nominatedNodeName`` marks one the
-  kube-scheduler is placing); ``Deployment``/``ReplicaSet``/``StatefulSet`` (``spec.replicas``, default 1)
+  kube-scheduler is placing; the annotation ``tenon.sh/planned-node``, one whose Node's room it takes first
+  while it fits there); ``Deployment``/``ReplicaSet``/``StatefulSet`` (``spec.replicas``, default 1)
   and ``Job`` (``spec.parallelism``, default 1) expand into pods named ``<owner>-<i>`` from their template,
   at most :data:`MAX_PODS` in a part (a larger count is refused with the field, never expanded).
   See :mod:`.podspec` for what is read of a pod.
@@ -69,6 +70,7 @@ from tenon.core.wellknown import (
     INSTANCE_TYPE,
     NODEPOOL,
     NOMINATED_PODS,
+    PLANNED_NODE,
     ZONE,
 )
 
@@ -227,6 +229,12 @@ def _pod(ctx: Ctx, obj: Mapping[str, Any], namespace: str, name: str, labels: di
     status = ctx.mapping(obj.get("status"), "status")
     nominated = status.get("nominatedNodeName")
     extra = {"nominated": str(nominated)} if nominated else {}
+    annotations = ctx.mapping(
+        ctx.mapping(obj.get("metadata"), "metadata").get("annotations"), "metadata.annotations"
+    )
+    planned = ctx.text(annotations.get(PLANNED_NODE), f"metadata.annotations.{PLANNED_NODE}")
+    if planned and not nominated:
+        extra["planned"] = planned
     return _SPECS.pod(ctx, namespace, name, labels, obj.get("spec"), "spec", **extra)
 
 

@@ -215,6 +215,7 @@ def parse_pod_spec(
     field: str,
     owner: str = "",
     nominated: str = "",
+    planned: str = "",
 ) -> Pod:
     spec = ctx.mapping(spec, field)
     affinity = ctx.mapping(spec.get("affinity"), f"{field}.affinity")
@@ -247,6 +248,7 @@ def parse_pod_spec(
         ),
         volumes=_volumes(ctx, spec, field),
         nominated_node=nominated,
+        planned_node=planned,
     )
 
 

@@ -279,7 +279,10 @@ class _Solve:
         self._open = RoomScan([r for r in rooms if self._takes_smallest(r)], len(self.names))
         outcome = DomainOutcome({}, {}, set())
         left: list[Pod] = []
+        planned_there = self._planned_rooms(todo, rooms)
         for pod in todo:
+            if pod.key in planned_there:
+                continue
             room = self._room_for(pod, avoiding) if rooms else None
             if room is not None:
                 room.occupy(pod, self.vec[pod.key], self.rules)
@@ -293,6 +296,39 @@ class _Solve:
                 pin_pod(domains, pod, self._eligible, self._counted_in, outcome)
         self._pinned_outcome(outcome)
         return left
+
+    def _planned_rooms(self, todo: Sequence[Pod], rooms: Sequence[Room]) -> dict[str, Room]:
+        """The pods offered again whose Node (``planned_node``: planned for it, nominated to it) still takes
+        them, each in that Node's room, before any other pod is placed: the kube-scheduler places a pod by
+        its nomination first, so the plan must not give that room to another pod (which would then find it
+        taken and wait, planned there again and again). Judged in placement order, against the pods placed
+        before them; one that no longer fits there is placed as any pending pod."""
+        by_name = {r.name: r for r in rooms if r.kind != "NodeClaim"}
+        found: dict[str, Room] = {}
+        for pod in todo:
+            room = by_name.get(pod.planned_node) if pod.planned_node else None
+            if room is None or not self._takes(pod, room):
+                continue
+            room.occupy(pod, self.vec[pod.key], self.rules)
+            room.new_pods.append(pod.key)
+            self._shrunk(room)
+            if self.domains.keys:
+                self.domains.count(pod, room.domains(self.domains.keys))
+            found[pod.key] = room
+        return found
+
+    def _takes(self, pod: Pod, room: Room) -> bool:
+        """Whether ``room`` takes ``pod`` now: its free room, then what :meth:`_room_for` asks of a room."""
+        vec = self.vec[pod.key]
+        if any(f < v for f, v in zip(room.free, vec, strict=True)):
+            return False
+        if room.refusal(pod, vec, self.rules) is not None:
+            return False
+        keys = self.domains.keys
+        if not keys:
+            return True
+        counted = {key: self._counted_in(pod, key) for key in keys}
+        return self.domains.allows(pod, room.domains(keys), counted)
 
     def _pinned_outcome(self, outcome: DomainOutcome) -> None:
         for key, reason in outcome.failures.items():

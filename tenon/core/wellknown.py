@@ -101,6 +101,10 @@ NODECLAIM = "tenon.sh/nodeclaim"
 """On a Machine: the NodeClaim it was bound to (tenon's ownership mark)."""
 BATCH = "tenon.sh/batch"
 NOMINATED_PODS = "tenon.sh/nominated-pods"
+PLANNED_NODE = "tenon.sh/planned-node"
+"""On a pending pod: the Node it was planned for and nominated to, whose room the plan gives it first while
+it still fits there (the scheduler sets it in its own input on a pod offered again; never written to the
+cluster)."""
 SCALED_UP_FOR = "tenon.sh/scaled-up-for"
 """On a MachineDeployment: the claims a replica was added for and whose Machine is not bound yet."""
 SCALED_DOWN_FOR = "tenon.sh/scaled-down-for"

@@ -10,6 +10,7 @@ from typing import Any
 from devtools.sandbox.testing import running_sandbox
 from proto import events as ev
 from proto import registry, subjects
+from tenon.core.wellknown import PLANNED_NODE
 from tenon.domain.projection import ClusterProjection
 from tenon.runtime.eventlog.memory import InMemoryEventLog
 from tenon.runtime.kube import NODES, PODS, Kube, load_kube
@@ -72,7 +73,7 @@ async def test_the_pods_planned_for_a_claim_are_nominated_to_its_node_before_its
             await client.close()
 
 
-def test_a_pod_offered_again_on_its_own_nomination_is_planned_as_any_pending_pod() -> None:
+def test_a_pod_offered_again_on_its_own_nomination_is_planned_again_its_node_first() -> None:
     projection = ClusterProjection()
     for sequence, fact in enumerate(demo_facts(), start=1):
         projection.apply(fact, sequence)
@@ -90,7 +91,10 @@ def test_a_pod_offered_again_on_its_own_nomination_is_planned_as_any_pending_pod
         projection.apply(event, sequence)
     ours = {**pod, "status": {**pod["status"], "nominatedNodeName": "node-a"}}
     preempting = {**pod, "status": {**pod["status"], "nominatedNodeName": "node-b"}}
-    assert "nominatedNodeName" not in without_own_nomination(projection, ours)["status"]
+    offered = without_own_nomination(projection, ours)
+    assert "nominatedNodeName" not in offered["status"]
+    # planned again, but taking node-a's room first while it fits there (the kube-scheduler tries it there)
+    assert offered["metadata"]["annotations"][PLANNED_NODE] == "node-a"
     # a nomination tenon did not write (the kube-scheduler's preemption) still says the pod is being placed
     assert without_own_nomination(projection, preempting) is preempting
 

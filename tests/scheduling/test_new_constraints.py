@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from tenon.core.wellknown import PLANNED_NODE
 from tests.scheduling.builders import (
     affinity,
     anti_affinity,
@@ -298,6 +299,30 @@ def test_a_pod_nominated_to_a_node_is_not_provisioned_for_and_holds_its_room_the
     assert plan.existing == ()  # its room on n1 is taken: "other" does not fit there any more
     assert [nc.pods for nc in plan.node_claims] == [("default/other",)]
     assert plan.to_json()["nominated"] == [{"pod": "default/preemptor", "node": "n1"}]
+
+
+def test_a_pod_offered_again_takes_the_room_of_the_node_it_was_planned_for_first():
+    # tenon's own nomination (the scheduler marks such a pod tenon.sh/planned-node in its input): the
+    # kube-scheduler tries the pod on that node first, so the plan must not give the room to a larger pod
+    # placed before it (which would then wait, planned there again and again)
+    existing = node("n1", "2", "4Gi")
+    offered_again = pod("planned", "1500m")
+    offered_again["metadata"]["annotations"] = {PLANNED_NODE: "n1"}
+    plan = plan_for(node_pool(), three_zone_catalog(), existing, offered_again, pod("larger", "2"))
+    assert [(e.name, e.pods) for e in plan.existing] == [("n1", ("default/planned",))]
+    assert [nc.pods for nc in plan.node_claims] == [("default/larger",)]
+    assert plan.nominated == ()  # pending, planned: not a pod the kube-scheduler is placing elsewhere
+
+
+def test_a_pod_offered_again_that_no_longer_fits_its_node_is_placed_as_any_pending_pod():
+    existing = node("n1", "2", "4Gi")
+    taken = pod("taken", "1500m")
+    taken["spec"]["nodeName"] = "n1"
+    offered_again = pod("planned", "1")
+    offered_again["metadata"]["annotations"] = {PLANNED_NODE: "n1"}
+    plan = plan_for(node_pool(), three_zone_catalog(), existing, taken, offered_again)
+    assert plan.existing == ()
+    assert [nc.pods for nc in plan.node_claims] == [("default/planned",)]
 
 
 def test_a_schedule_anyway_hostname_spread_spreads_while_it_can_then_gives_way():

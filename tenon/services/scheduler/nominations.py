@@ -44,11 +44,12 @@ on what it knows). Nothing is cleared while all of them fit, so a wave whose Nod
 change. The same clears the nominations of a plan the Node turned out too small for (its allocatable below
 what the catalog said), which would otherwise hold each other off it.
 
-**Still open:** a pod offered again past its grace (:mod:`.reoffers`) is planned again, so in the plan it no
-longer holds the room of the Node it is nominated to, while the kube-scheduler still places it there by its
-nomination; another pod the plan puts on that Node may then find it taken (a scale run's 10,000-pod wave left
-one pod pending so: ``bench/scale.py``, run 36). Such a pod that still fits its Node should keep holding that
-room in the plan.
+**A pod offered again past its grace** (:mod:`.reoffers`) is planned again, while the kube-scheduler still
+tries it on the Node it is nominated to first. Planned as any pending pod, it no longer held that room in the
+plan, and another pod the plan put on that Node found it taken (a scale run's 10,000-pod wave left one pod
+pending so: ``bench/scale.py``, run 36). So it takes that Node's room first in the plan, before any other pod
+is placed, while it still fits there (:data:`~tenon.core.wellknown.PLANNED_NODE`): the plan then agrees with
+the kube-scheduler, and only a pod that no longer fits its Node is placed elsewhere.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from tenon.core.wellknown import PLANNED_NODE
 from tenon.domain.nodeclaim import NodeClaim
 from tenon.domain.projection import ClusterProjection, KubeObject, object_key
 
@@ -81,7 +83,9 @@ def nomination_patch(node: str) -> dict[str, object]:
 
 def without_own_nomination(projection: ClusterProjection, pod: KubeObject) -> KubeObject:
     """``pod`` without the nomination tenon wrote (to the node of the claim it was planned for): offered
-    again, it was not placed there, and is planned as any pending pod. Other nominations are kept."""
+    again, it was not placed there yet, and is planned as a pending pod that takes that Node's room first
+    while it still fits there (:data:`~tenon.core.wellknown.PLANNED_NODE`, in the plan's input only), as the
+    kube-scheduler will try it there first. Other nominations are kept."""
     status = pod.get("status") or {}
     nominated = status.get("nominatedNodeName")
     if not nominated:
@@ -89,7 +93,13 @@ def without_own_nomination(projection: ClusterProjection, pod: KubeObject) -> Ku
     claim = projection.claims.registered_to(str(nominated))
     if claim is None or claim.planned is None or object_key(pod) not in claim.planned.pods:
         return pod
-    return {**pod, "status": {k: v for k, v in status.items() if k != "nominatedNodeName"}}
+    metadata = pod.get("metadata") or {}
+    annotations = {**(metadata.get("annotations") or {}), PLANNED_NODE: str(nominated)}
+    return {
+        **pod,
+        "metadata": {**metadata, "annotations": annotations},
+        "status": {k: v for k, v in status.items() if k != "nominatedNodeName"},
+    }
 
 
 def _requests(projection: ClusterProjection, key: str) -> dict[str, int] | None:
