@@ -334,7 +334,7 @@ Run 39 (2026-12-04, 9201e9f: a pod offered again takes its nominated Node's room
     VmHWM 366 MiB (the scheduler), the sandbox 1,050 MiB. One run: the pending pod of run 36 was one in
     three runs. ``tenon replay --diff`` over its log (110,000 records): the scheduler's 213 inputs decide
     what was recorded; the launcher differs on one tick (which MachineDeployments' records it brought up to
-    date) and disruption on three ticks in the budget its decision names (the pool counted 2-19 claims
+    date) and disruption on three ticks in the budget its decision names (the pool counted 2-28 claims
     larger in the replay, the same candidates and the same room): not explained yet.
 """
 
