@@ -285,10 +285,7 @@ class _Solve:
                 continue
             room = self._room_for(pod, avoiding) if rooms else None
             if room is not None:
-                room.occupy(pod, self.vec[pod.key], self.rules)
-                room.new_pods.append(pod.key)
-                self._shrunk(room)
-                domains.count(pod, room.domains(domains.keys))
+                self._put(pod, room)
                 continue
             left.append(pod)
             # pods that can run nowhere are not pinned: counting them would count pods that never arrive
@@ -309,13 +306,16 @@ class _Solve:
             room = by_name.get(pod.planned_node) if pod.planned_node else None
             if room is None or not self._takes(pod, room):
                 continue
-            room.occupy(pod, self.vec[pod.key], self.rules)
-            room.new_pods.append(pod.key)
-            self._shrunk(room)
-            if self.domains.keys:
-                self.domains.count(pod, room.domains(self.domains.keys))
+            self._put(pod, room)
             found[pod.key] = room
         return found
+
+    def _put(self, pod: Pod, room: Room) -> None:
+        """``pod`` placed in ``room``: its room, hostname rules and domain counts taken."""
+        room.occupy(pod, self.vec[pod.key], self.rules)
+        room.new_pods.append(pod.key)
+        self._shrunk(room)
+        self.domains.count(pod, room.domains(self.domains.keys))
 
     def _takes(self, pod: Pod, room: Room) -> bool:
         """Whether ``room`` takes ``pod`` now: its free room, then what :meth:`_room_for` asks of a room."""

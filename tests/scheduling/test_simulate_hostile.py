@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tenon.cli.main import main
+from tenon.core.wellknown import PLANNED_NODE
 from tests.scheduling.builders import catalog, itype, machine_deployment, node_pool, pod
 
 EXAMPLES = int(os.environ.get("TENON_FUZZ_EXAMPLES", "60"))
@@ -145,6 +146,13 @@ def test_a_key_that_holds_a_line_break_still_gives_one_line(tmp_path, capsys):
     bad["metadata"]["labels"] = {"a\nb\u2028c": ["not", "a", "string"]}
     line = refused(tmp_path, docs(node_pool(), bad), capsys)
     assert "metadata.labels.a\\nb\\u2028c: must be a string, got a list" in line
+
+
+def test_a_planned_node_annotation_that_is_not_a_name_is_refused_naming_it(tmp_path, capsys):
+    bad = pod("p")
+    bad["metadata"]["annotations"] = {PLANNED_NODE: ["n1", "n2"]}
+    line = refused(tmp_path, docs(node_pool(), catalog(itype("t", 2, 4, 0.1)), bad), capsys)
+    assert f"metadata.annotations.{PLANNED_NODE}: must be a string, got a list" in line
 
 
 # -- sizes ---------------------------------------------------------------------------------------------------
