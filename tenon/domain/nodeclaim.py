@@ -23,7 +23,7 @@ is known.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -160,6 +160,11 @@ class NodeClaim:
         return self.planned.nodepool if self.planned else None
 
     # --- folding --------------------------------------------------------------------------------------------
+
+    def copy(self) -> NodeClaim:
+        """A scratch copy to fold into without touching this claim: an executor appending to a claim works on
+        one, so the decider's state learns the append where the log delivers it, as a replay does."""
+        return replace(self, launch_failures=list(self.launch_failures))
 
     def apply(self, event: ev.NodeClaimEvent, sequence: int = 0) -> bool:
         """Fold ``event`` (stored at ``sequence``; 0 when not yet known). False when it was folded already

@@ -68,8 +68,9 @@ async def record(
     attempts: int = 8,
 ) -> ev.NodeClaimEvent | None:
     """Append what ``decide(claim)`` says (None: nothing, any more), reloading and deciding again on a
-    conflict. The appended event is folded into ``claim``. Raises :class:`TransientError` when the claim keeps
-    moving."""
+    conflict. The appended event is folded into ``claim``: pass a copy (:meth:`NodeClaim.copy`) of a claim a
+    decider's state holds, which must learn the event from the log. Raises :class:`TransientError` when the
+    claim keeps moving."""
     for _ in range(attempts):
         event = decide(claim)
         if event is None:

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -260,7 +260,7 @@ class _Replayer:
 
 def _after(claim: NodeClaim, decision: NodeClaimEvent) -> NodeClaim:
     """A copy of ``claim`` with ``decision`` in its story (the claim in the state is left as it is)."""
-    scratch = replace(claim, launch_failures=list(claim.launch_failures))
+    scratch = claim.copy()
     scratch.apply(decision)
     return scratch
 

@@ -1,5 +1,5 @@
-"""Termination against the sandbox: PodDisruptionBudgets hold, a restart mid-drain finishes once; the Drifted
-condition the service keeps on NodeClaims."""
+"""Termination against the sandbox: PodDisruptionBudgets hold, a restart mid-drain finishes once, what it
+appends reaches the state through the log; the Drifted condition the service keeps on NodeClaims."""
 
 from __future__ import annotations
 
@@ -12,11 +12,14 @@ import pytest
 from devtools.sandbox.testing import SandboxHandle, running_sandbox
 from proto import events as ev
 from proto import subjects
+from tenon.domain.projection import ClusterProjection
 from tenon.runtime.eventlog.jetstream import JetStreamEventLog
+from tenon.runtime.eventlog.memory import InMemoryEventLog
 from tenon.runtime.kube import NODECLAIMS, NODES, PODS, Kube, load_kube
 from tenon.runtime.kube.resources import PODDISRUPTIONBUDGETS
 from tenon.services.disruption.decider import DisruptionDecider
 from tenon.services.disruption.service import DisruptionExecutor
+from tenon.services.disruption.termination import Terminator
 from tests.support.events import append_to_claim, build_event
 from tests.support.services import caught_up
 from tests.support.services import running as running_service
@@ -252,3 +255,58 @@ async def test_a_drifted_claim_held_back_by_its_budget_gets_the_drifted_conditio
     assert (condition["status"], condition["reason"]) == ("True", "NodePoolDrifted")
     assert not [e for e in await claim_events(jetstream_log) if isinstance(e, ev.DisruptionRequested)]
     await service.__aexit__(None, None, None)
+
+
+async def test_the_drained_a_termination_appends_reaches_the_state_only_through_the_log(
+    kube: Kube,
+) -> None:
+    """The terminator appends ``NodeClaimDrained`` to the claim's history; the service's state learns it when
+    its consumer folds that record, at its place in the log, where ``tenon replay`` folds it too. Folded into
+    the state's claim at once, a tick decided between the append and its delivery counted the drained claim
+    out of the budget, and the replay of a scale run's log, which had not folded it yet, counted 2-28 claims
+    more in three budgets."""
+    await kube.create(
+        NODES,
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": NODE, "labels": {"karpenter.sh/nodepool": "default"}},
+            "spec": {"providerID": "p://a"},
+        },
+    )
+    event_log = InMemoryEventLog()
+    for event in (
+        build_event(
+            ev.NodeClaimPlanned,
+            "plan",
+            nodeclaim=CLAIM,
+            nodepool="default",
+            node_class="default",
+            choice=ev.InstanceChoice("c3-8", None, "on-demand", 0.1),
+            fallbacks=(),
+            pods=(),
+            requirements=(),
+            labels={},
+        ),
+        build_event(
+            ev.NodeClaimLaunched, "launch", nodeclaim=CLAIM, provider_id="p://a", instance_type="c3-8"
+        ),
+        build_event(ev.NodeClaimRegistered, "reg", nodeclaim=CLAIM, node=NODE, provider_id="p://a"),
+        build_event(ev.NodeClaimInitialized, "init", nodeclaim=CLAIM, node=NODE),
+        build_event(
+            ev.DisruptionRequested, "dr", nodeclaim=CLAIM, method="emptiness", reason="empty", node=NODE
+        ),
+    ):
+        await append_to_claim(event_log, event)
+    projection = ClusterProjection()
+    async for record in event_log.read(subjects.nodeclaim(CLAIM)):
+        projection.apply(record.decode(), record.sequence)
+
+    await Terminator(kube, event_log, lambda: projection, poll_seconds=0.05).terminate(CLAIM)
+
+    assert await kube.get_or_none(NODES, NODE) is None
+    [appended] = [r async for r in event_log.read(subjects.nodeclaim(CLAIM)) if r.sequence > 5]
+    assert isinstance(appended.decode(), ev.NodeClaimDrained)
+    assert projection.claims[CLAIM].drained is None  # not before the consumer delivers it
+    projection.apply(appended.decode(), appended.sequence)
+    assert projection.claims[CLAIM].drained is not None

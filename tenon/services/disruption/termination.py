@@ -109,7 +109,10 @@ class Terminator:
         return self._state()
 
     async def terminate(self, name: str) -> None:
-        claim = self.projection.claims[name]
+        # a copy: what this appends (Drained) reaches the state when the consumer folds it from the log, at
+        # its place there, as a replay folds it (folded into the state's claim at once, a tick decided
+        # between the append and its delivery counted fewer claims in the budget than its replay did)
+        claim = self.projection.claims[name].copy()
         assert claim.disruption is not None
         node_name = (claim.registered.node if claim.registered else None) or claim.disruption.node
         evicted: list[str] = []
