@@ -11,13 +11,13 @@ from typing import Any
 
 from proto import events as ev
 from proto import registry
+from tenon.domain.disruption.candidates import budget_mapping
 from tenon.runtime.decider import BaseExecutor, DeciderRuntime
 from tenon.runtime.eventlog.memory import InMemoryEventLog
 from tenon.runtime.replay import replay
 from tenon.services.disruption.decider import DisruptionDecider
 from tenon.services.disruption.projection_view import Command as Underway
-from tenon.services.disruption.projection_view import DisruptionState
-from tenon.services.disruption.queue import PoolLoad, pool_load
+from tenon.services.disruption.projection_view import DisruptionState, PoolLoad, build_view, pool_load
 from tests.disruption.test_budgets_and_emptiness import (
     T0,
     app_pod,
@@ -368,6 +368,28 @@ def test_the_budget_load_is_kept_across_pod_events_and_follows_claims_and_nodes(
     )
     assert pool_load(state) == {"default": PoolLoad(total=4, disrupting=2)}
     assert pool_load(state) == pool_load(dataclasses.replace(state, load=None))
+
+
+def test_every_method_counts_the_claims_the_queue_counts_a_drained_one_and_one_whose_node_is_gone() -> None:
+    """Karpenter counts a node in its pool's budget until its NodeClaim is gone, as disrupting once its
+    termination began or its Node is gone: consolidation, drift and emptiness's proposals (a view's budgets)
+    count what the emptiness queue's room counts. Left out of the view before (only live claims with a
+    Node), a drained claim freed its place while its machine was still being removed."""
+    decider = DisruptionDecider()
+    state = cluster(4, nodepool([{"nodes": "50%"}]))
+    request = build_event(
+        ev.DisruptionRequested, "dr", nodeclaim="default-1", method="emptiness", reason="empty", node="node-1"
+    )
+    drained, _ = finished("default-1", request)
+    gone = ev.NodeObserved(**envelope("gone"), change="removed", node={"metadata": {"name": "node-2"}})
+    for event in (request, drained, gone):
+        state = decider.evolve(state, event)
+
+    assert pool_load(state) == {"default": PoolLoad(total=4, disrupting=2)}
+    view = build_view(state, T0 + timedelta(minutes=5), with_core=False)
+    allowance = budget_mapping(view, "Empty")["default"]
+    assert allowance.budget == "NodePool default budget[0] nodes=50%: 2 of 4 at once, 2 in progress"
+    assert allowance.allowed == 0
 
 
 def with_node(pod: dict[str, Any], node: str) -> dict[str, Any]:

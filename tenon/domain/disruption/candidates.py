@@ -295,7 +295,10 @@ def candidates(
 
 def pool_counts(view: ClusterView) -> dict[str, tuple[int, int]]:
     """NodePool -> (its initialized nodes, those being disrupted, deleting or not Ready): Karpenter's totals
-    for budgets."""
+    for budgets; the view's ``budget_load`` when it has one (it also counts the claims whose Node is drained
+    or gone until they are Terminated, which ``claims`` leaves out)."""
+    if view.budget_load is not None:
+        return view.budget_load
     counts: dict[str, list[int]] = {}
     for claim in view.claims.values():
         node = view.nodes.get(claim.node or "")

@@ -193,6 +193,10 @@ class ClusterView:
     core: ClusterInput | None = None
     """The whole cluster as the scheduling core reads it (NodePools, classes, catalogs, DaemonSets, Nodes,
     bound and pending pods), for repacking; None when the view has none (no consolidation then)."""
+    budget_load: dict[str, tuple[int, int]] | None = None
+    """NodePool -> (its nodes the budgets count, those of them being disrupted), as the log tells it: a claim
+    counts until it is Terminated, its Node drained or gone included (:func:`.candidates.pool_counts`).
+    None: counted from ``claims`` and ``nodes`` (a view without a log, as ``tenon simulate`` builds)."""
     hashes: dict[str, tuple[KubeObject, str]] = field(default_factory=dict, compare=False, repr=False)
     """The hashes drift compares claims with, by kind and name, each beside the object it was worked out
     from: once per view while that object stays, not once per claim (a pool of 2,300 claims hashed its

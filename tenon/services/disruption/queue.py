@@ -19,11 +19,13 @@ now is fine: the queue waits for room):
    candidate that is no longer one ends the command (abandoned, its requests already made go on), and the
    next round proposes again what is still empty.
 
-The budget is counted as Karpenter counts it (:func:`pool_load`): a pool's initialized claims until they are
-Terminated (a claim whose Node is deleted still holds its machine, and its place in the budget, until the
-launcher removes that machine), and as disrupting those whose termination was requested, or whose Node is
-deleting or not Ready. The waiting candidates of a queue are not counted: they are not disrupted yet, and
-while a queue holds them no other command starts on their pool (they are busy for every round).
+The budget is counted as Karpenter counts it (:func:`.projection_view.pool_load`): a pool's initialized
+claims until they are Terminated (a claim whose Node is drained or deleted still holds its machine, and its
+place in the budget, until the launcher removes that machine), and as disrupting those whose termination was
+requested, or whose Node is deleting, not Ready or gone. Every method's view counts the same claims
+(:func:`.projection_view.budget_load`). The waiting candidates of a queue are not counted: they are not
+disrupted yet, and while a queue holds them no other command starts on their pool (they are busy for every
+round).
 """
 
 from __future__ import annotations
@@ -35,14 +37,13 @@ from datetime import datetime, timedelta
 from proto import events as ev
 from tenon.domain.disruption import emptiness
 from tenon.domain.disruption.budgets import Allowance, allowance
-from tenon.domain.disruption.candidates import PdbLedger, budget_mapping, candidates, node_ready
+from tenon.domain.disruption.candidates import PdbLedger, budget_mapping, candidates
 from tenon.domain.disruption.commands import Command
 from tenon.domain.disruption.rounds import pdb_safe
-from tenon.domain.disruption.view import ClusterView, meta
-from tenon.domain.nodeclaim import NodeClaim
+from tenon.domain.disruption.view import ClusterView
 from tenon.services.disruption.orchestration import request
 from tenon.services.disruption.projection_view import Command as Underway
-from tenon.services.disruption.projection_view import DisruptionState, build_view
+from tenon.services.disruption.projection_view import DisruptionState, PoolLoad, build_view, pool_load
 
 QUEUED_METHOD = "emptiness"
 """The method whose commands are queues."""
@@ -78,43 +79,6 @@ def empty_queue(view: ClusterView, settle: timedelta = timedelta(0)) -> Command 
 
 def _at_once(allowance: Allowance) -> int:
     return allowance.allowed if allowance.at_once is None else allowance.at_once
-
-
-@dataclass(frozen=True)
-class PoolLoad:
-    total: int
-    """Initialized claims not yet Terminated."""
-    disrupting: int
-    """Of those: termination requested, or the Node deleting, not Ready or gone."""
-
-
-def _counted(claim: NodeClaim) -> bool:
-    return claim.initialized is not None and claim.planned is not None and not claim.ended
-
-
-def pool_load(state: DisruptionState) -> dict[str, PoolLoad]:
-    """NodePool -> its load, as Karpenter's budgets count it (see the module docstring). It reads only claims
-    and Nodes, so the answer is kept until a NodeClaim event or a Node observation is folded
-    (``DisruptionState.load_version``): a queue asks at every decision, and walking 2,300 claims each time was
-    15 % of disruption's CPU in the scale run's scale-down, most of its decisions on pod events."""
-    if state.load is not None and state.load[0] == state.load_version:
-        return state.load[1]
-    counts: dict[str, list[int]] = {}
-    nodes = state.projection.nodes
-    for claim in state.projection.claims.values():
-        if not _counted(claim):
-            continue
-        assert claim.planned is not None
-        entry = counts.setdefault(claim.planned.nodepool, [0, 0])
-        entry[0] += 1
-        node = nodes.get(claim.node_name or "")
-        if claim.disruption is not None or node is None or meta(node).get("deletionTimestamp"):
-            entry[1] += 1
-        elif not node_ready(node):
-            entry[1] += 1
-    load = {pool: PoolLoad(total, busy) for pool, (total, busy) in counts.items()}
-    state.load = (state.load_version, load)
-    return load
 
 
 def room(state: DisruptionState, pools: Iterable[str], now: datetime) -> dict[str, int]:
