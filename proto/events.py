@@ -437,7 +437,8 @@ class MachineLeakChecked(Event, frozen=True, kw_only=True, tag=True):
 class MachineDeploymentScaled(Event, frozen=True, kw_only=True, tag=True):
     """The launcher set a MachineDeployment's replicas and its records of why (``tenon.sh/scaled-up-for``:
     claims a replica was added for and whose Machine is not bound yet; ``scaled-down-for``: Machines a replica
-    was removed for), in one patch, preconditioned on the version it decided from."""
+    was removed for), in one patch, preconditioned on what it decided from (``resource_version`` names that
+    version; the patch holds its spec and annotations)."""
 
     schema: Literal[1] = 1
     namespace: str

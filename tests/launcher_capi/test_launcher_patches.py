@@ -1,6 +1,7 @@
-"""How the launcher patches a Machine: its premises (the same Machine, with the annotations the decision
-read) are held by the API server through JSON patch ``test`` operations, so the Cluster API controller
-rewriting the Machine's status meanwhile refuses nothing, while another writer's binding still does."""
+"""How the launcher patches a Machine or a MachineDeployment: its premises (the same object, with the
+annotations, and for a MachineDeployment the spec, the decision read) are held by the API server through JSON
+patch ``test`` operations, so the Cluster API controller rewriting the object's status meanwhile refuses
+nothing, while another writer's binding or scale still does."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from typing import Any
 
 from devtools.sandbox.testing import running_sandbox
 from proto import events as ev
-from tenon.core.wellknown import DELETE_MACHINE, NODECLAIM, NODEPOOL
+from tenon.core.wellknown import DELETE_MACHINE, NODECLAIM, NODEPOOL, SCALED_DOWN_FOR, SCALED_UP_FOR
 from tenon.runtime.eventlog.memory import InMemoryEventLog
-from tenon.services.launcher_capi.executor import LauncherExecutor, annotation_patch
-from tests.launcher_capi.launcher_support import running_launcher
+from tenon.services.launcher_capi.executor import LauncherExecutor, annotation_patch, deployment_patch
+from tests.launcher_capi.launcher_support import machine_deployment, running_launcher
 from tests.support.events import build_event
 from tests.support.waiting import until
 
@@ -61,23 +62,29 @@ def count_patches(executor: LauncherExecutor) -> list[str]:
 
 
 async def written_behind_its_back(
-    executor: LauncherExecutor, store: Any, change: Callable[[dict[str, Any]], None]
+    executor: LauncherExecutor,
+    store: Any,
+    change: Callable[[dict[str, Any]], None],
+    *,
+    kind: str = "Machine",
+    name: str = "m1",
 ) -> None:
-    """Another writer changes the Machine after the executor cached it; the executor keeps its stale copy
+    """Another writer changes the object after the executor cached it; the executor keeps its stale copy
     (as when its patch races the write)."""
-    machines = store.resource("cluster.x-k8s.io/v1beta2", "Machine")
+    resource = store.resource("cluster.x-k8s.io/v1beta2", kind)
     assert executor.watch is not None
-    cache = executor.watch.machines
-    await until(lambda: KEY in cache.objects, what="the Machine cached")
-    stale = copy.deepcopy(cache.objects[KEY])
-    fresh = store.get(machines, "m1", "default")
+    cache = executor.watch.machines if kind == "Machine" else executor.watch.deployments
+    key = f"default/{name}"
+    await until(lambda: key in cache.objects, what=f"the {kind} cached")
+    stale = copy.deepcopy(cache.objects[key])
+    fresh = store.get(resource, name, "default")
     change(fresh)
-    written = store.update(machines, fresh, subresource="status" if "status" in fresh else None)
+    written = store.update(resource, fresh, subresource="status" if "status" in fresh else None)
     version = written["metadata"]["resourceVersion"]
     await until(
-        lambda: cache.objects[KEY]["metadata"]["resourceVersion"] == version, what="the watch saw the write"
+        lambda: cache.objects[key]["metadata"]["resourceVersion"] == version, what="the watch saw the write"
     )
-    cache.objects[KEY] = stale
+    cache.objects[key] = stale
 
 
 async def test_a_status_rewritten_by_the_controller_meanwhile_does_not_refuse_a_bind() -> None:
@@ -129,3 +136,83 @@ def test_the_patch_holds_the_annotations_it_was_decided_on_and_escapes_keys() ->
     # nothing to hold on to: the caller falls back to a resourceVersion precondition
     del current["metadata"]["annotations"]
     assert annotation_patch(current, {DELETE_MACHINE: "now"}, {}) is None
+
+
+def scale(runtime: Any, to: int) -> ev.MachineDeploymentScaled:
+    believed = runtime.state.deployments["default/c3-8"]
+    return build_event(
+        ev.MachineDeploymentScaled,
+        f"scale-{to}",
+        namespace="default",
+        machine_deployment="c3-8",
+        resource_version=believed.resource_version,
+        replicas_from=believed.replicas,
+        replicas_to=to,
+        scaled_up_for=("default-a", "default-b")[: max(0, to - believed.replicas)],
+        reason="a replica for NodeClaim default-a",
+    )
+
+
+async def test_a_status_rewritten_by_the_controller_meanwhile_does_not_refuse_a_scale() -> None:
+    """Cluster API rewrites a MachineDeployment's status at every Machine it creates: a scale decided
+    meanwhile still goes through, in one request."""
+    async with running_sandbox(controllers=False) as sb:
+        store = sb.management_store
+        deployments = store.resource("cluster.x-k8s.io/v1beta2", "MachineDeployment")
+        store.create(deployments, machine_deployment("c3-8", replicas=1))
+        async with running_launcher(InMemoryEventLog(), sb, workload=False) as runtime:
+            executor = runtime.executor
+            assert isinstance(executor, LauncherExecutor)
+            await until(lambda: "default/c3-8" in runtime.state.deployments, what="the MD in the state")
+            await written_behind_its_back(
+                executor,
+                store,
+                lambda md: md.update(status={"replicas": 1}),
+                kind="MachineDeployment",
+                name="c3-8",
+            )
+            sent = count_patches(executor)
+            assert await executor.prepare(scale(runtime, 3))
+            stored = store.get(deployments, "c3-8", "default")
+            assert stored["spec"]["replicas"] == 3
+            assert stored["metadata"]["annotations"][SCALED_UP_FOR] == "default-a,default-b"
+            assert stored["status"] == {"replicas": 1}  # the controller's write is kept
+            assert sent == ["application/json-patch+json"]  # one request: not refused on the status write
+
+
+async def test_a_machine_deployment_scaled_by_another_writer_meanwhile_keeps_that_size() -> None:
+    async with running_sandbox(controllers=False) as sb:
+        store = sb.management_store
+        deployments = store.resource("cluster.x-k8s.io/v1beta2", "MachineDeployment")
+        store.create(deployments, machine_deployment("c3-8", replicas=1))
+        async with running_launcher(InMemoryEventLog(), sb, workload=False) as runtime:
+            executor = runtime.executor
+            assert isinstance(executor, LauncherExecutor)
+            await until(lambda: "default/c3-8" in runtime.state.deployments, what="the MD in the state")
+
+            def scaled_elsewhere(md: dict[str, Any]) -> None:
+                md["spec"]["replicas"] = 5
+
+            await written_behind_its_back(
+                executor, store, scaled_elsewhere, kind="MachineDeployment", name="c3-8"
+            )
+            assert not await executor.prepare(scale(runtime, 2))  # refused on the server, then dropped
+            stored = store.get(deployments, "c3-8", "default")
+            assert stored["spec"]["replicas"] == 5
+            assert SCALED_UP_FOR not in stored["metadata"]["annotations"]
+
+
+def test_a_scale_holds_the_spec_and_annotations_it_was_decided_on_and_removes_an_empty_record() -> None:
+    current = machine_deployment("c3-8", replicas=2, annotations={SCALED_DOWN_FOR: "m9"})
+    current["metadata"]["uid"] = "u1"
+    held, spec = dict(current["metadata"]["annotations"]), dict(current["spec"])
+    ops = deployment_patch(current, 1, {SCALED_UP_FOR: None, SCALED_DOWN_FOR: None})
+    assert ops == [
+        {"op": "test", "path": "/metadata/uid", "value": "u1"},
+        {"op": "test", "path": "/metadata/annotations", "value": held},
+        {"op": "test", "path": "/spec", "value": spec},
+        {"op": "remove", "path": "/metadata/annotations/" + SCALED_DOWN_FOR.replace("/", "~1")},
+        {"op": "add", "path": "/spec/replicas", "value": 1},
+    ]
+    del current["metadata"]["annotations"]  # nothing to hold on to: a resourceVersion precondition instead
+    assert deployment_patch(current, 1, {SCALED_UP_FOR: "default-a"}) is None

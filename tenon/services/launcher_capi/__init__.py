@@ -11,10 +11,10 @@ What it does
   and again well inside the log's retention; an MD that cannot be read is skipped with a reason naming it, and
   a Warning Event on it in the management cluster.
 * **Launch.** On ``NodeClaimPlanned`` for a claim of a NodeClass it serves, it scales the MD of the chosen
-  instance type (merge patch with a resourceVersion precondition), binds the new Machine to the claim
-  (annotation ``tenon.sh/nodeclaim``, label ``karpenter.sh/nodepool``) and appends ``NodeClaimLaunched`` once
-  the Machine has a providerID. An MD at its max size (or paused) gives ``NodeClaimLaunchFailed`` and the
-  claim's next fallback is tried; after the last, the failure is final.
+  instance type (a patch whose ``test`` operations hold the spec and annotations it was decided on), binds
+  the new Machine to the claim (annotation ``tenon.sh/nodeclaim``, label ``karpenter.sh/nodepool``) and
+  appends ``NodeClaimLaunched`` once the Machine has a providerID. An MD at its max size (or paused) gives
+  ``NodeClaimLaunchFailed`` and the claim's next fallback is tried; after the last, the failure is final.
 * **Removal, on positive evidence only** (:mod:`.removal`). A claim abandoned, drained, terminated or failed
   for good, with a complete story, loses exactly its Machine: the ``cluster.x-k8s.io/delete-machine``
   annotation, then one replica fewer. After a drain, once the Machine is gone, the launcher appends

@@ -11,9 +11,11 @@ decisions; the executor does the I/O around them:
 * **actions**, in ``prepare``, before a decision is recorded (a decision that cannot be carried out is
   dropped, not recorded, and decided again on the next input or tick):
 
-  - ``MachineDeploymentScaled``: a merge patch of ``spec.replicas`` and the two record annotations,
-    preconditioned on the resourceVersion of the object the executor holds, and only when what the decider
-    read (replicas, records, max size, paused) is what that object says. A conflict (409) takes the newer
+  - ``MachineDeploymentScaled``: a patch of ``spec.replicas`` and the two record annotations, only when
+    what the decider read (replicas, records, max size, paused) is what the object the executor holds says;
+    its ``test`` operations hold the same object, its annotations and its spec on the server
+    (:func:`deployment_patch`), so the Cluster API controller writing status refuses nothing (without
+    annotations to hold on to: a merge patch preconditioned on the resourceVersion). A refusal takes the newer
     version as the watch brings it (read again if it does not come within half a second): while only fields
     no decision reads changed (the controller writing status) the same patch is retried on it, otherwise the
     decision is dropped and the new object observed. Every Machine the patch counts a replica fewer for must
@@ -110,6 +112,34 @@ def annotation_patch(
         for k, v in annotations.items()
     ]
     ops += [{"op": "add", "path": f"/metadata/labels/{_pointer(k)}", "value": v} for k, v in labels.items()]
+    return ops
+
+
+def deployment_patch(
+    current: dict[str, Any], replicas: int, annotations: dict[str, str | None]
+) -> list[dict[str, Any]] | None:
+    """A JSON patch setting ``spec.replicas`` and ``annotations`` (None: removed) on ``current`` only while it
+    is the same MachineDeployment with the same annotations and spec (``test`` operations: what a scale is
+    decided on, replicas, records, max size and pause, is in those); None when it has no uid, annotations or
+    spec to hold on to. Cluster API rewrites a MachineDeployment's status at every Machine it creates, so a
+    patch preconditioned on the resourceVersion was refused again and again while a wave of Machines came
+    up (the scale run dropped a scale after four conflicts)."""
+    meta = current.get("metadata") or {}
+    held, spec = meta.get("annotations"), current.get("spec")
+    if not meta.get("uid") or not isinstance(held, dict) or not isinstance(spec, dict):
+        return None
+    ops: list[dict[str, Any]] = [
+        {"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
+        {"op": "test", "path": "/metadata/annotations", "value": held},
+        {"op": "test", "path": "/spec", "value": spec},
+    ]
+    for key, value in annotations.items():
+        path = f"/metadata/annotations/{_pointer(key)}"
+        if value is not None:
+            ops.append({"op": "add", "path": path, "value": value})
+        elif key in held:
+            ops.append({"op": "remove", "path": path})
+    ops.append({"op": "add", "path": "/spec/replicas", "value": replicas})
     return ops
 
 
@@ -398,17 +428,20 @@ class LauncherExecutor(BaseExecutor):
                 return "replicas, records, max size or pause changed since the decision"
             return None
 
-        body = {
-            "metadata": {
-                "annotations": {
-                    SCALED_UP_FOR: ",".join(decision.scaled_up_for) or None,
-                    SCALED_DOWN_FOR: ",".join(decision.scaled_down_for) or None,
-                }
-            },
-            "spec": {"replicas": decision.replicas_to},
+        annotations = {
+            SCALED_UP_FOR: ",".join(decision.scaled_up_for) or None,
+            SCALED_DOWN_FOR: ",".join(decision.scaled_down_for) or None,
         }
+        body = {"metadata": {"annotations": annotations}, "spec": {"replicas": decision.replicas_to}}
         patched = await self._patch_guarded(
-            MACHINEDEPLOYMENTS, self._deployments, key, guard, body, believed=decided_on, dropped=decision.id
+            MACHINEDEPLOYMENTS,
+            self._deployments,
+            key,
+            guard,
+            body,
+            believed=decided_on,
+            dropped=decision.id,
+            tested=lambda current: deployment_patch(current, decision.replicas_to, annotations),
         )
         if patched is None:
             return False

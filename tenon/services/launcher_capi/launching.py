@@ -9,9 +9,9 @@ nothing new, which is what makes a redelivered ``NodeClaimPlanned`` or a restart
 a clock or a socket: time enters as the deciding input's ``decidedAt`` (or the tick's moment).
 
 **The durable record lives on the MachineDeployment.** A crash can fall between two writes, so every write
-that changes ``spec.replicas`` also records *why* in annotations on the same object, in the same merge patch
-(preconditioned on the version decided from, so a concurrent writer makes it fail and the launcher decides
-again from what it then observes):
+that changes ``spec.replicas`` also records *why* in annotations on the same object, in the same patch
+(preconditioned on the spec and annotations decided from, so a concurrent writer makes it fail and the
+launcher decides again from what it then observes):
 
 * ``tenon.sh/scaled-up-for``: the claims a replica was added for that have no Machine bound yet. A claim on
   that list is never scaled for again; when its Machine appears it is bound, and the claim leaves the list
