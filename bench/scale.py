@@ -336,6 +336,18 @@ Run 39 (2026-12-04, 9201e9f: a pod offered again takes its nominated Node's room
     what was recorded; the launcher differs on one tick (which MachineDeployments' records it brought up to
     date) and disruption on three ticks in the budget its decision names (the pool counted 2-28 claims
     larger in the replay, the same candidates and the same room): not explained yet.
+Run 40 (2026-12-04, f182268: the terminator's Drained reaches disruption's state through the log; every
+    method's budgets count what the emptiness queue counts). Every target met, no leadership lost. The 1k
+    wave 6.6 s, the 4k 22.4 s, the 10k 64.2 s (p50 39 s, p99 63 s; 2,450 nodes; the sandbox 55 CPU s in it,
+    the scheduler 16, the pod-watcher 8.9, disruption 7.3, the launcher 6.3; decision per batch p50 0.84 s,
+    max 9.5 s: the last of 700 claims of one plan written that long after its batch), churn 4.0-144 s
+    (churn-3 the sandbox's), zero 58 s; highest service VmHWM 382 MiB (the scheduler), the sandbox 1,045
+    MiB. ``tenon replay --diff`` over its log (110,000 records): the scheduler and disruption decide what was
+    recorded (run 39's three budget differences were the terminator folding its Drained into the state's
+    claim before the log delivered it, so a tick between the two counted the claim out); the launcher
+    differs on one input: a MachineDeployment scale its executor dropped after four conflicts with Cluster
+    API's status writes, which the replay decides and the log never recorded (5c2a678: the scale holds
+    its premises with JSON patch tests instead of the resourceVersion).
 """
 
 from __future__ import annotations
