@@ -45,6 +45,29 @@ async def kube(sandbox: SandboxHandle) -> AsyncIterator[Kube]:
     await client.close()
 
 
+def initialized_claim(pods: tuple[str, ...]) -> list[ev.NodeClaimEvent]:
+    """The story of claim CLAIM up to Initialized on node NODE, planned for ``pods``."""
+    return [
+        build_event(
+            ev.NodeClaimPlanned,
+            "plan",
+            nodeclaim=CLAIM,
+            nodepool="default",
+            node_class="default",
+            choice=ev.InstanceChoice("c3-8", None, "on-demand", 0.1),
+            fallbacks=(),
+            pods=pods,
+            requirements=(),
+            labels={},
+        ),
+        build_event(
+            ev.NodeClaimLaunched, "launch", nodeclaim=CLAIM, provider_id="p://a", instance_type="c3-8"
+        ),
+        build_event(ev.NodeClaimRegistered, "reg", nodeclaim=CLAIM, node=NODE, provider_id="p://a"),
+        build_event(ev.NodeClaimInitialized, "init", nodeclaim=CLAIM, node=NODE),
+    ]
+
+
 async def seed(event_log: JetStreamEventLog, kube: Kube) -> None:
     """A registered, initialized claim whose node runs one application pod guarded by a PDB."""
     node = await kube.create(
@@ -100,25 +123,7 @@ async def seed(event_log: JetStreamEventLog, kube: Kube) -> None:
         },
     }
     await event_log.publish(subjects.NODEPOOLS, ev.NodePoolsSnapshot(**envelope("np"), nodepools=(pool,)))
-    for event in (
-        build_event(
-            ev.NodeClaimPlanned,
-            "plan",
-            nodeclaim=CLAIM,
-            nodepool="default",
-            node_class="default",
-            choice=ev.InstanceChoice("c3-8", None, "on-demand", 0.1),
-            fallbacks=(),
-            pods=("default/guarded",),
-            requirements=(),
-            labels={},
-        ),
-        build_event(
-            ev.NodeClaimLaunched, "launch", nodeclaim=CLAIM, provider_id="p://a", instance_type="c3-8"
-        ),
-        build_event(ev.NodeClaimRegistered, "reg", nodeclaim=CLAIM, node=NODE, provider_id="p://a"),
-        build_event(ev.NodeClaimInitialized, "init", nodeclaim=CLAIM, node=NODE),
-    ):
+    for event in initialized_claim(pods=("default/guarded",)):
         await append_to_claim(event_log, event)
     await event_log.publish(
         subjects.node(NODE), ev.NodeObserved(**envelope("node"), change="added", node=node)
@@ -275,28 +280,10 @@ async def test_the_drained_a_termination_appends_reaches_the_state_only_through_
         },
     )
     event_log = InMemoryEventLog()
-    for event in (
-        build_event(
-            ev.NodeClaimPlanned,
-            "plan",
-            nodeclaim=CLAIM,
-            nodepool="default",
-            node_class="default",
-            choice=ev.InstanceChoice("c3-8", None, "on-demand", 0.1),
-            fallbacks=(),
-            pods=(),
-            requirements=(),
-            labels={},
-        ),
-        build_event(
-            ev.NodeClaimLaunched, "launch", nodeclaim=CLAIM, provider_id="p://a", instance_type="c3-8"
-        ),
-        build_event(ev.NodeClaimRegistered, "reg", nodeclaim=CLAIM, node=NODE, provider_id="p://a"),
-        build_event(ev.NodeClaimInitialized, "init", nodeclaim=CLAIM, node=NODE),
-        build_event(
-            ev.DisruptionRequested, "dr", nodeclaim=CLAIM, method="emptiness", reason="empty", node=NODE
-        ),
-    ):
+    request = build_event(
+        ev.DisruptionRequested, "dr", nodeclaim=CLAIM, method="emptiness", reason="empty", node=NODE
+    )
+    for event in (*initialized_claim(pods=()), request):
         await append_to_claim(event_log, event)
     projection = ClusterProjection()
     async for record in event_log.read(subjects.nodeclaim(CLAIM)):

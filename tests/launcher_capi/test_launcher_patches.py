@@ -5,8 +5,9 @@ nothing, while another writer's binding or scale still does."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from devtools.sandbox.testing import running_sandbox
@@ -153,53 +154,59 @@ def scale(runtime: Any, to: int) -> ev.MachineDeploymentScaled:
     )
 
 
+@contextlib.asynccontextmanager
+async def deployment_changed_behind(
+    change: Callable[[dict[str, Any]], None],
+) -> AsyncIterator[tuple[Any, LauncherExecutor, Any]]:
+    """A launcher whose state knows MachineDeployment c3-8 (1 replica), which another writer then changed
+    behind the executor's cached copy; (runtime, executor, store)."""
+    async with running_sandbox(controllers=False) as sb:
+        store = sb.management_store
+        store.create(
+            store.resource("cluster.x-k8s.io/v1beta2", "MachineDeployment"),
+            machine_deployment("c3-8", replicas=1),
+        )
+        async with running_launcher(InMemoryEventLog(), sb, workload=False) as runtime:
+            executor = runtime.executor
+            assert isinstance(executor, LauncherExecutor)
+            await until(lambda: "default/c3-8" in runtime.state.deployments, what="the MD in the state")
+            await written_behind_its_back(executor, store, change, kind="MachineDeployment", name="c3-8")
+            yield runtime, executor, store
+
+
+def stored_deployment(store: Any) -> dict[str, Any]:
+    result: dict[str, Any] = store.get(
+        store.resource("cluster.x-k8s.io/v1beta2", "MachineDeployment"), "c3-8", "default"
+    )
+    return result
+
+
 async def test_a_status_rewritten_by_the_controller_meanwhile_does_not_refuse_a_scale() -> None:
     """Cluster API rewrites a MachineDeployment's status at every Machine it creates: a scale decided
     meanwhile still goes through, in one request."""
-    async with running_sandbox(controllers=False) as sb:
-        store = sb.management_store
-        deployments = store.resource("cluster.x-k8s.io/v1beta2", "MachineDeployment")
-        store.create(deployments, machine_deployment("c3-8", replicas=1))
-        async with running_launcher(InMemoryEventLog(), sb, workload=False) as runtime:
-            executor = runtime.executor
-            assert isinstance(executor, LauncherExecutor)
-            await until(lambda: "default/c3-8" in runtime.state.deployments, what="the MD in the state")
-            await written_behind_its_back(
-                executor,
-                store,
-                lambda md: md.update(status={"replicas": 1}),
-                kind="MachineDeployment",
-                name="c3-8",
-            )
-            sent = count_patches(executor)
-            assert await executor.prepare(scale(runtime, 3))
-            stored = store.get(deployments, "c3-8", "default")
-            assert stored["spec"]["replicas"] == 3
-            assert stored["metadata"]["annotations"][SCALED_UP_FOR] == "default-a,default-b"
-            assert stored["status"] == {"replicas": 1}  # the controller's write is kept
-            assert sent == ["application/json-patch+json"]  # one request: not refused on the status write
+    async with deployment_changed_behind(lambda md: md.update(status={"replicas": 1})) as (
+        runtime,
+        executor,
+        store,
+    ):
+        sent = count_patches(executor)
+        assert await executor.prepare(scale(runtime, 3))
+        stored = stored_deployment(store)
+        assert stored["spec"]["replicas"] == 3
+        assert stored["metadata"]["annotations"][SCALED_UP_FOR] == "default-a,default-b"
+        assert stored["status"] == {"replicas": 1}  # the controller's write is kept
+        assert sent == ["application/json-patch+json"]  # one request: not refused on the status write
 
 
 async def test_a_machine_deployment_scaled_by_another_writer_meanwhile_keeps_that_size() -> None:
-    async with running_sandbox(controllers=False) as sb:
-        store = sb.management_store
-        deployments = store.resource("cluster.x-k8s.io/v1beta2", "MachineDeployment")
-        store.create(deployments, machine_deployment("c3-8", replicas=1))
-        async with running_launcher(InMemoryEventLog(), sb, workload=False) as runtime:
-            executor = runtime.executor
-            assert isinstance(executor, LauncherExecutor)
-            await until(lambda: "default/c3-8" in runtime.state.deployments, what="the MD in the state")
+    def scaled_elsewhere(md: dict[str, Any]) -> None:
+        md["spec"]["replicas"] = 5
 
-            def scaled_elsewhere(md: dict[str, Any]) -> None:
-                md["spec"]["replicas"] = 5
-
-            await written_behind_its_back(
-                executor, store, scaled_elsewhere, kind="MachineDeployment", name="c3-8"
-            )
-            assert not await executor.prepare(scale(runtime, 2))  # refused on the server, then dropped
-            stored = store.get(deployments, "c3-8", "default")
-            assert stored["spec"]["replicas"] == 5
-            assert SCALED_UP_FOR not in stored["metadata"]["annotations"]
+    async with deployment_changed_behind(scaled_elsewhere) as (runtime, executor, store):
+        assert not await executor.prepare(scale(runtime, 2))  # refused on the server, then dropped
+        stored = stored_deployment(store)
+        assert stored["spec"]["replicas"] == 5
+        assert SCALED_UP_FOR not in stored["metadata"]["annotations"]
 
 
 def test_a_scale_holds_the_spec_and_annotations_it_was_decided_on_and_removes_an_empty_record() -> None:
