@@ -286,6 +286,19 @@ The session after (2026-12-04, morning; the machine's speed swinging again: the 
     proposal now also takes the empty nodes whose ``consolidateAfter`` ends before it settles: 10.6-10.8 s,
     91 % full.
 
+The session after (2026-12-04, afternoon; eight runs at 5c2a678-d69169e, one under py-spy: all Running
+    4.06-5.84 s, ``Launched -> Registered`` p99 1.07-1.93 s, every other target met)
+    Where the hop's time goes, again (an estimate from the traces above): the Nodes join over about 0.4 s,
+    and at some 600 nominations a second the ~750 left when the last one joins take 1.1-1.3 s; the hop's
+    p99 is that queue. In
+    the sandbox's thread during the wave (py-spy, one run): its scheduler 17 %, requests 20 %, informers
+    12 %, the kubelet 12 %, the Cluster API controller 7 %, the DaemonSet controller 6 %, no single cost to
+    cut. Tried and left out: uvloop in the sandbox (in every process, then the sandbox alone; two pairs
+    each, interleaved): ``Launched -> Registered`` p50 0.15-0.31 s against 0.76-1.13 s, but its p99 1.5-1.75
+    s and ``Planned -> Launched`` p99 2.2-2.6 s against 0.74-1.01 s, all Running 4.6-5.1 s against 4.1-4.8 s:
+    the sandbox answered requests sooner and ran its controllers later, and the same CPU moved from one hop
+    to another.
+
 Every wait gives up when nothing has moved for a while (no pod started for 120 s, no node removed for 60 s)
 and the figures then say what never happened, so ``make bench`` always ends. What limits the numbers is
 printed with them: the CPU seconds each process (sandbox, each service,
