@@ -185,5 +185,7 @@ def print_report(report: replaying.ReplayReport, args: argparse.Namespace) -> No
             undecodable += f", {report.external} external decision(s) not replayable"
         if report.ticks_outside:
             undecodable += f", {report.ticks_outside} tick(s) decided on state before the range"
+        if report.dropped:
+            undecodable += f", {report.dropped} decided and dropped by the executor (the log says so)"
         decided = len(report.comparisons)
         print(f"{report.records_read} record(s) read, {decided} input(s) decided{tail}{undecodable}")

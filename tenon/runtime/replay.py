@@ -18,6 +18,10 @@ decides now with what was recorded then. The replay walks the log as the live ru
   have no recorded input to decide from; they are folded where they sit and counted, not compared.
 * A replayed decision with an id the service had already recorded earlier, or that its claim would refuse, is
   not a difference: the live runtime does not record it twice.
+* A replayed decision the service never recorded, but that one of its later events names as the action it
+  followed (``after``: the Cluster API launcher's observation of an object it did not patch because its
+  premises had changed), was decided live too and dropped by the executor: counted as dropped, not as a
+  difference. The log says so; without such an event a dropped decision is a difference.
 * Events a service writes about what it saw rather than what it decided (the event types of its decider's
   ``observations``: the Cluster API launcher's ``MachineObserved``, ...) are inputs like any other: decided,
   never counted as external decisions.
@@ -98,6 +102,8 @@ class ReplayReport:
     """Recorded decisions with no input to replay them from (a user's action seen by a watch)."""
     ticks_outside: int = 0
     """Tick decisions whose state began before the range read (replay from earlier to check them)."""
+    dropped: int = 0
+    """Replayed decisions the live executor dropped, as a later event of the service says (``after``)."""
 
     @property
     def differing(self) -> list[DecisionComparison]:
@@ -120,6 +126,9 @@ class _Recording:
     answers: dict[str, list[tuple[int, Event]]] = field(default_factory=lambda: defaultdict(list))
     ticks: dict[int, dict[Any, list[tuple[int, Event]]]] = field(default_factory=lambda: defaultdict(dict))
     external: set[str] = field(default_factory=set)
+    dropped: set[str] = field(default_factory=set)
+    """Decisions never recorded that an event of the service names as the action it followed (``after``):
+    decided live, then dropped by the executor."""
 
     @property
     def tick_bases(self) -> set[int]:
@@ -131,7 +140,14 @@ class _Recording:
         recording = cls()
         tick_ids: dict[str, tuple[int, Any]] = {}
         observations = tuple(getattr(decider, "observations", ()))
+        recorded: set[str] = set()
+        followed: set[str] = set()
         for record, event in decoded:
+            if event.producer == decider.name:
+                recorded.add(event.id)
+                after = getattr(event, "after", None)
+                if isinstance(after, str):
+                    followed.add(after)
             if event.producer != decider.name or isinstance(event, observations):
                 continue
             if event.causation_id is None and event.basis is not None:
@@ -146,6 +162,7 @@ class _Recording:
                 recording.answers[event.causation_id].append((record.sequence, event))
             else:
                 recording.external.add(event.id)
+        recording.dropped = followed - recorded
         return recording
 
 
@@ -157,6 +174,7 @@ class _Replayer:
         self.folded: set[str] = set()
         self.recorded_so_far: set[str] = set()
         self.awaiting: list[tuple[int, Event]] = []
+        self.dropped: set[str] = set()
         self.report = ReplayReport()
         self.per_batch = decides_on_batches(decider)
         self.decided_at = self.recording.tick_bases
@@ -183,6 +201,9 @@ class _Replayer:
         ahead: dict[str, NodeClaim] = {}
         for decision in decisions:
             if decision.id in self.recorded_so_far:
+                continue
+            if decision.id in self.recording.dropped:
+                self.dropped.add(decision.id)
                 continue
             if isinstance(decision, NodeClaimEvent):
                 claim = ahead.get(decision.nodeclaim) or claims.get(decision.nodeclaim)
@@ -293,4 +314,5 @@ def replay(decider: Decider[Any], records: Iterable[LogRecord]) -> ReplayReport:
             replayer._fold(event, record.sequence)
     replayer.close()
     replayer.report.ticks_outside = sum(len(groups) for groups in replayer.recording.ticks.values())
+    replayer.report.dropped = len(replayer.dropped)
     return replayer.report
