@@ -348,6 +348,17 @@ Run 40 (2026-12-04, f182268: the terminator's Drained reaches disruption's state
     differs on one input: a MachineDeployment scale its executor dropped after four conflicts with Cluster
     API's status writes, which the replay decides and the log never recorded (5c2a678: the scale holds
     its premises with JSON patch tests instead of the resourceVersion).
+Run 41 (2026-12-04, 04e4bcf: that patch, and replay counting a decision the log says was dropped). Every
+    target met, no leadership lost, but the slow mode of run 38 again: the 1k wave 8.7 s, the 4k 20.4 s,
+    the 10k 150 s (p50 47 s, p99 141 s; 2,324 nodes; the sandbox 135 CPU s in it, the scheduler 50, the
+    launcher 11; decision per batch p50 1.8 s over 27 batches). Its pods reached ``Unschedulable`` over
+    ~90 s instead of at once, so the scheduler planned the wave's claims in 10-second bursts of 11-124, and
+    re-offered the 2,288 pods still waiting every 2-9 s; churn 6.2-168 s, zero 53 s; highest service VmHWM
+    347 MiB (the scheduler). ``tenon replay --diff`` over its log: the launcher and disruption decide what
+    was recorded (0 differences; no scale was dropped), the scheduler differs on three PendingBatches of
+    that re-offer stretch: the live plan put 12 hostname-anti-affine pods on the Nodes of 12 claims its
+    same answer registered, where the replay bought 12 claims (not explained yet; runs 39 and 40 replayed
+    with none).
 """
 
 from __future__ import annotations
