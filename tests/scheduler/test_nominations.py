@@ -14,6 +14,7 @@ from tenon.core.wellknown import PLANNED_NODE
 from tenon.domain.projection import ClusterProjection
 from tenon.runtime.eventlog.memory import InMemoryEventLog
 from tenon.runtime.kube import NODES, PODS, Kube, load_kube
+from tenon.services.scheduler import planner
 from tenon.services.scheduler.decider import SchedulerDecider
 from tenon.services.scheduler.nominations import overcommitted, without_own_nomination
 from tenon.services.scheduler.service import CONNECTIONS_KEPT_FROM_NOMINATIONS, SchedulerExecutor
@@ -229,3 +230,18 @@ async def test_a_wave_of_nominations_leaves_connections_for_the_registrations_no
             assert kube.most_in_flight == allowed
         finally:
             await client.close()
+
+
+def test_a_pod_marked_with_its_planned_node_keeps_the_mark_after_the_nomination_check_read_it() -> None:
+    """The service's nomination check (its tick) reads the pending pods as the log has them, while a long
+    plan may be running in a worker thread; the plan's copy marked with the Node it takes first is read apart
+    from that, so the plan still places it there first (a scale run's live plan lost the mark, its replay
+    kept it, and the two bought different claims)."""
+    projection = _waiting_on_node_a(FOUR_CPUS, [], [pending_pod("web-0", "1")])
+    pod = projection.pending["default/web-0"]
+    marked = {**pod, "metadata": {**pod["metadata"], "annotations": {PLANNED_NODE: "node-a"}}}
+
+    assert overcommitted(projection, "node-a", ["default/web-0"]) == []  # the tick's check read the pod
+    plan_input, _, _ = planner.cluster_input(projection, [marked], datetime.now(UTC))
+
+    assert [(p.name, p.planned_node) for p in plan_input.pods if not p.node_name] == [("web-0", "node-a")]

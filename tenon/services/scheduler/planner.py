@@ -47,6 +47,7 @@ from tenon.core.wellknown import (
     INSTANCE_TYPE,
     NODEPOOL,
     NOT_READY_TAINT,
+    PLANNED_NODE,
     REGISTERED,
     UNREACHABLE_TAINT,
     UNREGISTERED_TAINT,
@@ -274,6 +275,18 @@ def _claims(projection: ClusterProjection, offered: set[str], now: datetime, inp
                 inputs.add(projection.parse("Pending", key, waiting))
 
 
+def _parse_offered(projection: ClusterProjection, pod: KubeObject) -> Parsed:
+    """A pod of the batch as the core reads it. One marked with the Node it takes first
+    (:data:`PLANNED_NODE`, set in this plan's input only) is parsed apart from the pending pod's cache: the
+    cache entry is the pod as the log has it, which other readers parse too (the service's nomination check
+    reads it on its tick, while a long plan runs in a worker thread), and a plan of the scale run that found
+    that entry there planned such pods as if unmarked, where its replay, with no service around it, did
+    not."""
+    if PLANNED_NODE in ((pod.get("metadata") or {}).get("annotations") or {}):
+        return parse_for_core("Pending", pod)
+    return projection.parse("Pending", object_key(pod), pod)
+
+
 def cluster_input(
     projection: ClusterProjection, pods: list[KubeObject], now: datetime
 ) -> tuple[ClusterInput, dict[str, str], dict[str, str]]:
@@ -291,7 +304,7 @@ def _cluster_input(
     offered = {object_key(pod) for pod in pods}
     _claims(projection, offered, now, inputs)
     for pod in pods:
-        problem = inputs.add(projection.parse("Pending", object_key(pod), pod))
+        problem = inputs.add(_parse_offered(projection, pod))
         if problem:
             inputs.invalid_pods[object_key(pod)] = problem
     return assemble(inputs.parts, inputs.in_flight), inputs.invalid_pools, inputs.invalid_pods
