@@ -357,8 +357,9 @@ Run 41 (2026-12-04, 04e4bcf: that patch, and replay counting a decision the log 
     347 MiB (the scheduler). ``tenon replay --diff`` over its log: the launcher and disruption decide what
     was recorded (0 differences; no scale was dropped), the scheduler differs on three PendingBatches of
     that re-offer stretch: the live plan put 12 hostname-anti-affine pods on the Nodes of 12 claims its
-    same answer registered, where the replay bought 12 claims (not explained yet; runs 39 and 40 replayed
-    with none).
+    same answer registered, where the replay bought 12 claims. The cause (f62874d): the plan ran in a
+    worker thread while the service's nomination check, on the event loop, cached the pending pods' parse
+    as the log has them, and the plan read that entry for pods it had marked with their planned Node.
 """
 
 from __future__ import annotations
