@@ -116,6 +116,21 @@ async def test_read_by_sequence_subject_and_stop(jetstream_log: JetStreamEventLo
     assert nothing == []
 
 
+async def test_bounds_are_read_while_no_replica_answers_direct_gets(jetstream_log: JetStreamEventLog) -> None:
+    """A fresh R3 stream's replicas answer direct gets only once current (a rebuild on a just-started
+    cluster met no responder): the stream here allows none at all, and the leader answers instead."""
+    first = await jetstream_log.publish(subjects.node("n1"), node_event("n1"))
+    await jetstream_log.publish(subjects.node("n2"), node_event("n2"))
+    info = await jetstream_log.js.stream_info(subjects.EVENTS_STREAM)
+    info.config.allow_direct = False
+    await jetstream_log.js.update_stream(info.config)
+
+    bounds = await jetstream_log.bounds()
+
+    assert (bounds.first_sequence, bounds.last_sequence) == (first.sequence, first.sequence + 1)
+    assert bounds.first_time is not None
+
+
 async def test_read_leaves_no_consumer_behind(jetstream_log: JetStreamEventLog) -> None:
     await jetstream_log.publish(subjects.node("n1"), node_event("n1"))
     assert len([r async for r in jetstream_log.read()]) == 1

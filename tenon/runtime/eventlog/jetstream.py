@@ -37,6 +37,7 @@ from proto.codec import encode
 from proto.events import DeadLetter, Event
 from tenon.runtime.eventlog import tracing
 from tenon.runtime.eventlog.connection import ConnectionSettings, ReconnectBackoff
+from tenon.runtime.eventlog.direct import get_message
 from tenon.runtime.eventlog.interface import BatchHandler, ConsumerRunner, EventLog, Handler
 from tenon.runtime.eventlog.keyvalue import JetStreamKeyValue, KeyValue
 from tenon.runtime.eventlog.provisioning import (
@@ -310,7 +311,7 @@ class JetStreamEventLog(EventLog):
         first_time = None
         if state.messages:
             try:
-                first = await self.js.get_msg(stream, int(state.first_seq), direct=True)
+                first = await get_message(self.js, stream, int(state.first_seq))
                 first_time = _stored_at(first)
             except NotFoundError:
                 first_time = None

@@ -30,6 +30,7 @@ from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfi
 from nats.js.errors import NotFoundError
 
 from proto import subjects
+from tenon.runtime.eventlog.direct import get_message
 from tenon.runtime.eventlog.records import EventLogError
 
 log = logging.getLogger("tenon.eventlog.snapshots")
@@ -175,9 +176,7 @@ class JetStreamSnapshotStore(SnapshotStore):
         if manifest is None:
             return None
         try:
-            parts = await asyncio.gather(
-                *(self.js.get_msg(STREAM, seq, direct=True) for seq in manifest.chunks)
-            )
+            parts = await asyncio.gather(*(get_message(self.js, STREAM, seq) for seq in manifest.chunks))
         except NotFoundError:
             log.warning(
                 "snapshot chunks missing: ignored",
