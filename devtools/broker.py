@@ -296,11 +296,17 @@ class LocalNatsCluster:
         raise KeyError(f"no node named {server_name!r} (nodes: {[n.server_name for n in self.nodes]})")
 
     def start(self, timeout: float = 30.0) -> LocalNatsCluster:
-        """Start every node; return once each reports JetStream ready (the cluster has a meta leader)."""
-        for node in self.nodes:
-            node.start_process()
-        for node in self.nodes:
-            node.wait_ready(timeout)
+        """Start every node; return once each reports JetStream ready (the cluster has a meta leader). A node
+        that fails to start stops them all: ``__exit__`` does not run for a failed ``__enter__``, and a node
+        left running kept dialling its old routes (a test run then met a cluster with a stranger in it)."""
+        try:
+            for node in self.nodes:
+                node.start_process()
+            for node in self.nodes:
+                node.wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def kill(self, server_name: str) -> None:
