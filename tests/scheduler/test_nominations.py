@@ -185,6 +185,33 @@ async def test_a_tick_clears_the_nominations_a_node_can_no_longer_honour_and_kee
             await kube.close()
 
 
+async def test_the_tick_weighs_nominations_only_while_no_decision_holds_the_state() -> None:
+    """Weighing nominations parses pods and Nodes into the state's caches, which a plan deciding in a worker
+    thread reads meanwhile (the runtime's lock is held for it): so the tick weighs them under that lock."""
+    async with running_sandbox(controllers=False) as sandbox:
+        kube = await load_kube(str(sandbox.workload_kubeconfig))
+        try:
+            joining = joined(ready=True)
+            joining["status"]["allocatable"] = {"cpu": "2500m", "memory": "16Gi", "pods": "110"}
+            _, node, event_log = await two_pods_offered_and_node_a(kube, joining)
+            async with running(SchedulerDecider(), SchedulerExecutor(kube), event_log) as runtime:
+                claim = await launch_and_join(runtime, event_log, node)
+                await until(lambda: runtime.state.claims[claim].initialized, what="the claim initialized")
+                state = runtime.state
+                parsed_under_lock: list[bool] = []
+                parse = state.parse
+
+                def watched_parse(kind: str, key: str, obj: Any) -> Any:
+                    parsed_under_lock.append(runtime.lock.locked())
+                    return parse(kind, key, obj)
+
+                state.parse = watched_parse  # type: ignore[method-assign]
+                await runtime.executor.ticked(datetime.now(UTC) + timedelta(seconds=2))
+            assert parsed_under_lock and all(parsed_under_lock)
+        finally:
+            await kube.close()
+
+
 class GatedKube(Kube):
     """The sandbox's API, holding every pod status patch (a nomination) until ``gate`` opens: an API server
     too busy to answer them."""

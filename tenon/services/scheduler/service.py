@@ -216,26 +216,16 @@ class SchedulerExecutor(BaseExecutor):
     async def _clear_overcommitted(self, now: datetime) -> None:
         """Clear the nominations this term wrote that their Node cannot honour together
         (:func:`.nominations.overcommitted`), once its claim has been initialized for
-        :data:`.reoffers.SETTLE_GRACE`; forget the pods that no longer wait."""
-        state = self.state
-        by_node: dict[str, list[str]] = {}
-        for key, node in list(self._nominated.items()):
-            if key in state.bound_pods or not state.still_pending(key, now):
-                del self._nominated[key]
-            else:
-                by_node.setdefault(node, []).append(key)
-        for node, keys in by_node.items():
-            claim = state.claims.registered_to(node)
-            if claim is None or claim.initialized is None:
-                continue
-            if claim.initialized.decided_at + reoffers.SETTLE_GRACE > now:
-                continue
-            cleared = nominations.overcommitted(state, node, keys)
-            if not cleared:
-                continue
+        :data:`.reoffers.SETTLE_GRACE`; forget the pods that no longer wait. Which ones is read under the
+        runtime's lock: weighing them parses pods and Nodes into the state's caches, which a plan deciding in
+        a worker thread meanwhile reads (a marked pod once lost its mark so, f62874d)."""
+        assert self.runtime is not None
+        async with self.runtime.lock:
+            overcommitted = self._overcommitted(now)
+        for claim, node, nominated, cleared in overcommitted:
             log.warning(
                 "nominations cleared: the node cannot take every pod nominated to it",
-                extra={"nodeclaim": claim.name, "node": node, "nominated": len(keys), "cleared": cleared},
+                extra={"nodeclaim": claim, "node": node, "nominated": nominated, "cleared": cleared},
             )
             for key in cleared:
                 namespace, name = key.split("/", 1)
@@ -247,7 +237,29 @@ class SchedulerExecutor(BaseExecutor):
                     if exc.status != 404:
                         log.warning("could not clear a nomination", extra={"pod": key, "error": str(exc)})
                         continue
+                self._nominated.pop(key, None)
+
+    def _overcommitted(self, now: datetime) -> list[tuple[str, str, int, list[str]]]:
+        """(claim, Node, how many pods are nominated there, the ones to clear) for each Node whose
+        nominations to clear; forgets the pods that no longer wait."""
+        state = self.state
+        by_node: dict[str, list[str]] = {}
+        for key, node in list(self._nominated.items()):
+            if key in state.bound_pods or not state.still_pending(key, now):
                 del self._nominated[key]
+            else:
+                by_node.setdefault(node, []).append(key)
+        found = []
+        for node, keys in by_node.items():
+            claim = state.claims.registered_to(node)
+            if claim is None or claim.initialized is None:
+                continue
+            if claim.initialized.decided_at + reoffers.SETTLE_GRACE > now:
+                continue
+            cleared = nominations.overcommitted(state, node, keys)
+            if cleared:
+                found.append((claim.name, node, len(keys), cleared))
+        return found
 
     def _as_observed_now(self, decision: ev.NodeClaimRegistered, node: dict[str, Any] | None) -> Any:
         """The decision's Node as the state holds it now, if it is still the claim's (same providerID);
