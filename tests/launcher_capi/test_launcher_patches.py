@@ -209,6 +209,42 @@ async def test_a_machine_deployment_scaled_by_another_writer_meanwhile_keeps_tha
         assert SCALED_UP_FOR not in stored["metadata"]["annotations"]
 
 
+async def test_a_scale_dropped_after_repeated_conflicts_is_named_in_the_log() -> None:
+    """Another controller rewrites the MachineDeployment's annotations under every attempt (nothing a
+    decision reads): after the last one the scale is dropped, to be decided again, and the log says so, so
+    ``tenon replay --diff`` does not count the decision it makes as a difference."""
+    async with deployment_changed_behind(lambda md: md.update(status={"replicas": 1})) as (
+        runtime,
+        executor,
+        store,
+    ):
+        resource = store.resource("cluster.x-k8s.io/v1beta2", "MachineDeployment")
+        original = executor.management.patch
+
+        async def patch_after_another_write(*args: Any, **kwargs: Any) -> dict[str, Any]:
+            fresh = store.get(resource, "c3-8", "default")
+            fresh["metadata"]["annotations"]["example.com/touched"] = fresh["metadata"]["resourceVersion"]
+            store.update(resource, fresh)
+            result: dict[str, Any] = await original(*args, **kwargs)
+            return result
+
+        executor.management.patch = patch_after_another_write  # type: ignore[method-assign]
+        decision = scale(runtime, 3)
+        assert not await executor.prepare(decision)
+
+        async def named_in_the_log() -> list[ev.MachineDeploymentObserved]:
+            return [
+                record.event
+                async for record in runtime.event_log.read()
+                if isinstance(record.event, ev.MachineDeploymentObserved)
+                and record.event.after == decision.id
+            ]
+
+        named = await until(named_in_the_log, what="the dropped scale named in the log")
+        assert [observed.machine_deployment["metadata"]["name"] for observed in named] == ["c3-8"]
+        assert stored_deployment(store)["spec"]["replicas"] == 1
+
+
 def test_a_scale_holds_the_spec_and_annotations_it_was_decided_on_and_removes_an_empty_record() -> None:
     current = machine_deployment("c3-8", replicas=2, annotations={SCALED_DOWN_FOR: "m9"})
     current["metadata"]["uid"] = "u1"

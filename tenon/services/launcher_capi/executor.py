@@ -367,6 +367,9 @@ class LauncherExecutor(BaseExecutor):
             await self.watch.written(updated)
             return updated
         log.info("decision dropped after repeated conflicts: decided again", extra={"object": key})
+        # published even unchanged in what decisions read: the log then says the decision was dropped, and
+        # `tenon replay --diff` does not count the one it makes again as a difference
+        await self.watch.correct(_kind(ref), key, believed, dropped, always=True)
         return None
 
     async def _patch(

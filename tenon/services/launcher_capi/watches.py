@@ -226,12 +226,18 @@ class ClusterWatch:
                 self.published_machines[ref_of(obj)] = machine_view(obj).content()
 
     async def correct(
-        self, kind: str, ref: str, believed: MachineDeploymentView | MachineView | None, after: str
+        self,
+        kind: str,
+        ref: str,
+        believed: MachineDeploymentView | MachineView | None,
+        after: str,
+        *,
+        always: bool = False,
     ) -> None:
         """Publish the object at ``ref`` as cached (``kind``: MachineDeployment or Machine), naming the
-        launcher's action ``after``, when what the decider believes of it differs: after an action,
-        observations stored before it are set aside, so what the executor learnt meanwhile must come after
-        it."""
+        launcher's action ``after``, when what the decider believes of it differs (or ``always``: the record
+        that an action was dropped): after an action, observations stored before it are set aside, so what
+        the executor learnt meanwhile must come after it."""
         async with self._lock:
             cache = self.deployments if kind == "MachineDeployment" else self.machines
             published: dict[str, Any] = (
@@ -246,7 +252,7 @@ class ClusterWatch:
             content = (machine_deployment_view if kind == "MachineDeployment" else machine_view)(
                 obj
             ).content()
-            if believed is not None and believed.content() == content:
+            if not always and believed is not None and believed.content() == content:
                 return
             published[ref] = content
             await self._publish(_observed(kind, obj, "changed", after))
