@@ -299,6 +299,24 @@ The session after (2026-12-04, afternoon; eight runs at 5c2a678-d69169e, one und
     the sandbox answered requests sooner and ran its controllers later, and the same CPU moved from one hop
     to another.
 
+The session after (2026-12-04, evening; 4acaef3): the hop's time, measured per claim instead of estimated
+    A trace in the scheduler (one run, not kept): from the decision to the append, the claim's nominations
+    take p50 0.77 s, p90 0.99 s, its Node patch 0.09-0.15 s after them, the append 1-3 ms; the decision
+    itself comes 10 ms after ``Launched`` (the Node had been observed 0.15 s before it, the launcher being
+    the later of the two). And the machine is full: from the first ``Launched`` to the last ``Registered``
+    (1.55 s) the processes' CPU (``/proc``, every 50 ms) adds up to 2.88 of the 3.1 CPU seconds two cores
+    give: the sandbox 1.02, the scheduler 0.70, the pod-watcher 0.42, the launcher 0.29, nats-server 0.24,
+    disruption 0.18. The 1,000 nominations are about 0.5 of them (client and server, ``nombench``: 1 ms
+    each under cProfile). None of them can be left out: a nomination holds room against every pod not
+    nominated there, the claim's own too, so a Node's pods are nominated all or none, and all before its
+    taint goes, while any other claim's pods still wait un-nominated. Tried, interleaved: nominations in
+    flight cut from 80 to 12 (the Node patches would queue behind fewer): the hop's p99 2.5-2.9 s, the
+    sandbox's loop takes a burst of requests per turn and far fewer came; raised to 200: p50 0.72-0.76 s
+    against 0.98-1.04 s, p99 1.06-1.32 s against 1.22-1.27 s, ``Registered -> Initialized`` p99 up to
+    0.5 s, the same trade as uvloop; no snapshots in the run (``TENON_SNAPSHOT_EVERY``; the three deciders
+    write 1.5 MB each twice in the window): p99 0.90-1.21 s against 0.96-1.21 s, within the noise. All left
+    as they were.
+
 Every wait gives up when nothing has moved for a while (no pod started for 120 s, no node removed for 60 s)
 and the figures then say what never happened, so ``make bench`` always ends. What limits the numbers is
 printed with them: the CPU seconds each process (sandbox, each service,
