@@ -49,6 +49,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from devtools.sandbox.controllers.cluster_state import ClusterState, NodeInfo, host_ports, nominated_node
@@ -66,6 +67,9 @@ from devtools.sandbox.controllers.topology_index import Term, TopologyIndex, aff
 NO_NODES_MESSAGE = "no nodes available to schedule pods"
 MIN_FEASIBLE_NODES = 100
 _UNSCHEDULABLE_TAINT = {"key": UNSCHEDULABLE_TAINT_KEY, "effect": "NoSchedule"}
+
+Reasons = tuple[str, ...]
+"""Why a node cannot take a pod: one filter's reasons (a tuple, so the answers count as dict keys)."""
 
 
 @dataclass(frozen=True)
@@ -208,7 +212,7 @@ class _PodContext:
         self.self_affine = all(term_matches(term, self.pod) for term in self.affinity_terms)
 
     # ----- the filters, one per plugin; each returns None (pass) or the list of reasons
-    def filter(self, info: NodeInfo) -> list[str] | None:
+    def filter(self, info: NodeInfo) -> Reasons | None:
         """Why ``info`` cannot take the pod (the first plugin that rejects it), or None if it can.
 
         Runs for every node a pod is tried on (10,000 pods x 1,000 nodes in the bench), so the placement
@@ -229,9 +233,7 @@ class _PodContext:
         if not too_many and not short and info.name in self.nominations:
             too_many, short = self._short_beside_nominated(info)
         if too_many or short:  # NodeResourcesFit: the pod count, then every resource that is short
-            return (["Too many pods"] if too_many else []) + [
-                f"Insufficient {name}" for name in sorted(short)
-            ]
+            return _fit_failure(too_many, tuple(short))
         if not self.inter_pod:
             return None
         return self._spread_failure(info) or self._anti_affinity_failure(info) or self._affinity_failure(info)
@@ -253,43 +255,43 @@ class _PodContext:
         ]
         return too_many, short
 
-    def _placement_failure(self, info: NodeInfo) -> list[str] | None:
+    def _placement_failure(self, info: NodeInfo) -> Reasons | None:
         """NodeUnschedulable, NodeName, TaintToleration, NodeAffinity and NodePorts."""
         if info.unschedulable and not self.tolerates_unschedulable:
-            return ["node(s) were unschedulable"]
+            return ("node(s) were unschedulable",)
         if self.node_name and self.node_name != info.name:
-            return ["node(s) didn't match the requested node name"]
+            return ("node(s) didn't match the requested node name",)
         taint = untolerated_taint(self.tolerations, info.taints) if info.taints else None
         if taint is not None:
-            return [f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value') or ''}}}"]
+            return (f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value') or ''}}}",)
         if not self.plain_placement and not node_matches_pod(self.pod, info.name, info.labels):
-            return ["node(s) didn't match Pod's node affinity/selector"]
+            return ("node(s) didn't match Pod's node affinity/selector",)
         if self.host_ports and any(port in info.used_ports for port in self.host_ports):
-            return ["node(s) didn't have free ports for the requested pod ports"]
+            return ("node(s) didn't have free ports for the requested pod ports",)
         return None
 
-    def _spread_failure(self, info: NodeInfo) -> list[str] | None:
+    def _spread_failure(self, info: NodeInfo) -> Reasons | None:
         """PodTopologySpread (DoNotSchedule constraints)."""
         for constraint in self.spread:
             value = info.labels.get(constraint["key"])
             if value is None:
-                return ["node(s) didn't match pod topology spread constraints (missing required label)"]
+                return ("node(s) didn't match pod topology spread constraints (missing required label)",)
             skew = constraint["counts"].get(value, 0) + constraint["self"] - constraint["global_min"]
             if skew > constraint["max_skew"]:
-                return ["node(s) didn't match pod topology spread constraints"]
+                return ("node(s) didn't match pod topology spread constraints",)
         return None
 
-    def _anti_affinity_failure(self, info: NodeInfo) -> list[str] | None:
+    def _anti_affinity_failure(self, info: NodeInfo) -> Reasons | None:
         """InterPodAffinity: the pod's required anti-affinity, then that of existing pods against it."""
         for term, blocked in zip(self.anti_terms, self.anti_blocked, strict=True):
             if info.labels.get(term.topology_key) in blocked:
-                return ["node(s) didn't match pod anti-affinity rules"]
+                return ("node(s) didn't match pod anti-affinity rules",)
         for key, values in self.existing_blocked.items():
             if info.labels.get(key) in values:
-                return ["node(s) didn't satisfy existing pods anti-affinity rules"]
+                return ("node(s) didn't satisfy existing pods anti-affinity rules",)
         return None
 
-    def _affinity_failure(self, info: NodeInfo) -> list[str] | None:
+    def _affinity_failure(self, info: NodeInfo) -> Reasons | None:
         """InterPodAffinity: the pod's required affinity (the first pod of a self-affine set may land)."""
         if not self.affinity_terms:
             return None
@@ -297,11 +299,11 @@ class _PodContext:
         for term, domains in zip(self.affinity_terms, self.affinity_domains, strict=True):
             value = info.labels.get(term.topology_key)
             if value is None:
-                return ["node(s) didn't match pod affinity rules"]
+                return ("node(s) didn't match pod affinity rules",)
             if value not in domains:
                 pods_exist = False
         if not pods_exist and not (not self.affinity_any and self.self_affine):
-            return ["node(s) didn't match pod affinity rules"]
+            return ("node(s) didn't match pod affinity rules",)
         return None
 
     def score(self, info: NodeInfo) -> float:
@@ -314,6 +316,12 @@ class _PodContext:
         if capacity > 0:
             total += max(0.0, (capacity - info.requested.get("memory", 0) - self.memory) / capacity)
         return total / 2
+
+
+@lru_cache(maxsize=256)
+def _fit_failure(too_many: bool, short: tuple[str, ...]) -> Reasons:
+    """NodeResourcesFit's reasons: the pod count, then each resource that is short (made once per answer)."""
+    return (("Too many pods",) if too_many else ()) + tuple(f"Insufficient {name}" for name in sorted(short))
 
 
 def failure_message(node_count: int, reasons: Counter[str]) -> str:
@@ -402,7 +410,7 @@ def choose_node(pod: Mapping[str, Any], requests: Mapping[str, int], state: Clus
         return Decision(context.nominated_node)
     if (named := _best_named(context, state)) is not None:
         return Decision(named)
-    reasons: Counter[str] = Counter()
+    failures: dict[Reasons, int] = {}  # counted by the filter's answer: the same few answers, node after node
     best: tuple[float, str] | None = None
     nodes = state.nodes
     if context.node_name:
@@ -419,7 +427,7 @@ def choose_node(pod: Mapping[str, Any], requests: Mapping[str, int], state: Clus
         processed += 1
         failed = context.filter(info)
         if failed is not None:
-            reasons.update(failed)
+            failures[failed] = failures.get(failed, 0) + 1
             continue
         ranked = (-context.score(info), info.name)
         if best is None or ranked < best:
@@ -431,6 +439,15 @@ def choose_node(pod: Mapping[str, Any], requests: Mapping[str, int], state: Clus
         state.next_start_index = (start + processed) % count
     if best is not None:
         return Decision(best[1])
+    return _unplaced(context, nodes, failures)
+
+
+def _unplaced(context: _PodContext, nodes: Mapping[str, NodeInfo], failures: dict[Reasons, int]) -> Decision:
+    """The failure, each reason counted over the nodes that gave it."""
+    reasons: Counter[str] = Counter()
+    for answer, times in failures.items():
+        for reason in answer:
+            reasons[reason] += times
     if context.node_name and context.node_name not in nodes:
         reasons["node(s) didn't match the requested node name"] += len(nodes)
     return Decision(None, failure_message(len(nodes), reasons), tuple(sorted(reasons.items())))
