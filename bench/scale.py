@@ -360,6 +360,23 @@ Run 41 (2026-12-04, 04e4bcf: that patch, and replay counting a decision the log 
     same answer registered, where the replay bought 12 claims. The cause (f62874d): the plan ran in a
     worker thread while the service's nomination check, on the event loop, cached the pending pods' parse
     as the log has them, and the plan read that entry for pods it had marked with their planned Node.
+Run 42 (2026-12-04, 55fd8b1: that fix). Every target met, no leadership lost: the 1k wave 7.1 s, the 4k
+    22.6 s, the 10k 76 s (p50 36 s, p99 72 s; 2,279 nodes; the sandbox 66 CPU s in it), churn 3.7-111 s,
+    zero 47 s; highest service VmHWM 348 MiB (the scheduler). ``tenon replay --diff`` over its log (105,606
+    records): 0 differences for the scheduler (286 inputs), the launcher (364) and disruption (169).
+Run 43 (2026-12-04, 4acaef3; tests ran beside its 10k wave, whose 121 s says nothing). Its churn-3 wave,
+    133.8 s (p99 126 s) with the sandbox at 132 CPU s, was profiled (py-spy, its first 60 s): 84 % of the
+    sandbox's thread in its kube-scheduler, 47 % in the symmetric anti-affinity check, which compared each
+    pending pod with every (topology key, hostname) pair of the pods repelling it, on each of 2,300 nodes
+    (8333979 groups them by key; efb6fc9 counts a pod's failures once per answer, not per node; the
+    ``sandbox_controllers`` suite now measures such a backlog: 200 pods 11.2 s -> 1.0 s).
+Run 44 (2026-12-04, 8333979: grouped by key). Every target met, no leadership lost: the 1k wave 6.9 s,
+    the 4k 19.3 s, the 10k 53.5 s (p50 42 s, p99 46 s; 2,325 nodes; the sandbox 45.5 CPU s in it, the
+    scheduler 16; the fastest 10k wave so far), churn 4.1-35.8 s (churn-3 35.8 s against 111-168 s in runs
+    40-43), zero 49 s; highest service VmHWM 359 MiB (the scheduler). The churn waves' sandbox still runs at
+    one CPU second per second, now its kube-scheduler filtering a third of 2,300 nodes for each pod it places
+    (the real one's adaptive ``percentageOfNodesToScore``). ``tenon replay --diff`` over its log (107,189
+    records): 0 differences for the scheduler (350 inputs), the launcher (342) and disruption (166).
 """
 
 from __future__ import annotations
