@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from bench.suite import Suite, Target
@@ -100,14 +101,27 @@ class _Tracker:
         return time.perf_counter() - start
 
 
-async def _scenario(nodes: int, pods: int, nodes_first: bool, timeout: float) -> dict[str, float | None]:
-    store = Store(history_size=max(10_000, pods * 4))
+@contextlib.asynccontextmanager
+async def _controllers_running(history_size: int) -> AsyncIterator[tuple[Store, _Tracker]]:
+    """A store with every simulated controller running on it, and a tracker of its pods."""
+    store = Store(history_size=history_size)
     controllers = asyncio.create_task(run_controllers(store, store, get_profile("fast")))
     tracker = _Tracker(store)
     watcher = asyncio.create_task(tracker.run())
-    result: dict[str, float | None] = {}
     try:
         await asyncio.sleep(0.1)
+        yield store, tracker
+    finally:
+        tracker.watch.close()
+        for task in (controllers, watcher):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def _scenario(nodes: int, pods: int, nodes_first: bool, timeout: float) -> dict[str, float | None]:
+    result: dict[str, float | None] = {}
+    async with _controllers_running(max(10_000, pods * 4)) as (store, tracker):
         nodes_rt = store.resource("v1", "Node")
         deploy_rt = store.resource("apps/v1", "Deployment")
         if nodes_first:
@@ -129,12 +143,6 @@ async def _scenario(nodes: int, pods: int, nodes_first: bool, timeout: float) ->
                 store.create(nodes_rt, _node(f"n{i:04d}"))
             running = await tracker.until(tracker.running, pods, timeout)
             result["running_after_join_s"] = None if running is None else time.perf_counter() - start
-    finally:
-        tracker.watch.close()
-        for task in (controllers, watcher):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
     return result
 
 
@@ -159,12 +167,7 @@ def _repelling_pod(app: str, name: str, node: str | None, cpu: str = "100m") -> 
 async def _anti_affine_backlog(nodes: int, apps: int, extra: int, timeout: float) -> float | None:
     """Seconds until the ``apps x extra`` pods that no node can take are all marked Unschedulable, each of
     the ``apps`` already running one pod on every node."""
-    store = Store(history_size=max(10_000, nodes * apps * 4))
-    controllers = asyncio.create_task(run_controllers(store, store, get_profile("fast")))
-    tracker = _Tracker(store)
-    watcher = asyncio.create_task(tracker.run())
-    try:
-        await asyncio.sleep(0.1)
+    async with _controllers_running(max(10_000, nodes * apps * 4)) as (store, tracker):
         nodes_rt, pods_rt = store.resource("v1", "Node"), store.resource("v1", "Pod")
         for i in range(nodes):
             store.create(nodes_rt, _node(f"n{i:04d}"))
@@ -183,12 +186,6 @@ async def _anti_affine_backlog(nodes: int, apps: int, extra: int, timeout: float
         if await tracker.until(tracker.unschedulable, apps * extra, timeout) is None:
             return None
         return time.perf_counter() - start
-    finally:
-        tracker.watch.close()
-        for task in (controllers, watcher):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 def _fmt(value: float | None) -> str:

@@ -4,6 +4,8 @@ so the kube-scheduler keeps the plan; offered again all the same, a pod is plann
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -161,7 +163,10 @@ def test_a_node_whose_room_cannot_be_read_keeps_every_nomination() -> None:
     assert overcommitted(projection, "node-a", ["default/web-0"]) == []
 
 
-async def test_a_tick_clears_the_nominations_a_node_can_no_longer_honour_and_keeps_the_others() -> None:
+@contextlib.asynccontextmanager
+async def both_pods_nominated_to_node_a() -> AsyncIterator[tuple[Kube, Any, InMemoryEventLog]]:
+    """web-0 and web-1 planned on one claim, nominated to its Node node-a (2.5 CPUs), initialized; the
+    scheduler running: (kube, runtime, event log)."""
     async with running_sandbox(controllers=False) as sandbox:
         kube = await load_kube(str(sandbox.workload_kubeconfig))
         try:
@@ -171,45 +176,40 @@ async def test_a_tick_clears_the_nominations_a_node_can_no_longer_honour_and_kee
             async with running(SchedulerDecider(), SchedulerExecutor(kube), event_log) as runtime:
                 claim = await launch_and_join(runtime, event_log, node)  # one claim for both pods
                 await until(lambda: runtime.state.claims[claim].initialized, what="the claim initialized")
-                # another claim's pod took node-a's slack before the nominations were read: 1.5 CPUs left
-                intruder = _running_on_node_a("intruder", "1")
-                landed = build_event(ev.BoundPodObserved, "intruder", change="added", pod=intruder)
-                await event_log.publish(registry.subject_of(landed), landed)
-                await until(lambda: "default/intruder" in runtime.state.bound_pods, what="the intruder")
-                await runtime.tick(datetime.now(UTC) + timedelta(seconds=2))
-            web_0 = await kube.get(PODS, "web-0", namespace="default")
-            web_1 = await kube.get(PODS, "web-1", namespace="default")
-            assert web_0["status"]["nominatedNodeName"] == "node-a"
-            assert "nominatedNodeName" not in web_1["status"]
+                yield kube, runtime, event_log
         finally:
             await kube.close()
+
+
+async def test_a_tick_clears_the_nominations_a_node_can_no_longer_honour_and_keeps_the_others() -> None:
+    async with both_pods_nominated_to_node_a() as (kube, runtime, event_log):
+        # another claim's pod took node-a's slack before the nominations were read: 1.5 CPUs left
+        intruder = _running_on_node_a("intruder", "1")
+        landed = build_event(ev.BoundPodObserved, "intruder", change="added", pod=intruder)
+        await event_log.publish(registry.subject_of(landed), landed)
+        await until(lambda: "default/intruder" in runtime.state.bound_pods, what="the intruder")
+        await runtime.tick(datetime.now(UTC) + timedelta(seconds=2))
+        web_0 = await kube.get(PODS, "web-0", namespace="default")
+        web_1 = await kube.get(PODS, "web-1", namespace="default")
+    assert web_0["status"]["nominatedNodeName"] == "node-a"
+    assert "nominatedNodeName" not in web_1["status"]
 
 
 async def test_the_tick_weighs_nominations_only_while_no_decision_holds_the_state() -> None:
     """Weighing nominations parses pods and Nodes into the state's caches, which a plan deciding in a worker
     thread reads meanwhile (the runtime's lock is held for it): so the tick weighs them under that lock."""
-    async with running_sandbox(controllers=False) as sandbox:
-        kube = await load_kube(str(sandbox.workload_kubeconfig))
-        try:
-            joining = joined(ready=True)
-            joining["status"]["allocatable"] = {"cpu": "2500m", "memory": "16Gi", "pods": "110"}
-            _, node, event_log = await two_pods_offered_and_node_a(kube, joining)
-            async with running(SchedulerDecider(), SchedulerExecutor(kube), event_log) as runtime:
-                claim = await launch_and_join(runtime, event_log, node)
-                await until(lambda: runtime.state.claims[claim].initialized, what="the claim initialized")
-                state = runtime.state
-                parsed_under_lock: list[bool] = []
-                parse = state.parse
+    async with both_pods_nominated_to_node_a() as (_, runtime, _):
+        state = runtime.state
+        parsed_under_lock: list[bool] = []
+        parse = state.parse
 
-                def watched_parse(kind: str, key: str, obj: Any) -> Any:
-                    parsed_under_lock.append(runtime.lock.locked())
-                    return parse(kind, key, obj)
+        def watched_parse(kind: str, key: str, obj: Any) -> Any:
+            parsed_under_lock.append(runtime.lock.locked())
+            return parse(kind, key, obj)
 
-                state.parse = watched_parse  # type: ignore[method-assign]
-                await runtime.executor.ticked(datetime.now(UTC) + timedelta(seconds=2))
-            assert parsed_under_lock and all(parsed_under_lock)
-        finally:
-            await kube.close()
+        state.parse = watched_parse
+        await runtime.executor.ticked(datetime.now(UTC) + timedelta(seconds=2))
+    assert parsed_under_lock and all(parsed_under_lock)
 
 
 class GatedKube(Kube):
