@@ -298,7 +298,7 @@ class LocalNatsCluster:
     def start(self, timeout: float = 30.0) -> LocalNatsCluster:
         """Start every node; return once each reports JetStream ready (the cluster has a meta leader). A node
         that fails to start stops them all: ``__exit__`` does not run for a failed ``__enter__``, and a node
-        left running kept dialling its old routes (a test run then met a cluster with a stranger in it)."""
+        left running outlived its test run here, still dialling its routes."""
         try:
             for node in self.nodes:
                 node.start_process()

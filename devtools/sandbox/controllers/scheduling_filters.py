@@ -211,7 +211,7 @@ class _PodContext:
         self.affinity_any = any(self.affinity_domains)
         self.self_affine = all(term_matches(term, self.pod) for term in self.affinity_terms)
 
-    # ----- the filters, one per plugin; each returns None (pass) or the list of reasons
+    # ----- the filters, one per plugin; each returns None (pass) or its reasons (a tuple)
     def filter(self, info: NodeInfo) -> Reasons | None:
         """Why ``info`` cannot take the pod (the first plugin that rejects it), or None if it can.
 
