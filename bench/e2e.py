@@ -317,6 +317,29 @@ The session after (2026-12-04, evening; 4acaef3): the hop's time, measured per c
     write 1.5 MB each twice in the window): p99 0.90-1.21 s against 0.96-1.21 s, within the noise. All left
     as they were.
 
+The session after (2026-12-04, night; 09f0047, all Running 4.3-5.4 s while the machine was quiet)
+    The hop's shape, per 200 ms (event log, one run): the 159 claims are planned at once and launched in two
+    bursts (the launcher binds a fetched batch of Machines together and decides on the next batch once
+    that one is carried out: ``Launched`` p50 0.40-0.52 s after the providerID is observed), then they
+    register at a steady 110-130 claims a second. The hop's p99 is that queue. From 0.25 s after the plan,
+    the two cores are full (1.8-2.0 CPU seconds a second, ``/proc`` every 50 ms); before that, half idle.
+    Without nominations (a toggle, not kept; two pairs), the hop's p99 is 0.60-0.64 s against 1.41-1.53 s,
+    but all Running takes 7.3-28 s (32-33 pods offered again, 167-170 claims): the nominations are the
+    hop's time, and they are also what keeps the plan. Tried and left out:
+    * the sandbox's controller slice cut from 5 to 2 ms (three pairs): the hop's p99 1.0-1.33 s against
+      1.43-1.48 s, but ``Registered -> Initialized`` p99 0.39-0.87 s, and in two of three runs 180-202
+      pods offered again (all Running 7.3-9.9 s): its kube-scheduler ran later;
+    * the sandbox's pod informer falls behind its Node informer during the wave. Traced: a pod bound to a
+      Node to which the store had 6 pods nominated, while the sandbox's scheduler saw none, so pods first
+      in its queue took the room those nominations held. Reading both informers' queued events before each
+      cycle kept them off, but all Running took 5.1-6.6 s against 4.8-5.3 s (three pairs): those pods now
+      wait for their own Node and are tried again on every Node change. Read at each cycle's start only,
+      the results were mixed (three pairs in a slow phase, one of them with 67 pods offered again).
+      Worth measuring again on a quiet machine.
+    py-spy puts 17-21 % of the scheduler's and the pod-watcher's samples in the socket ``send`` of
+    nats-py's flusher, but the services' system time is 0.11 of their 2.03 CPU seconds in the window. Those
+    samples are mostly the process waiting to run again after it wakes nats-server, not CPU time.
+
 Every wait gives up when nothing has moved for a while (no pod started for 120 s, no node removed for 60 s)
 and the figures then say what never happened, so ``make bench`` always ends. What limits the numbers is
 printed with them: the CPU seconds each process (sandbox, each service,
