@@ -323,6 +323,12 @@ class Watch:
             out.append(event)
         return out
 
+    def take_queued(self) -> list[WatchEvent]:
+        """The events already queued, decoded as :meth:`__anext__` delivers them, without waiting (a reader
+        that must be current before it acts: :meth:`Informer.catch_up`)."""
+        api_version = self.resource_type.api_version
+        return [WatchEvent(e.type, _decode(e.encoded_object(api_version))) for e in self.drain_raw(1 << 30)]
+
     def __aiter__(self) -> AsyncIterator[WatchEvent]:
         return self
 

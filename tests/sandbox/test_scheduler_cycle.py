@@ -3,6 +3,8 @@ shape (no re-filtering of every node per pod), and never beyond the booking that
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -11,7 +13,9 @@ from devtools.sandbox.controllers import scheduler as scheduler_module
 from devtools.sandbox.controllers.scheduler import Scheduler
 from devtools.sandbox.profiles import get_profile
 from devtools.sandbox.store import Store
-from tests.sandbox.controller_support import condition, node, pod, rt
+from tests.sandbox.controller_support import condition, node, pod, rt, wait_for
+
+MERGE = "application/merge-patch+json"
 
 ZONE = "topology.kubernetes.io/zone"
 
@@ -151,3 +155,55 @@ async def test_a_node_losing_its_last_taint_wakes_the_pending_pods() -> None:
     sched.pending["default/web"].backoff_until = 0.0  # its backoff over
     await sched._cycle()
     assert stored(store, "web")["spec"]["nodeName"] == "n1"
+
+
+async def test_a_cycle_reads_the_nominations_written_before_the_node_it_decides_on_changed() -> None:
+    """tenon nominates a Node's pods, then removes its unregistered taint. Behind a backlog of other pod
+    writes, the pod informer still lacks those nominations when the Node informer has the taint gone; the
+    cycle reads both as the store has them before it decides, so the first pod in its order does not take
+    the room the nominated ones hold (which then land), as a real kube-scheduler, whose informers are
+    milliseconds behind the API server, would not let it."""
+    store = Store()
+    nodes_rt, pods_rt = rt(store, "v1", "Node"), rt(store, "v1", "Pod")
+    unregistered = [{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]
+    store.create(nodes_rt, node("n1", cpu="2", ready=True, taints=unregistered))
+    waiting = ["a-other", "b-planned", "c-planned"]  # one cycle tries them in this order
+    for name in waiting:
+        store.create(pods_rt, pod(name, cpu="800m"))
+    fillers = [
+        store.create(pods_rt, pod(f"filler-{i}", schedulerName="another-scheduler")) for i in range(200)
+    ]
+    sched = Scheduler(store, get_profile("fast"))
+    task = asyncio.create_task(sched.run())
+    try:
+        await wait_for(
+            lambda: all(condition(stored(store, name), "PodScheduled") for name in waiting),
+            what="the three pods tried while the node is unregistered",
+        )
+        loop = asyncio.get_running_loop()
+        await wait_for(
+            lambda: all(sched.pending[f"default/{name}"].backoff_until < loop.time() for name in waiting),
+            what="their backoff over: the node's change makes them due at once",
+        )
+        for round_ in range(15):  # the backlog: 3,000 writes the pod informer reads in slices
+            for filler in fillers:
+                store.patch(
+                    pods_rt,
+                    filler["metadata"]["name"],
+                    "default",
+                    {"metadata": {"labels": {"round": str(round_)}}},
+                    MERGE,
+                )
+        for name in ("b-planned", "c-planned"):
+            store.patch(pods_rt, name, "default", {"status": {"nominatedNodeName": "n1"}}, MERGE, "status")
+        store.patch(nodes_rt, "n1", None, {"spec": {"taints": []}}, MERGE)
+
+        await wait_for(
+            lambda: len([name for name in waiting if stored(store, name)["spec"].get("nodeName")]) == 2,
+            what="two of the pods bound to n1 (the room it has)",
+        )
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert [stored(store, name)["spec"].get("nodeName") for name in waiting] == [None, "n1", "n1"]

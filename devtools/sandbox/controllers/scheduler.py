@@ -6,7 +6,9 @@ a test) can own some pods.
 
 How it runs (the real scheduler's queue, simplified):
 
-* two informers (pods, nodes on the workload store) keep a :class:`ClusterState` current;
+* two informers (pods, nodes on the workload store) keep a :class:`ClusterState` current, and a cycle
+  first takes what they have queued (:meth:`Informer.catch_up`), again at each turn it gets back: it decides
+  on the store as it is, so a nomination is known when the Node change written after it is;
 * a pending pod is *active* (try now) or *backing off* (try at ``next_try``). A new pod is active at once.
   Each failed attempt doubles its backoff from ``scheduler_backoff_initial`` up to
   ``scheduler_backoff_max``. A cluster change that can make a pod fit (a node added or changed, a bound pod
@@ -309,10 +311,12 @@ class Scheduler(InformerUser):
         return sorted((k for k in due if k in self.state.pods), key=order)
 
     async def _cycle(self) -> None:
+        self._catch_up()
         failures = _CycleFailures(as_of=self._now())
         turn = TurnSlice()
         for index, key in enumerate(self._due_pods()):
-            await turn.pause()
+            if await turn.pause():
+                self._catch_up()
             if index % FAILURES_KEPT_FOR == 0 and self._changed_at >= failures.as_of:
                 failures = _CycleFailures(as_of=self._now())
             entry = self.state.pods.get(key)
@@ -324,6 +328,13 @@ class Scheduler(InformerUser):
             except Exception:  # an object we did not foresee must not stop scheduling the others
                 log.exception("sandbox scheduler: skipping pod %s this cycle", key)
                 item.next_try = self._now() + self.profile.scheduler_backoff_max
+
+    def _catch_up(self) -> None:
+        """Read the pods and Nodes as the store has them now (:meth:`Informer.catch_up`), before deciding: a
+        nomination written before a Node's change is then known when that change is (tenon nominates a
+        Node's pods, then removes its unregistered taint)."""
+        self.pod_informer.catch_up()
+        self.node_informer.catch_up()
 
     def _decide(self, entry: PodEntry, known: Decision | None) -> tuple[Decision, str]:
         """A node for the pod (or why none), and the PodScheduled reason a failure is reported with."""
