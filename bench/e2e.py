@@ -329,13 +329,16 @@ The session after (2026-12-04, night; 09f0047, all Running 4.3-5.4 s while the m
     * the sandbox's controller slice cut from 5 to 2 ms (three pairs): the hop's p99 1.0-1.33 s against
       1.43-1.48 s, but ``Registered -> Initialized`` p99 0.39-0.87 s, and in two of three runs 180-202
       pods offered again (all Running 7.3-9.9 s): its kube-scheduler ran later;
-    * the sandbox's pod informer falls behind its Node informer during the wave. Traced: a pod bound to a
-      Node to which the store had 6 pods nominated, while the sandbox's scheduler saw none, so pods first
-      in its queue took the room those nominations held. Reading both informers' queued events before each
-      cycle kept them off, but all Running took 5.1-6.6 s against 4.8-5.3 s (three pairs): those pods now
-      wait for their own Node and are tried again on every Node change. Read at each cycle's start only,
-      the results were mixed (three pairs in a slow phase, one of them with 67 pods offered again).
-      Worth measuring again on a quiet machine.
+    The sandbox's pod informer fell behind its Node informer during the wave. Traced: a pod bound to a Node
+    to which the store had 6 pods nominated, while the sandbox's scheduler saw none of them, so the pods
+    first in its queue took the room those nominations held. That is where the overcommitted nominations
+    and the pods offered again of the slow runs came from. Its scheduler now reads both informers' queued
+    events before it decides (``Informer.catch_up``), as a real kube-scheduler's informers, milliseconds
+    behind the API server, would have them. Seven interleaved pairs, before/after: all Running in 4.84-8.37 s
+    (median 5.34) and 4.57-6.62 s (median 5.6); ``Launched -> Registered`` p99 1.29-1.79 s (median 1.46)
+    and 0.97-1.53 s (median 1.37); pods offered again in 2 of 7 runs (1-3) and in none. The first three pairs
+    favoured "before", the last four "after". Read at each cycle's start only (three pairs, a slow phase):
+    mixed, one run with 67 pods offered again.
     py-spy puts 17-21 % of the scheduler's and the pod-watcher's samples in the socket ``send`` of
     nats-py's flusher, but the services' system time is 0.11 of their 2.03 CPU seconds in the window. Those
     samples are mostly the process waiting to run again after it wakes nats-server, not CPU time.

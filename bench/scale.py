@@ -381,6 +381,12 @@ Run 45 (2026-12-04, 396db13: the sandbox counting a pod's failures once per answ
     machine (every process spent 1.5-2.3 times run 44's CPU on the same waves: the scheduler 37 CPU s in the
     10k wave, disruption 43 in zero). Every target met, no leadership lost: the 10k wave 107 s, churn
     5.2-28.9 s (churn-3 27.7 s, the sandbox 26 CPU s), zero 78 s; highest service VmHWM 361 MiB.
+Runs 46 and 47 (2026-12-04, night, back to back in a slow phase: 46 with the sandbox's scheduler catching up
+    with its informers before it decides, 47 without it, at 09f0047). Every target met in both, no leadership
+    lost. 46: the 4k wave 38.7 s, the 10k 118 s (the sandbox 103 CPU s, the scheduler 35), churn 7.5-66 s
+    (churn-3 62.8 s, the sandbox 59 CPU s), zero 98 s. 47: 52.2 s, 150 s (129 and 46 CPU s), 10.1-61.5 s
+    (churn-3 61.5 s, 58 CPU s), zero 83 s. Highest service VmHWM 351 and 362 MiB (the scheduler); the
+    sandbox's own reached 1,016 and 1,053 MiB.
 """
 
 from __future__ import annotations
