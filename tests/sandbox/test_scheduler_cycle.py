@@ -11,11 +11,10 @@ import pytest
 
 from devtools.sandbox.controllers import scheduler as scheduler_module
 from devtools.sandbox.controllers.scheduler import Scheduler
+from devtools.sandbox.patching import MERGE_PATCH
 from devtools.sandbox.profiles import get_profile
 from devtools.sandbox.store import Store
 from tests.sandbox.controller_support import condition, node, pod, rt, wait_for
-
-MERGE = "application/merge-patch+json"
 
 ZONE = "topology.kubernetes.io/zone"
 
@@ -192,11 +191,13 @@ async def test_a_cycle_reads_the_nominations_written_before_the_node_it_decides_
                     filler["metadata"]["name"],
                     "default",
                     {"metadata": {"labels": {"round": str(round_)}}},
-                    MERGE,
+                    MERGE_PATCH,
                 )
         for name in ("b-planned", "c-planned"):
-            store.patch(pods_rt, name, "default", {"status": {"nominatedNodeName": "n1"}}, MERGE, "status")
-        store.patch(nodes_rt, "n1", None, {"spec": {"taints": []}}, MERGE)
+            store.patch(
+                pods_rt, name, "default", {"status": {"nominatedNodeName": "n1"}}, MERGE_PATCH, "status"
+            )
+        store.patch(nodes_rt, "n1", None, {"spec": {"taints": []}}, MERGE_PATCH)
 
         await wait_for(
             lambda: len([name for name in waiting if stored(store, name)["spec"].get("nodeName")]) == 2,

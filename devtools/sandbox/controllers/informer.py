@@ -233,8 +233,8 @@ class Informer:
         self.objects[key] = obj
         self._emit("ADDED" if old is None else "MODIFIED", obj, old)
 
-    def catch_up(self) -> int:
-        """Apply every event the watch has queued, now, without waiting; how many.
+    def catch_up(self) -> None:
+        """Apply every event the watch has queued, now, without waiting.
 
         The informer reads its backlog in slices (:class:`TurnSlice`), and another informer's slice may come
         first. Under the 1,000-pod e2e wave the pod informer fell behind the Node informer: the simulated
@@ -245,12 +245,8 @@ class Informer:
         it decides reads the store as of now, as they would. Only the in-process store's watch queues events
         that can be taken this way; another leaves nothing to do."""
         take = getattr(self._watch, "take_queued", None)
-        if take is None:
-            return 0
-        events = take()
-        for event in events:
+        for event in take() if take is not None else ():
             self._apply(event.type, event.object)
-        return len(events)
 
     def observe_write(self, key: str, obj: dict[str, Any] | None) -> None:
         """Write-through: put the result of our own write in the cache now, ahead of its watch event.
