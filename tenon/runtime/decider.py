@@ -50,7 +50,8 @@ whose answer is about the input itself (a ``PendingBatch`` to plan) is named by 
 every input up to it is folded, and an input answered by nothing owes nothing by the batch's end. A decider
 that can answer a little later says how much with ``batch_linger`` (seconds): under a stream of records its
 consumer waits that long after a short batch, so the next one is larger (disruption, whose consolidation waits
-seconds anyway, spends 10-50 % less CPU on the 1,000-pod run with 10 ms, by machine).
+seconds anyway, spends 10-50 % less CPU on the 1,000-pod run with 10 ms, by machine). It may say it as a
+method of the state: disruption does not wait while a command it confirmed waits for budget.
 
 **Carrying out** a call's decisions: in order, except that decisions on different aggregates run together.
 The decider's ``lane(decision)`` names the aggregate a decision belongs to (default: its claim, for claim
@@ -169,11 +170,13 @@ def decides_on_batches(decider: object) -> bool:
     return bool(getattr(decider, "decides_on_batches", False))
 
 
-def batch_linger(decider: object) -> float:
+def batch_linger(decider: object, state: object) -> float:
     """Seconds the decider's consumer waits after a short batch (:attr:`.ConsumerSettings.linger`): a decider
     that can answer tens of milliseconds later says so with ``batch_linger``, and decides on fewer, larger
-    batches under a stream of records."""
-    return float(getattr(decider, "batch_linger", 0.0))
+    batches under a stream of records. ``batch_linger`` is a number, or a method asked with the state after
+    each batch, for a decider whose answers can wait only at times."""
+    linger = getattr(decider, "batch_linger", 0.0)
+    return float(linger(state) if callable(linger) else linger)
 
 
 def decided_alone(decider: object, event: ev.Event) -> bool:
@@ -904,7 +907,7 @@ class DeciderRuntime(Generic[S]):
                         max_deliver=self.settings.max_deliver,
                         backoff=(0.2, 0.5, 1.0, 2.0, 5.0),
                         fetch_batch=self.settings.batch,
-                        linger=batch_linger(self.decider),
+                        linger=lambda: batch_linger(self.decider, self.state),
                     ),
                     self.handle_batch,
                 )

@@ -184,6 +184,32 @@ async def test_a_lingering_ordered_consumer_hands_over_at_once_then_gathers_what
         await consumer.stop()
 
 
+async def test_a_consumer_asks_a_callable_linger_after_each_batch_it_handled(event_log: EventLog) -> None:
+    """A consumer whose handler can wait only at times says so with a callable: it is asked once each batch
+    is handled (so it can answer from what that batch changed), before the next fetch."""
+    handled: list[str] = []
+    asked: list[int] = []
+
+    async def handle(records: list[LogRecord]) -> Mapping[int, str]:
+        handled.extend(r.subject for r in records)
+        return {}
+
+    def linger() -> float:
+        asked.append(len(handled))
+        return 0.0
+
+    settings = ConsumerSettings("asking", (subjects.NODES,), ack_wait=30.0, linger=linger)
+    consumer = event_log.ordered_consumer(settings, handle)
+    await consumer.start()
+    try:
+        await event_log.publish(subjects.node("a"), node_event("a"))
+        await until(lambda: asked == [1], timeout=10, what="the linger asked after the first batch")
+        await event_log.publish(subjects.node("b"), node_event("b"))
+        await until(lambda: asked == [1, 2], timeout=10, what="the linger asked after the second batch")
+    finally:
+        await consumer.stop()
+
+
 async def _equals(value: Awaitable[int], expected: int) -> bool:
     return await value == expected
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -104,12 +104,17 @@ class ConsumerSettings:
     """On stop, how long in-flight handlers may take to finish before their messages are left to
     redelivery."""
     fetch_batch: int = 64
-    linger: float = 0.0
+    linger: float | Callable[[], float] = 0.0
     """Ordered consumers: seconds to wait after a batch shorter than ``fetch_batch`` before fetching the next,
     so that under a stream of records each batch gathers what arrived meanwhile (a record after a quiet
     spell is still handed over at once: the wait comes after it). Each batch costs a fetch, an ack and a
-    decision whatever its size; for a consumer that can wait a little, fewer, larger batches."""
+    decision whatever its size; for a consumer that can wait a little, fewer, larger batches. A callable is
+    asked after each batch: a consumer whose handler can wait only at times (:meth:`linger_now`)."""
     extra: Mapping[str, str] = field(default_factory=dict)
+
+    def linger_now(self) -> float:
+        """Seconds to wait after a short batch, as of now."""
+        return self.linger() if callable(self.linger) else self.linger
 
     def backoff_for(self, attempt: int) -> float:
         if not self.backoff:

@@ -191,8 +191,8 @@ class PullConsumerRunner(ConsumerRunner):
                 self._inflight.add(task)
                 task.add_done_callback(self._inflight.discard)
                 await asyncio.shield(task)  # a stop waits for the batch (drain_timeout), it is not cut short
-                if self.settings.linger > 0 and len(deliveries) < self.settings.fetch_batch:
-                    await asyncio.sleep(self.settings.linger)
+                if len(deliveries) < self.settings.fetch_batch and (linger := self.settings.linger_now()) > 0:
+                    await asyncio.sleep(linger)
 
     async def _process_batch(self, deliveries: list[Delivery]) -> None:
         assert self._batch_handler is not None
