@@ -5,7 +5,6 @@ story replays to the same."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -16,8 +15,9 @@ from tenon.runtime.decider import BaseExecutor, DeciderRuntime
 from tenon.runtime.eventlog.memory import InMemoryEventLog
 from tenon.runtime.replay import replay
 from tenon.services.disruption.decider import LINGER, DisruptionDecider
+from tenon.services.disruption.load import PoolLoad, pool_load
 from tenon.services.disruption.projection_view import Command as Underway
-from tenon.services.disruption.projection_view import DisruptionState, PoolLoad, build_view, pool_load
+from tenon.services.disruption.projection_view import DisruptionState, build_view
 from tests.disruption.test_budgets_and_emptiness import (
     T0,
     app_pod,
@@ -370,31 +370,6 @@ def test_a_tick_starts_nothing_while_every_budget_is_spent_and_proposes_once_one
     [proposal] = decider.tick(state, T0 + timedelta(hours=8))  # 18:00: the window closed
     assert isinstance(proposal, ev.DisruptionDecision) and proposal.stage == "proposed"
     assert [c.nodeclaim for c in proposal.candidates] == ["default-0", "default-1"]
-
-
-def test_the_budget_load_is_kept_across_pod_events_and_follows_claims_and_nodes() -> None:
-    """What a pool's budget counts (its initialized claims, those disrupting or whose Node is not Ready) is
-    worked out again only when a claim or a Node changed, and then as a fresh count would."""
-    decider = DisruptionDecider()
-    state = cluster(4, nodepool())
-    first = pool_load(state)
-    assert first == {"default": PoolLoad(total=4, disrupting=0)}
-    state = decider.evolve(
-        state, ev.BoundPodObserved(**envelope("pod"), change="added", pod=with_node(app_pod("a"), "node-0"))
-    )
-    assert pool_load(state) is first  # a pod arrived: the claims and Nodes are as they were
-    not_ready = {
-        "metadata": {"name": "node-1", "labels": {"karpenter.sh/nodepool": "default"}},
-        "status": {"conditions": [{"type": "Ready", "status": "False"}]},
-    }
-    state = decider.evolve(state, ev.NodeObserved(**envelope("nr"), change="changed", node=not_ready))
-    assert pool_load(state) == {"default": PoolLoad(total=4, disrupting=1)}
-    state = decider.evolve(
-        state,
-        build_event(ev.DisruptionRequested, "dr", nodeclaim="default-2", method="emptiness", reason="empty"),
-    )
-    assert pool_load(state) == {"default": PoolLoad(total=4, disrupting=2)}
-    assert pool_load(state) == pool_load(dataclasses.replace(state, load=None))
 
 
 def test_every_method_counts_the_claims_the_queue_counts_a_drained_one_and_one_whose_node_is_gone() -> None:

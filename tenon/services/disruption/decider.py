@@ -213,8 +213,6 @@ class DisruptionDecider:
         replaced = state.due.before(state.projection, event) if state.due is not None else None
         state.projection.apply(event, sequence)
         state.version += 1
-        if isinstance(event, ev.NodeClaimEvent | ev.NodeObserved):
-            state.load_version += 1
         if isinstance(event, ev.NodeClaimPlanned) and event.nodeclaim not in state.hashes:
             state.hashes[event.nodeclaim] = hashes_at_plan(state.projection, event)
         elif isinstance(event, ev.DisruptionDecision) and event.producer == PRODUCER:
@@ -230,6 +228,8 @@ class DisruptionDecider:
                 del state.hashes[name]  # forgotten with its claim
         if state.due is not None:
             state.due.after(state.projection, event, replaced, pruned=state.projection.pruned_at != pruned)
+        if state.load is not None:
+            state.load.folded(state.projection, event, pruned=state.projection.pruned_at != pruned)
         return state
 
     def decided_alone(self, event: ev.Event) -> bool:

@@ -13,19 +13,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from proto import events as ev
 from tenon.core import ClusterInput, InFlightNodeClaim, assemble
 from tenon.core.wellknown import CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE
-from tenon.domain.disruption.candidates import node_ready
 from tenon.domain.disruption.drift import nodeclass_hash, template_hash
-from tenon.domain.disruption.view import ClaimFacts, ClusterView, meta, spec
+from tenon.domain.disruption.view import ClaimFacts, ClusterView, spec
 from tenon.domain.nodeclaim import NodeClaim
 from tenon.domain.projection import ClusterProjection, KubeObject, decode_projection, encode_projection
 from tenon.services.disruption.interruption import Interruptions
+from tenon.services.disruption.load import LoadIndex, budget_load
 
 if TYPE_CHECKING:
     from tenon.services.disruption.due import DueIndex
@@ -59,11 +59,9 @@ class DisruptionState:
     due: DueIndex | None = field(default=None, compare=False, repr=False)
     """When a tick could next have something to do (:mod:`.due`): derived, made on first use, never
     stored."""
-    load_version: int = field(default=0, compare=False, repr=False)
-    """Counts the folded events that can change a pool's budget load (NodeClaim events, Node observations):
-    what :func:`pool_load` keeps its last answer for. Derived, never stored."""
-    load: tuple[int, dict[str, PoolLoad]] | None = field(default=None, compare=False, repr=False)
-    """:func:`pool_load`'s last answer and the ``load_version`` it is for."""
+    load: LoadIndex | None = field(default=None, compare=False, repr=False)
+    """What each pool's budget counts, kept event by event (:mod:`.load`): derived, made on first use, never
+    stored."""
 
     def busy(self) -> set[str]:
         """Claims that are candidates of a command under way."""
@@ -241,66 +239,6 @@ def core_input(projection: ClusterProjection, now: datetime) -> ClusterInput:
         if c.accepts_pods and c.planned is not None and c.registered is None
     ]
     return assemble(_parts(projection, now), in_flight)
-
-
-class PoolLoad(NamedTuple):
-    total: int
-    """Initialized claims not yet Terminated."""
-    disrupting: int
-    """Of those: termination requested, or the Node deleting, not Ready or gone."""
-
-
-def _counted(claim: NodeClaim) -> bool:
-    return claim.initialized is not None and claim.planned is not None and not claim.ended
-
-
-def _disrupting(claim: NodeClaim, nodes: dict[str, KubeObject]) -> bool:
-    node = nodes.get(claim.node_name or "")
-    return (
-        claim.disruption is not None
-        or node is None
-        or bool(meta(node).get("deletionTimestamp"))
-        or not node_ready(node)
-    )
-
-
-def pool_load(state: DisruptionState) -> dict[str, PoolLoad]:
-    """NodePool -> its load, as Karpenter's budgets count it: a pool's initialized claims until they are
-    Terminated (a claim whose Node is drained or deleted still holds its machine, and its place in the
-    budget, until the launcher removes that machine), and as disrupting those whose termination was
-    requested, or whose Node is deleting, not Ready or gone. It reads only claims and Nodes, so the answer is
-    kept until a NodeClaim event or a Node observation is folded (``DisruptionState.load_version``): a queue
-    asks at every decision, and walking 2,300 claims each time was 15 % of disruption's CPU in the scale
-    run's scale-down, most of its decisions on pod events."""
-    if state.load is not None and state.load[0] == state.load_version:
-        return state.load[1]
-    counts: dict[str, list[int]] = {}
-    nodes = state.projection.nodes
-    for claim in state.projection.claims.values():
-        if not _counted(claim):
-            continue
-        assert claim.planned is not None
-        entry = counts.setdefault(claim.planned.nodepool, [0, 0])
-        entry[0] += 1
-        entry[1] += _disrupting(claim, nodes)
-    load = {pool: PoolLoad(total, busy) for pool, (total, busy) in counts.items()}
-    state.load = (state.load_version, load)
-    return load
-
-
-def budget_load(state: DisruptionState, busy: set[str]) -> dict[str, tuple[int, int]]:
-    """:func:`pool_load`, with the ``busy`` claims (candidates of commands under way) counted as disrupting
-    too: what a view's budgets count (:attr:`ClusterView.budget_load`), so every method and the emptiness
-    queue count the same claims."""
-    load = {pool: (entry.total, entry.disrupting) for pool, entry in pool_load(state).items()}
-    nodes = state.projection.nodes
-    for name in busy:
-        claim = state.projection.claims.get(name)
-        if claim is not None and _counted(claim) and not _disrupting(claim, nodes):
-            assert claim.planned is not None
-            total, disrupting = load[claim.planned.nodepool]
-            load[claim.planned.nodepool] = (total, disrupting + 1)
-    return load
 
 
 def build_view(

@@ -19,11 +19,11 @@ now is fine: the queue waits for room):
    candidate that is no longer one ends the command (abandoned, its requests already made go on), and the
    next round proposes again what is still empty.
 
-The budget is counted as Karpenter counts it (:func:`.projection_view.pool_load`): a pool's initialized
+The budget is counted as Karpenter counts it (:func:`.load.pool_load`): a pool's initialized
 claims until they are Terminated (a claim whose Node is drained or deleted still holds its machine, and its
 place in the budget, until the launcher removes that machine), and as disrupting those whose termination was
 requested, or whose Node is deleting, not Ready or gone. Every method's view counts the same claims
-(:func:`.projection_view.budget_load`). The waiting candidates of a queue are not counted: they are not
+(:func:`.load.budget_load`). The waiting candidates of a queue are not counted: they are not
 disrupted yet, and while a queue holds them no other command starts on their pool (they are busy for every
 round).
 """
@@ -41,9 +41,10 @@ from tenon.domain.disruption.candidates import PdbLedger, budget_mapping, candid
 from tenon.domain.disruption.commands import Command
 from tenon.domain.disruption.rounds import pdb_safe
 from tenon.domain.disruption.view import ClusterView
+from tenon.services.disruption.load import PoolLoad, pool_load
 from tenon.services.disruption.orchestration import request
 from tenon.services.disruption.projection_view import Command as Underway
-from tenon.services.disruption.projection_view import DisruptionState, PoolLoad, build_view, pool_load
+from tenon.services.disruption.projection_view import DisruptionState, build_view
 
 QUEUED_METHOD = "emptiness"
 """The method whose commands are queues."""
