@@ -343,6 +343,24 @@ The session after (2026-12-04, night; 09f0047, all Running 4.3-5.4 s while the m
     nats-py's flusher, but the services' system time is 0.11 of their 2.03 CPU seconds in the window. Those
     samples are mostly the process waiting to run again after it wakes nats-server, not CPU time.
 
+The session after (2026-12-04, late evening; a fast phase of the machine: the whole ``make bench`` ran in
+    5 min against 11-13, and the sandbox's own HTTP write throughput was 8,258 writes/s against 1,904 the
+    night before, with no change to it). At bbcef5a, from a fresh clone, every target was met: all Running
+    2.80 s, ``Planned -> Launched`` p99 497 ms, ``Launched -> Registered`` p99 759 ms, ``Registered ->
+    Initialized`` p99 66 ms, last Unschedulable -> planned 1.071 s, scale to zero 8.28 s, the budget 90 %
+    full. That fill was the thinnest margin (90-92 % in every run of the day). From the log, the budget's
+    empty share was spread evenly over the scale-down: each claim terminated freed its slot 12 ms (p50) to
+    54 ms (max) before the next request, mostly disruption's 10 ms batching wait. Disruption no longer waits
+    while a confirmed queue waits for budget (its ``batch_linger`` is asked with the state after each batch):
+    two interleaved pairs, 91.6-91.8 % -> 96.0-96.1 % full, its CPU in the scale to zero 2.0-2.2 -> 2.6 s,
+    in provisioning unchanged (0.16-0.18 s); with no wait at all, provisioning cost it 0.26-0.27 s. Its
+    budget load is then kept event by event instead of a walk over every claim at each queue step
+    (:mod:`tenon.services.disruption.load`): two more pairs, its CPU in the scale to zero 2.37-2.40 ->
+    2.09-2.14 s, the budget 96-97 % full. Registration in the fast phase, per 100 ms of one run's log: the
+    Nodes are seen 0.2-0.3 s after the plan (most before their claim's ``Launched``), and the registrations
+    run from 0.4 s to 1.2 s at 200-350 a second, each nominating its claim's pods and patching its Node: the
+    hop's p99 is still that queue, now inside its target.
+
 Every wait gives up when nothing has moved for a while (no pod started for 120 s, no node removed for 60 s)
 and the figures then say what never happened, so ``make bench`` always ends. What limits the numbers is
 printed with them: the CPU seconds each process (sandbox, each service,

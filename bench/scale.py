@@ -387,6 +387,12 @@ Runs 46 and 47 (2026-12-04, night, back to back in a slow phase: 46 with the san
     (churn-3 62.8 s, the sandbox 59 CPU s), zero 98 s. 47: 52.2 s, 150 s (129 and 46 CPU s), 10.1-61.5 s
     (churn-3 61.5 s, 58 CPU s), zero 83 s. Highest service VmHWM 351 and 362 MiB (the scheduler); the
     sandbox's own reached 1,016 and 1,053 MiB.
+Runs 48-50 (2026-12-04, late evening, a fast phase of the machine; 48 at bbcef5a, 49 with disruption not
+    waiting to batch while a queue waits for budget, 50 with its budget load kept event by event too). Every
+    target met in all three, no leadership lost: the 1k wave 5.1-5.9 s, the 4k 10.9-14.0 s, the 10k
+    37.2-40.3 s (p99 33.4-38.0 s; the sandbox 31.2-31.6 CPU s, the scheduler 9.8-10.5), churn 2.1-18.6 s,
+    zero 30.6-33.6 s (disruption 15.9, 14.6, 14.2 CPU s). Highest service VmHWM 361-384 MiB (the
+    scheduler); the sandbox's own 1,015-1,048 MiB.
 """
 
 from __future__ import annotations
