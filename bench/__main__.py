@@ -3,8 +3,9 @@
 Each suite is a module in this package exposing ``run(quick: bool) -> Suite``. A suite returns its figures as
 plain JSON-able data plus the rows of a table for people. Results of all suites are written to
 ``bench/results.json`` (one key per suite) and printed. ``--only NAME`` runs one suite (``--only scale``, the
-10,000-pod run, runs only when named); ``--quick`` shrinks
-sizes for a smoke run. Targets are reported as pass/fail rows, never asserted in unit tests.
+10,000-pod run, runs only when named); ``--quick`` shrinks sizes for a smoke run. Targets are reported as
+pass/fail rows, never asserted in unit tests. Before each suite, the machine's speed at that moment is read
+and printed with it (:mod:`bench.machine`): this machine's speed swings, and a figure is read beside it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from bench.machine import reference_ms
 from bench.suite import Suite
 
 SUITES: tuple[str, ...] = (
@@ -50,8 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     console = Console()
+    reference: dict[str, float] = {}
     results: dict[str, object] = {
-        "machine": {"python": platform.python_version(), "platform": platform.platform()},
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "reference_ms": reference,
+        },
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "quick": args.quick,
     }
@@ -59,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.only or DEFAULT_SUITES:
         module = importlib.import_module(f"bench.{name}")
         console.rule(f"[bold]{name}")
+        reference[name] = reference_ms()
+        console.print(f"machine: the reference work took {reference[name]} ms of CPU (bench/machine.py)")
         suite: Suite = module.run(args.quick)
         results[name] = suite.data
         table = Table(*suite.columns, title=suite.title)
