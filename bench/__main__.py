@@ -39,7 +39,8 @@ SUITES: tuple[str, ...] = (
 )
 
 DEFAULT_SUITES = tuple(name for name in SUITES if name != "scale")
-"""What ``make bench`` runs without ``--only``: the scale run (3-10 minutes at full size, by the machine's speed) only when asked."""
+"""What ``make bench`` runs without ``--only``: the scale run (3-10 minutes at full size, by the machine's
+speed) only when asked."""
 
 RESULTS_PATH = Path(__file__).parent / "results.json"
 
